@@ -1,0 +1,108 @@
+// The communication layer's contract: a small, torch-free interface to a group of ranks.
+//
+// Everything above comm/ (the sharding runtime, optimizers, checkpoints) talks to other ranks only
+// through `Comm`. Buffers are raw pointers with an element count and a `DType`; the caller owns
+// them and keeps them alive, unmodified, until the returned `Work` has been waited on.
+// Backends: "mpi" (OpenMPI), "gloo" (the Gloo library over a c10d TCPStore rendezvous) and
+// "local" (one rank: every collective is a copy or a no-op). `init_comm` picks one from the
+// environment the ranks were started in (see rendezvous in src/comm/rendezvous.cpp).
+//
+// Thread-safety: a Comm is used by one thread at a time; collectives must be issued in the same
+// order on every rank of the group. Every wait has a deadline (CommOptions::timeout): when it
+// expires, `wait` throws CommError naming the collective, its size and the caller's context label.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace fsdp {
+
+enum class DType { kFloat32, kBFloat16, kFloat16, kInt64 };
+
+size_t dtype_size(DType dtype);
+const char* dtype_name(DType dtype);
+
+enum class ReduceOp { kSum, kAvg };
+
+// Thrown for every communication failure: timeouts, a peer that went away, a backend error.
+class CommError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Handle on an asynchronous collective. `wait` blocks until it completes (or throws CommError on
+// failure or timeout); calling it again after completion returns at once.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;
+
+  // Gathers `count` elements from every rank: rank r's `in` lands at out[r*count, (r+1)*count).
+  // `out` holds size()*count elements and must not overlap `in`.
+  virtual WorkPtr all_gather_async(const void* in, void* out, size_t count, DType dtype) = 0;
+  // `in` holds size()*count elements; rank r receives in `out` (count elements) the sum (or
+  // average) over all ranks of their chunk r. `out` must not overlap `in`.
+  virtual WorkPtr reduce_scatter_async(const void* in, void* out, size_t count, DType dtype,
+                                       ReduceOp op) = 0;
+  // In place over `data` (count elements).
+  virtual WorkPtr all_reduce_async(void* data, size_t count, DType dtype, ReduceOp op) = 0;
+  // In place: every rank ends with `root`'s `data`.
+  virtual WorkPtr broadcast_async(void* data, size_t count, DType dtype, int root) = 0;
+  virtual void barrier() = 0;
+
+  // Collective over this group: ranks with the same `color` form a new group, ordered by `key`.
+  virtual std::shared_ptr<Comm> split(int color, int key) = 0;
+
+  // A short label ("unit 3 forward, step 12") that errors and timeouts report, so a user can tell
+  // which collective a rank was stuck in.
+  void set_context(std::string label) { context_ = std::move(label); }
+  const std::string& context() const { return context_; }
+
+  // Blocking forms.
+  void all_gather(const void* in, void* out, size_t count, DType dtype) {
+    all_gather_async(in, out, count, dtype)->wait();
+  }
+  void reduce_scatter(const void* in, void* out, size_t count, DType dtype, ReduceOp op) {
+    reduce_scatter_async(in, out, count, dtype, op)->wait();
+  }
+  void all_reduce(void* data, size_t count, DType dtype, ReduceOp op) {
+    all_reduce_async(data, count, dtype, op)->wait();
+  }
+  void broadcast(void* data, size_t count, DType dtype, int root) {
+    broadcast_async(data, count, dtype, root)->wait();
+  }
+
+ private:
+  std::string context_;
+};
+using CommPtr = std::shared_ptr<Comm>;
+
+struct CommOptions {
+  // "auto" (default): "mpi" when started by mpirun, "gloo" when RANK/WORLD_SIZE are set
+  // (torchrun-style), "local" when neither is. Or one of "mpi", "gloo", "local" explicitly.
+  std::string backend = "auto";
+  // Deadline for every wait on a collective. Default: 5 minutes.
+  std::chrono::milliseconds timeout{300000};
+};
+
+// Joins the group the environment describes. Throws CommError naming the missing or bad variable.
+CommPtr init_comm(const CommOptions& options = {});
+
+// A one-rank group; collectives copy or do nothing.
+CommPtr make_local_comm();
+
+}  // namespace fsdp
