@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Set-up for a fresh Debian 12 machine: installs what fsdp.cpp needs from Debian's packages (only
+# what is missing, so a second run does nothing), then configures and builds into build/.
+# Usage: scripts/setup.sh [--no-build]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libtorch-dev            # LibTorch 1.13 (CPU)
+  libopenblas0-openmp     # fast fp32 BLAS; without it LibTorch falls back to reference BLAS
+  libopenmpi-dev openmpi-bin
+  libgloo-dev
+  libgtest-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+[[ "${1:-}" == "--no-build" ]] && exit 0
+
+BUILD_DIR=${BUILD_DIR:-build}
+if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
+fi
+cmake --build "$BUILD_DIR" -j"$(nproc)"
