@@ -1,0 +1,118 @@
+// The sharding runtime's public face: wrap a model, train it through fsdp::forward, hand its
+// shards to an optimizer.
+//
+//   auto model = fsdp::GPT2(config);
+//   auto sharded = fsdp::fully_shard(model.ptr(), comm, fsdp::ShardingOptions()
+//                      .wrap(fsdp::WrapPolicy::by_type({"GPT2Block"})));
+//   auto logits = fsdp::forward(model, idx);           // root and units run their hooks
+//   fsdp::gpt2_loss(logits, targets).backward();       // grads reduce-scattered unit by unit
+//   optimizer.step();                                  // over sharded_params() only
+//
+// Contract: the root module and every wrapped module are called through fsdp::forward (see
+// fsdp/hooks.h); wrapping replaces each parameter's data with a view into its unit's flat buffer
+// (see docs/design.md, [Note: storage resize]), so the model's own code runs unchanged. Between
+// steps parameters are sharded: read them through gather_full_params(), not directly.
+// Collectives are issued in the same order on every rank, so every rank must run the same forward
+// and backward. Not thread-safe: one training thread per process.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fsdp/comm.h"
+#include "fsdp/options.h"
+
+namespace torch {
+namespace nn {
+class Module;
+}
+}  // namespace torch
+
+namespace fsdp {
+
+class Runtime;
+
+// Bytes this rank holds for the sharding runtime, current and peak since the last reset.
+struct MemoryStats {
+  int64_t sharded_param_bytes = 0;   // fp32 master shards
+  int64_t sharded_grad_bytes = 0;    // fp32 gradient shards
+  int64_t gathered_param_bytes = 0;  // unsharded (gathered) parameter buffers alive now
+  int64_t peak_gathered_param_bytes = 0;
+  int64_t grad_buffer_bytes = 0;     // unsharded gradient buffers and reduction scratch alive now
+  int64_t peak_grad_buffer_bytes = 0;
+};
+
+// One unit's view for optimizers and checkpoints: this rank's fp32 shard of the unit's flat
+// parameter, its gradient, and a 0/1 mask over it selecting elements that get weight decay.
+struct UnitShard {
+  std::string unit_name;
+  at::Tensor param;
+  at::Tensor grad;
+  at::Tensor decay_mask;
+};
+
+// Which parameters get weight decay: by default those with two or more dimensions (matrices and
+// embeddings), not biases and norm weights.
+using DecayRule = std::function<bool(const std::string& name, const at::Tensor& param)>;
+bool default_decay_rule(const std::string& name, const at::Tensor& param);
+
+struct UnitInfo {
+  std::string name;             // qualified module name; "" for the root
+  int64_t numel = 0;            // parameters in the unit
+  int64_t padded_numel = 0;     // numel padded to a multiple of the shard count
+  int64_t shard_numel = 0;      // elements this rank holds
+  std::vector<std::string> param_names;
+};
+
+class FullyShardedModel {
+ public:
+  FullyShardedModel(std::shared_ptr<torch::nn::Module> root, CommPtr comm,
+                    ShardingOptions options = {});
+  ~FullyShardedModel();
+  FullyShardedModel(const FullyShardedModel&) = delete;
+  FullyShardedModel& operator=(const FullyShardedModel&) = delete;
+
+  const ShardingOptions& options() const;
+  std::vector<UnitInfo> units() const;
+  // This rank's shards, one per unit, root last. The tensors alias the runtime's storage: an
+  // optimizer updates them in place.
+  std::vector<UnitShard> shards(const DecayRule& rule = default_decay_rule) const;
+  // The group across which shards are disjoint (size 1 under NO_SHARD): global gradient norms sum
+  // over it.
+  Comm& shard_group() const;
+  Comm& world() const;
+
+  // Gradient synchronisation: while false, backward accumulates unsharded gradients locally and
+  // communicates nothing; the next backward with it true reduces everything accumulated.
+  void set_requires_gradient_sync(bool sync);
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(FullyShardedModel& m) : m_(m) { m_.set_requires_gradient_sync(false); }
+    ~NoSyncGuard() { m_.set_requires_gradient_sync(true); }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    FullyShardedModel& m_;
+  };
+  NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+  // Every original parameter, full and fp32, on every rank (an all-gather per unit).
+  std::map<std::string, at::Tensor> gather_full_params();
+
+  MemoryStats memory() const;
+  void reset_peak_memory();
+
+ private:
+  std::unique_ptr<Runtime> runtime_;
+};
+
+std::shared_ptr<FullyShardedModel> fully_shard(std::shared_ptr<torch::nn::Module> root,
+                                               CommPtr comm, ShardingOptions options = {});
+
+}  // namespace fsdp

@@ -1,0 +1,71 @@
+// Options of the sharding runtime: plain structs, each field with its documented default, and the
+// one parser that turns user-facing names (PyTorch's and Accelerate's) into them.
+//
+// Fluent setters follow LibTorch's option style:
+//   fsdp::ShardingOptions().strategy(fsdp::ShardingStrategy::kFullShard)
+//       .wrap(fsdp::WrapPolicy::by_type({"GPT2Block"})).param_dtype(fsdp::DType::kBFloat16)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fsdp/comm.h"
+
+namespace fsdp {
+
+// PyTorch FSDP's strategies, in the order of its enum (Accelerate's 1-5 numbering).
+enum class ShardingStrategy {
+  kFullShard = 1,     // params, grads, optimizer state sharded; params freed after each forward
+  kShardGradOp = 2,   // like FULL_SHARD, but params stay gathered from forward to end of backward
+  kNoShard = 3,       // replicated params, all-reduced grads (DDP semantics)
+  kHybridShard = 4,   // FULL_SHARD within a node, replicated across nodes (not yet supported)
+  kHybridShardZero2 = 5,  // SHARD_GRAD_OP within a node, replicated across (not yet supported)
+};
+
+// Accepts "FULL_SHARD", "full_shard", "1", ...; throws std::invalid_argument listing the valid
+// names otherwise.
+ShardingStrategy parse_sharding_strategy(const std::string& name);
+const char* to_string(ShardingStrategy strategy);
+
+// Which submodules become FSDP units. Parameters not claimed by any unit form the root unit.
+struct WrapPolicy {
+  enum class Kind {
+    kNone,        // one unit: the root (default)
+    kModuleType,  // every module whose class is named in `module_types`
+    kSize,        // bottom-up: a module whose not-yet-wrapped parameters number >= min_num_params
+    kExplicit,    // the modules at the qualified names in `module_names` ("transformer.h.0")
+  };
+  Kind kind = Kind::kNone;
+  // Class names as users write them: "GPT2Block" matches fsdp::GPT2BlockImpl (namespace and the
+  // LibTorch "Impl" suffix are ignored). Default: empty.
+  std::vector<std::string> module_types;
+  // For kSize. Default: 1e8, PyTorch's size_based_auto_wrap_policy default.
+  int64_t min_num_params = 100000000;
+  // For kExplicit. Default: empty.
+  std::vector<std::string> module_names;
+
+  static WrapPolicy none() { return {}; }
+  static WrapPolicy by_type(std::vector<std::string> types);
+  static WrapPolicy by_size(int64_t min_num_params);
+  static WrapPolicy by_name(std::vector<std::string> names);
+};
+
+struct ShardingOptions {
+  // Default: FULL_SHARD.
+  ShardingStrategy strategy_ = ShardingStrategy::kFullShard;
+  // Default: no wrapping (the whole model is one unit).
+  WrapPolicy wrap_;
+  // Dtype of gathered parameters, forward and backward compute, and unsharded gradients.
+  // Default: fp32 (no mixed precision). Master shards and optimizer state stay fp32 regardless.
+  DType param_dtype_ = DType::kFloat32;
+  // Dtype in which gradients are reduced across ranks. Default: fp32.
+  DType reduce_dtype_ = DType::kFloat32;
+
+  ShardingOptions& strategy(ShardingStrategy s) { strategy_ = s; return *this; }
+  ShardingOptions& wrap(WrapPolicy w) { wrap_ = std::move(w); return *this; }
+  ShardingOptions& param_dtype(DType d) { param_dtype_ = d; return *this; }
+  ShardingOptions& reduce_dtype(DType d) { reduce_dtype_ = d; return *this; }
+};
+
+}  // namespace fsdp

@@ -1,0 +1,24 @@
+// FSDP_CHECK: the runtime's one way to refuse. Messages name what the user can act on (rank,
+// unit, parameter, values); the exception type is std::runtime_error so callers need not know
+// torch's c10::Error.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace fsdp {
+namespace detail {
+template <typename... Args>
+std::string concat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+}  // namespace detail
+}  // namespace fsdp
+
+#define FSDP_CHECK(cond, ...)                                                    \
+  do {                                                                           \
+    if (!(cond)) throw std::runtime_error(::fsdp::detail::concat("fsdp: ", __VA_ARGS__)); \
+  } while (0)

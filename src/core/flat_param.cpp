@@ -1,0 +1,107 @@
+// FlatParam: flattening, padding, sharding and the storage tricks that let the original
+// parameters stay views of one gathered buffer. See flat_param.h for the layout.
+#include "core/flat_param.h"
+
+#include <c10/core/CPUAllocator.h>
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace fsdp {
+namespace {
+c10::StorageImpl* storage_of(const at::Tensor& t) { return t.storage().unsafeGetStorageImpl(); }
+}  // namespace
+
+FlatParam::FlatParam(std::vector<ParamSlot> slots, int shard_rank, int shard_count,
+                     at::ScalarType param_dtype)
+    : slots_(std::move(slots)),
+      shard_rank_(shard_rank),
+      shard_count_(shard_count),
+      param_dtype_(param_dtype) {
+  for (auto& s : slots_) {
+    s.offset = numel_;
+    s.numel = s.param.numel();
+    s.shape = s.param.sizes().vec();
+    numel_ += s.numel;
+  }
+  shard_numel_ = (numel_ + shard_count_ - 1) / shard_count_;
+  aliased_ = shard_count_ == 1 && param_dtype_ == at::kFloat;
+  init_shard();
+  point_params_at_full();
+}
+
+FlatParam::Overlap FlatParam::overlap(const ParamSlot& slot) const {
+  const int64_t lo = std::max<int64_t>(slot.offset, shard_rank_ * shard_numel_);
+  const int64_t hi = std::min<int64_t>(slot.offset + slot.numel, (shard_rank_ + 1) * shard_numel_);
+  if (hi <= lo) return {};
+  return {lo - shard_rank_ * shard_numel_, lo - slot.offset, hi - lo};
+}
+
+void FlatParam::init_shard() {
+  at::NoGradGuard no_grad;
+  shard_ = at::zeros({shard_numel_}, at::kFloat);
+  for (const auto& s : slots_) {
+    const Overlap o = overlap(s);
+    if (o.count == 0) continue;
+    shard_.narrow(0, o.shard_begin, o.count)
+        .copy_(s.param.detach().reshape({-1}).narrow(0, o.param_begin, o.count));
+  }
+  grad_shard_ = at::zeros({shard_numel_}, at::kFloat);
+}
+
+void FlatParam::point_params_at_full() {
+  at::NoGradGuard no_grad;
+  full_ = aliased_ ? shard_ : at::empty({padded_numel()}, param_dtype_);
+  for (auto& s : slots_) {
+    // set_data swaps the parameter's storage, keeping its identity (and autograd metadata), so
+    // the module keeps working on the same at::Tensor handle.
+    s.param.set_data(full_.narrow(0, s.offset, s.numel).view(s.shape));
+  }
+}
+
+bool FlatParam::full_allocated() const { return aliased_ || storage_of(full_)->nbytes() > 0; }
+
+int64_t FlatParam::full_bytes() const {
+  return padded_numel() * static_cast<int64_t>(c10::elementSize(param_dtype_));
+}
+
+void FlatParam::alloc_full() {
+  if (full_allocated()) return;
+  const size_t nbytes = static_cast<size_t>(full_bytes());
+  c10::StorageImpl* storage = storage_of(full_);
+  storage->set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(nbytes));
+  storage->set_nbytes(nbytes);
+}
+
+void FlatParam::free_full() {
+  if (aliased_ || !full_allocated()) return;
+  storage_of(full_)->reset();
+}
+
+void FlatParam::alloc_full_grad() {
+  full_grad_ = at::zeros({padded_numel()}, param_dtype_);
+  for (auto& s : slots_) {
+    if (!s.param.requires_grad()) continue;
+    s.param.mutable_grad() = full_grad_.narrow(0, s.offset, s.numel).view(s.shape);
+  }
+}
+
+void FlatParam::free_full_grad() {
+  for (auto& s : slots_) s.param.mutable_grad().reset();
+  full_grad_.reset();
+}
+
+int64_t FlatParam::full_grad_bytes() const { return full_grad_.defined() ? full_grad_.nbytes() : 0; }
+
+at::Tensor FlatParam::shard_mask(
+    const std::function<bool(const std::string&, const at::Tensor&)>& rule) const {
+  at::Tensor mask = at::zeros({shard_numel_}, at::kFloat);
+  for (const auto& s : slots_) {
+    const Overlap o = overlap(s);
+    if (o.count > 0 && rule(s.name, s.param)) mask.narrow(0, o.shard_begin, o.count).fill_(1.0);
+  }
+  return mask;
+}
+
+}  // namespace fsdp

@@ -1,0 +1,95 @@
+// FlatParam: one unit's parameters as a single flat buffer, sharded across the shard group.
+//
+// Layout: the unit's parameters concatenated in registration order, padded with zeros to a
+// multiple of the shard count; rank r of the shard group owns elements [r*S, (r+1)*S) as an fp32
+// master shard. While gathered, `full` (param_dtype) holds all padded elements and every original
+// parameter's data is a view into it, set once at construction. Freeing releases the bytes of
+// full's storage but keeps the storage object, so views (and tensors autograd saved) see the data
+// again after the next gather: see docs/design.md, [Note: storage resize].
+// With one shard in fp32, `full` *is* the master shard and nothing is ever freed or copied.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace fsdp {
+
+struct ParamSlot {
+  std::string name;
+  at::Tensor param;  // the module's parameter (same TensorImpl the model uses)
+  std::vector<int64_t> shape;
+  int64_t offset = 0;  // into the unpadded flat buffer
+  int64_t numel = 0;
+};
+
+class FlatParam {
+ public:
+  // Takes this rank's slice of the parameters' current values into the fp32 shard, then points
+  // every parameter at the (allocated) full buffer.
+  FlatParam(std::vector<ParamSlot> slots, int shard_rank, int shard_count,
+            at::ScalarType param_dtype);
+
+  const std::vector<ParamSlot>& slots() const { return slots_; }
+  int64_t numel() const { return numel_; }
+  int64_t padded_numel() const { return shard_numel_ * shard_count_; }
+  int64_t shard_numel() const { return shard_numel_; }
+  int shard_rank() const { return shard_rank_; }
+  int shard_count() const { return shard_count_; }
+  at::ScalarType param_dtype() const { return param_dtype_; }
+
+  at::Tensor& shard() { return shard_; }
+  at::Tensor& grad_shard() { return grad_shard_; }
+  const at::Tensor& shard() const { return shard_; }
+  const at::Tensor& grad_shard() const { return grad_shard_; }
+  // The gathered buffer; its bytes exist only while full_allocated().
+  at::Tensor& full() { return full_; }
+
+  // True when `full` is the master shard itself (one shard, fp32): gathering is a no-op.
+  bool aliased() const { return aliased_; }
+  bool full_allocated() const;
+  int64_t full_bytes() const;
+  // Give `full` its bytes back (contents undefined) / release them.
+  void alloc_full();
+  void free_full();
+
+  // The unsharded gradient buffer (param_dtype, padded). Allocating zeroes it and makes each
+  // trainable parameter's .grad a view into it, so autograd accumulates in place.
+  bool has_full_grad() const { return full_grad_.defined(); }
+  at::Tensor& full_grad() { return full_grad_; }
+  void alloc_full_grad();
+  // Drops the parameters' .grad views and the buffer.
+  void free_full_grad();
+  int64_t full_grad_bytes() const;
+
+  // 0/1 fp32 mask over this rank's shard: 1 on elements of parameters the rule selects.
+  at::Tensor shard_mask(
+      const std::function<bool(const std::string&, const at::Tensor&)>& rule) const;
+
+  // [begin, end) of a slot's elements that fall in this rank's shard, in shard coordinates and
+  // in the slot's own coordinates; empty when they do not overlap.
+  struct Overlap {
+    int64_t shard_begin = 0, param_begin = 0, count = 0;
+  };
+  Overlap overlap(const ParamSlot& slot) const;
+
+ private:
+  void init_shard();
+  void point_params_at_full();
+
+  std::vector<ParamSlot> slots_;
+  int shard_rank_;
+  int shard_count_;
+  at::ScalarType param_dtype_;
+  int64_t numel_ = 0;
+  int64_t shard_numel_ = 0;
+  bool aliased_ = false;
+  at::Tensor shard_;
+  at::Tensor grad_shard_;
+  at::Tensor full_;
+  at::Tensor full_grad_;
+};
+
+}  // namespace fsdp

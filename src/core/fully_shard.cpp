@@ -1,0 +1,57 @@
+// FullyShardedModel: the public API over the Runtime.
+#include "fsdp/fully_shard.h"
+
+#include "core/runtime.h"
+
+namespace fsdp {
+
+bool default_decay_rule(const std::string& /*name*/, const at::Tensor& param) {
+  return param.dim() >= 2;
+}
+
+FullyShardedModel::FullyShardedModel(std::shared_ptr<torch::nn::Module> root, CommPtr comm,
+                                     ShardingOptions options)
+    : runtime_(std::make_unique<Runtime>(std::move(root), std::move(comm), std::move(options))) {}
+
+FullyShardedModel::~FullyShardedModel() = default;
+
+const ShardingOptions& FullyShardedModel::options() const { return runtime_->options(); }
+
+std::vector<UnitInfo> FullyShardedModel::units() const {
+  std::vector<UnitInfo> out;
+  for (const auto& u : runtime_->units()) {
+    UnitInfo info{u->name(), u->flat().numel(), u->flat().padded_numel(), u->flat().shard_numel(),
+                  {}};
+    for (const auto& s : u->flat().slots()) info.param_names.push_back(s.name);
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+std::vector<UnitShard> FullyShardedModel::shards(const DecayRule& rule) const {
+  std::vector<UnitShard> out;
+  for (const auto& u : runtime_->units()) {
+    const FlatParam& f = u->flat();
+    out.push_back({u->name(), f.shard(), f.grad_shard(), f.shard_mask(rule)});
+  }
+  return out;
+}
+
+Comm& FullyShardedModel::shard_group() const { return runtime_->shard_group(); }
+Comm& FullyShardedModel::world() const { return runtime_->world(); }
+
+void FullyShardedModel::set_requires_gradient_sync(bool sync) { runtime_->set_sync_gradients(sync); }
+
+std::map<std::string, at::Tensor> FullyShardedModel::gather_full_params() {
+  return runtime_->gather_full_params();
+}
+
+MemoryStats FullyShardedModel::memory() const { return runtime_->memory(); }
+void FullyShardedModel::reset_peak_memory() { runtime_->reset_peak_memory(); }
+
+std::shared_ptr<FullyShardedModel> fully_shard(std::shared_ptr<torch::nn::Module> root,
+                                               CommPtr comm, ShardingOptions options) {
+  return std::make_shared<FullyShardedModel>(std::move(root), std::move(comm), std::move(options));
+}
+
+}  // namespace fsdp

@@ -1,0 +1,65 @@
+// Parsing of the sharding options' user-facing names, in one place.
+#include "fsdp/options.h"
+
+#include <algorithm>
+#include <cctype>
+#include <stdexcept>
+
+namespace fsdp {
+namespace {
+struct StrategyName {
+  ShardingStrategy strategy;
+  const char* name;
+};
+constexpr StrategyName kStrategies[] = {
+    {ShardingStrategy::kFullShard, "FULL_SHARD"},
+    {ShardingStrategy::kShardGradOp, "SHARD_GRAD_OP"},
+    {ShardingStrategy::kNoShard, "NO_SHARD"},
+    {ShardingStrategy::kHybridShard, "HYBRID_SHARD"},
+    {ShardingStrategy::kHybridShardZero2, "HYBRID_SHARD_ZERO2"},
+};
+}  // namespace
+
+ShardingStrategy parse_sharding_strategy(const std::string& name) {
+  std::string upper = name;
+  std::transform(upper.begin(), upper.end(), upper.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  for (const auto& s : kStrategies) {
+    if (upper == s.name || upper == std::to_string(static_cast<int>(s.strategy))) {
+      return s.strategy;
+    }
+  }
+  throw std::invalid_argument("unknown sharding strategy '" + name +
+                              "': expected one of FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, "
+                              "HYBRID_SHARD, HYBRID_SHARD_ZERO2 (or 1-5)");
+}
+
+const char* to_string(ShardingStrategy strategy) {
+  for (const auto& s : kStrategies) {
+    if (s.strategy == strategy) return s.name;
+  }
+  return "UNKNOWN";
+}
+
+WrapPolicy WrapPolicy::by_type(std::vector<std::string> types) {
+  WrapPolicy p;
+  p.kind = Kind::kModuleType;
+  p.module_types = std::move(types);
+  return p;
+}
+
+WrapPolicy WrapPolicy::by_size(int64_t min_num_params) {
+  WrapPolicy p;
+  p.kind = Kind::kSize;
+  p.min_num_params = min_num_params;
+  return p;
+}
+
+WrapPolicy WrapPolicy::by_name(std::vector<std::string> names) {
+  WrapPolicy p;
+  p.kind = Kind::kExplicit;
+  p.module_names = std::move(names);
+  return p;
+}
+
+}  // namespace fsdp

@@ -1,0 +1,222 @@
+// The Runtime: builds units from the wrap policy, owns the comm groups a strategy implies, runs
+// the end-of-backward callback and the queue of in-flight gradient reductions, and counts bytes.
+#include "core/runtime.h"
+
+#include <torch/csrc/autograd/engine.h>
+#include <torch/nn/module.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "core/check.h"
+#include "core/dtypes.h"
+
+namespace fsdp {
+namespace {
+
+void check_dtypes(const ShardingOptions& o) {
+  FSDP_CHECK(o.param_dtype_ != DType::kInt64, "param_dtype must be a floating type, got int64");
+  FSDP_CHECK(o.reduce_dtype_ != DType::kInt64, "reduce_dtype must be a floating type, got int64");
+}
+
+// Owner of each parameter: the innermost unit whose module contains it; a parameter shared by
+// modules of different units (tied weights) belongs to the root, which is gathered throughout.
+std::vector<std::vector<ParamSlot>> assign_params(
+    torch::nn::Module& root, const std::vector<std::pair<std::string, const torch::nn::Module*>>& units) {
+  const size_t root_index = units.size();
+  std::vector<std::vector<ParamSlot>> slots(units.size() + 1);
+  std::unordered_map<const c10::TensorImpl*, std::pair<size_t, size_t>> seen;  // -> (unit, index)
+  for (const auto& item : root.named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    size_t owner = root_index;
+    size_t best = 0;
+    for (size_t u = 0; u < units.size(); ++u) {
+      const std::string prefix = units[u].first + ".";
+      if (name.rfind(prefix, 0) == 0 && prefix.size() > best) {
+        owner = u;
+        best = prefix.size();
+      }
+    }
+    auto it = seen.find(item.value().unsafeGetTensorImpl());
+    if (it != seen.end()) {
+      if (it->second.first != owner && it->second.first != root_index) {
+        ParamSlot moved = slots[it->second.first][it->second.second];
+        slots[it->second.first].erase(slots[it->second.first].begin() + it->second.second);
+        slots[root_index].push_back(std::move(moved));
+      }
+      continue;
+    }
+    seen[item.value().unsafeGetTensorImpl()] = {owner, slots[owner].size()};
+    slots[owner].push_back(ParamSlot{name, item.value(), {}, 0, 0});
+  }
+  return slots;
+}
+
+void check_param(const ParamSlot& s) {
+  FSDP_CHECK(s.param.defined(), "parameter '", s.name, "' is undefined");
+  FSDP_CHECK(s.param.scalar_type() == at::kFloat, "parameter '", s.name, "' is ",
+             c10::toString(s.param.scalar_type()),
+             ": fsdp shards fp32 parameters (use param_dtype for mixed precision)");
+  FSDP_CHECK(s.param.device().is_cpu(), "parameter '", s.name, "' is on ", s.param.device(),
+             ": this build shards CPU parameters");
+}
+
+}  // namespace
+
+Runtime::Runtime(std::shared_ptr<torch::nn::Module> root, CommPtr comm, ShardingOptions options)
+    : root_(std::move(root)), world_(std::move(comm)), options_(std::move(options)) {
+  FSDP_CHECK(root_ != nullptr, "fully_shard: the root module is null");
+  FSDP_CHECK(world_ != nullptr, "fully_shard: the comm group is null");
+  FSDP_CHECK(find_module_hooks(root_.get()) == nullptr,
+             "fully_shard: this module is already sharded");
+  check_dtypes(options_);
+  switch (options_.strategy_) {
+    case ShardingStrategy::kFullShard:
+    case ShardingStrategy::kShardGradOp:
+      shard_group_ = world_;
+      replicate_group_ = make_local_comm();
+      break;
+    case ShardingStrategy::kNoShard:
+      shard_group_ = make_local_comm();
+      replicate_group_ = world_;
+      break;
+    default:
+      FSDP_CHECK(false, "sharding strategy ", to_string(options_.strategy_),
+                 " is not supported yet: use FULL_SHARD, SHARD_GRAD_OP or NO_SHARD");
+  }
+  build_units(select_units(*root_, options_.wrap_));
+}
+
+Runtime::~Runtime() {
+  for (auto& u : units_) set_module_hooks(u->module(), nullptr);
+}
+
+void Runtime::build_units(
+    const std::vector<std::pair<std::string, const torch::nn::Module*>>& wrapped) {
+  auto slots = assign_params(*root_, wrapped);
+  int64_t total = 0;
+  for (const auto& unit_slots : slots) {
+    for (const auto& s : unit_slots) {
+      check_param(s);
+      total += s.param.numel();
+    }
+  }
+  FSDP_CHECK(world_->size() <= total, "world size ", world_->size(),
+             " is larger than the model's parameter count ", total,
+             ": some ranks would hold no parameters");
+  for (size_t u = 0; u <= wrapped.size(); ++u) {
+    const bool is_root = u == wrapped.size();
+    if (!is_root && slots[u].empty()) continue;  // nothing to shard in this module
+    const std::string name = is_root ? std::string() : wrapped[u].first;
+    const torch::nn::Module* module = is_root ? root_.get() : wrapped[u].second;
+    units_.push_back(std::make_shared<Unit>(*this, name, module, std::move(slots[u]), is_root));
+    set_module_hooks(module, units_.back());
+  }
+}
+
+void Runtime::begin_forward() {
+  // A forward whose backward never ran (or that ran without grad) may have left units gathered
+  // with parameters an optimizer has changed since: start from sharded.
+  if (!callback_queued_) {
+    for (auto& u : units_) u->reshard();
+  }
+  for (auto& u : units_) u->clear_forwarded();
+}
+
+void Runtime::end_forward(bool backward_expected) {
+  if (step_ == 0) {
+    for (auto& u : units_) {
+      FSDP_CHECK(u->forwarded(), "unit '", u->name(),
+                 "' was not called through fsdp::forward during the forward pass: call it as "
+                 "fsdp::forward(module, ...) in its parent's forward");
+    }
+  }
+  if (!backward_expected) {
+    for (auto& u : units_) u->reshard();
+  }
+}
+
+void Runtime::ensure_final_callback() {
+  if (callback_queued_) return;
+  callback_queued_ = true;
+  torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
+}
+
+void Runtime::finish_backward() {
+  for (auto& u : units_) u->finish_backward();
+  drain_reduces(0);
+  callback_queued_ = false;
+  ++step_;
+}
+
+void Runtime::enqueue_reduce(PendingReduce pending) {
+  drain_reduces(0);
+  pending_.push_back(std::move(pending));
+}
+
+void Runtime::drain_reduces(size_t keep) {
+  while (pending_.size() > keep) {
+    complete_reduce(pending_.front());
+    pending_.pop_front();
+  }
+}
+
+void Runtime::complete_reduce(PendingReduce& p) {
+  if (p.work) p.work->wait();
+  at::NoGradGuard no_grad;
+  if (replicate_group_->size() > 1) {
+    replicate_group_->all_reduce(p.output.data_ptr(), static_cast<size_t>(p.output.numel()),
+                                 to_dtype(p.output.scalar_type()), ReduceOp::kSum);
+  }
+  if (world_->size() > 1) p.output.div_(world_->size());
+  p.unit->flat().grad_shard().add_(p.output);
+  track_grad_buffers(-p.tracked_bytes);
+}
+
+void Runtime::track_gathered(int64_t delta) {
+  memory_.gathered_param_bytes += delta;
+  memory_.peak_gathered_param_bytes =
+      std::max(memory_.peak_gathered_param_bytes, memory_.gathered_param_bytes);
+}
+
+void Runtime::track_grad_buffers(int64_t delta) {
+  memory_.grad_buffer_bytes += delta;
+  memory_.peak_grad_buffer_bytes =
+      std::max(memory_.peak_grad_buffer_bytes, memory_.grad_buffer_bytes);
+}
+
+MemoryStats Runtime::memory() const {
+  MemoryStats m = memory_;
+  m.sharded_param_bytes = 0;
+  m.sharded_grad_bytes = 0;
+  for (const auto& u : units_) {
+    m.sharded_param_bytes += u->flat().shard().nbytes();
+    m.sharded_grad_bytes += u->flat().grad_shard().nbytes();
+  }
+  return m;
+}
+
+void Runtime::reset_peak_memory() {
+  memory_.peak_gathered_param_bytes = memory_.gathered_param_bytes;
+  memory_.peak_grad_buffer_bytes = memory_.grad_buffer_bytes;
+}
+
+std::map<std::string, at::Tensor> Runtime::gather_full_params() {
+  std::map<std::string, at::Tensor> out;
+  for (auto& u : units_) {
+    FlatParam& flat = u->flat();
+    at::Tensor full = flat.shard();
+    if (flat.shard_count() > 1) {
+      shard_group_->set_context("gather_full_params '" + u->display_name() + "'");
+      full = at::empty({flat.padded_numel()}, at::kFloat);
+      shard_group_->all_gather(flat.shard().data_ptr(), full.data_ptr(),
+                               static_cast<size_t>(flat.shard_numel()), DType::kFloat32);
+    }
+    for (const auto& s : flat.slots()) {
+      out[s.name] = full.narrow(0, s.offset, s.numel).view(s.shape).clone();
+    }
+  }
+  return out;
+}
+
+}  // namespace fsdp

@@ -1,0 +1,154 @@
+// The sharding runtime's internals: units (one FlatParam each, with their state machine and
+// hooks) and the Runtime that owns them, the comm groups, gradient reduction and memory counts.
+//
+// A step, per unit (FULL_SHARD):
+//   pre_forward: unshard (all-gather)            post_forward: reshard, wrap outputs for backward
+//   pre_backward (from the outputs' backward): unshard, attach .grad views into a flat buffer
+//   grad ready (accumulator post hooks count down): reduce-scatter, add to the grad shard, reshard
+//   final callback (queued by the first pre_backward): finish units autograd never reached, wait
+//   for outstanding reductions, reshard everything.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/flat_param.h"
+#include "fsdp/fully_shard.h"
+#include "fsdp/hooks.h"
+
+namespace torch {
+namespace autograd {
+struct Node;
+}
+}  // namespace torch
+
+namespace fsdp {
+
+class Runtime;
+
+enum class UnitState { kSharded, kUnsharded };
+
+class Unit : public ModuleHooks {
+ public:
+  Unit(Runtime& runtime, std::string name, const torch::nn::Module* module,
+       std::vector<ParamSlot> slots, bool is_root);
+
+  // ModuleHooks: called by fsdp::forward around the module's forward.
+  void pre_forward() override;
+  std::vector<at::Tensor> post_forward(std::vector<at::Tensor> outputs) override;
+
+  // Called by autograd: before the unit's backward, and after each parameter's gradient lands.
+  void pre_backward();
+  void on_grad_accumulated();
+  // Reduce this unit's gradients (unless sync is off) and reshard. Idempotent per backward.
+  void post_backward();
+  // End-of-backward bookkeeping (the runtime's final callback).
+  void finish_backward();
+
+  void unshard();
+  void reshard();
+
+  const std::string& name() const { return name_; }
+  const std::string& display_name() const { return display_name_; }
+  const torch::nn::Module* module() const { return module_; }
+  bool is_root() const { return is_root_; }
+  UnitState state() const { return state_; }
+  FlatParam& flat() { return flat_; }
+  const FlatParam& flat() const { return flat_; }
+  bool forwarded() const { return forwarded_; }
+  void clear_forwarded() { forwarded_ = false; }
+
+ private:
+  void reduce_gradients();
+  void register_grad_hooks();
+  void set_context(const char* phase) const;
+
+  Runtime& runtime_;
+  std::string name_;
+  std::string display_name_;
+  const torch::nn::Module* module_;
+  bool is_root_;
+  FlatParam flat_;
+  UnitState state_ = UnitState::kUnsharded;
+  bool reshard_after_forward_;
+  // Grad accumulators are held so that hooks registered on them survive between steps (a
+  // parameter only keeps a weak reference to its accumulator).
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  int trainable_params_ = 0;
+  // Per-backward state.
+  bool forwarded_ = false;
+  bool in_backward_ = false;
+  bool post_backward_done_ = false;
+  int grads_pending_ = 0;
+};
+
+// A gradient reduction in flight: its handle and the buffers it reads and writes.
+struct PendingReduce {
+  Unit* unit = nullptr;
+  WorkPtr work;
+  at::Tensor source;  // keeps the sent gradient alive until the collective completes
+  at::Tensor output;  // this rank's reduced chunk, reduce_dtype
+  int64_t tracked_bytes = 0;  // gradient-buffer bytes released when it completes
+};
+
+class Runtime {
+ public:
+  Runtime(std::shared_ptr<torch::nn::Module> root, CommPtr comm, ShardingOptions options);
+  ~Runtime();
+
+  const ShardingOptions& options() const { return options_; }
+  Comm& world() { return *world_; }
+  Comm& shard_group() { return *shard_group_; }
+  Comm& replicate_group() { return *replicate_group_; }
+  std::vector<std::shared_ptr<Unit>>& units() { return units_; }
+  Unit& root_unit() { return *units_.back(); }
+  int64_t step() const { return step_; }
+
+  bool sync_gradients() const { return sync_gradients_; }
+  void set_sync_gradients(bool sync) { sync_gradients_ = sync; }
+
+  // Root forward starts an iteration; the first backward hook of an iteration queues the final
+  // callback.
+  void begin_forward();
+  void end_forward(bool backward_expected);
+  void ensure_final_callback();
+  void finish_backward();
+
+  // At most one reduction stays in flight: issuing another completes the oldest first, which
+  // bounds unsharded-gradient memory to about two units.
+  void enqueue_reduce(PendingReduce pending);
+  void drain_reduces(size_t keep);
+
+  // Memory accounting.
+  void track_gathered(int64_t delta);
+  void track_grad_buffers(int64_t delta);
+  MemoryStats memory() const;
+  void reset_peak_memory();
+
+  std::map<std::string, at::Tensor> gather_full_params();
+
+ private:
+  void build_units(const std::vector<std::pair<std::string, const torch::nn::Module*>>& wrapped);
+  void complete_reduce(PendingReduce& pending);
+
+  std::shared_ptr<torch::nn::Module> root_;
+  CommPtr world_;
+  CommPtr shard_group_;
+  CommPtr replicate_group_;
+  ShardingOptions options_;
+  std::vector<std::shared_ptr<Unit>> units_;  // wrapped units in model order, root last
+  std::deque<PendingReduce> pending_;
+  bool sync_gradients_ = true;
+  bool callback_queued_ = false;
+  int64_t step_ = 0;
+  MemoryStats memory_;
+};
+
+// Which modules become units under `policy`: (qualified name, module) pairs, outermost first.
+// Throws when a policy that should match something matches nothing.
+std::vector<std::pair<std::string, const torch::nn::Module*>> select_units(
+    torch::nn::Module& root, const WrapPolicy& policy);
+
+}  // namespace fsdp

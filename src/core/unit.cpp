@@ -1,0 +1,206 @@
+// A unit's life in a step: the state machine (sharded <-> unsharded), the forward hooks that
+// fsdp::forward calls, the autograd function that brings parameters back for backward, and the
+// gradient-accumulator hooks that trigger its gradient reduction.
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "core/check.h"
+#include "core/dtypes.h"
+#include "core/runtime.h"
+
+namespace fsdp {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Identity on a unit's outputs whose backward runs the unit's pre-backward: autograd reaches it
+// once the gradient of every output is known, before any of the unit's own backward nodes.
+struct UnitBackwardHook : public torch::autograd::Function<UnitBackwardHook> {
+  static variable_list forward(AutogradContext* ctx, at::TensorList outputs, Unit* unit) {
+    ctx->saved_data["unit"] = reinterpret_cast<int64_t>(unit);
+    return outputs.vec();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    reinterpret_cast<Unit*>(ctx->saved_data["unit"].toInt())->pre_backward();
+    grads.emplace_back();  // no gradient for the unit pointer
+    return grads;
+  }
+};
+
+// Runs after a parameter's AccumulateGrad has added this backward's gradient into .grad.
+struct GradAccumulatedHook : public torch::autograd::FunctionPostHook {
+  explicit GradAccumulatedHook(Unit* unit) : unit_(unit) {}
+  variable_list operator()(const variable_list& outputs, const variable_list& /*inputs*/) override {
+    unit_->on_grad_accumulated();
+    return outputs;
+  }
+  Unit* unit_;
+};
+
+std::vector<at::Tensor> wrap_for_backward(std::vector<at::Tensor> outputs, Unit* unit) {
+  std::vector<size_t> positions;
+  std::vector<at::Tensor> differentiable;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].defined() && outputs[i].requires_grad()) {
+      positions.push_back(i);
+      differentiable.push_back(outputs[i]);
+    }
+  }
+  if (differentiable.empty()) return outputs;
+  variable_list wrapped = UnitBackwardHook::apply(at::TensorList(differentiable), unit);
+  for (size_t k = 0; k < positions.size(); ++k) outputs[positions[k]] = wrapped[k];
+  return outputs;
+}
+
+}  // namespace
+
+Unit::Unit(Runtime& runtime, std::string name, const torch::nn::Module* module,
+           std::vector<ParamSlot> slots, bool is_root)
+    : runtime_(runtime),
+      name_(std::move(name)),
+      display_name_(is_root ? std::string("(root)") : name_),
+      module_(module),
+      is_root_(is_root),
+      flat_(std::move(slots), runtime.shard_group().rank(), runtime.shard_group().size(),
+            to_scalar_type(runtime.options().param_dtype_)) {
+  // The root keeps its parameters from forward to the end of backward, as in PyTorch FSDP.
+  reshard_after_forward_ =
+      !is_root_ && runtime.options().strategy_ == ShardingStrategy::kFullShard;
+  register_grad_hooks();
+  // FlatParam starts gathered (it was built from the full parameters); start sharded.
+  flat_.free_full();
+  state_ = UnitState::kSharded;
+}
+
+void Unit::register_grad_hooks() {
+  for (const auto& slot : flat_.slots()) {
+    if (!slot.param.requires_grad()) continue;
+    auto acc = torch::autograd::impl::grad_accumulator(slot.param);
+    FSDP_CHECK(acc, "no gradient accumulator for parameter '", slot.name, "'");
+    acc->add_post_hook(std::make_unique<GradAccumulatedHook>(this));
+    accumulators_.push_back(std::move(acc));
+    ++trainable_params_;
+  }
+}
+
+void Unit::set_context(const char* phase) const {
+  std::string label = "unit '" + display_name_ + "' " + phase + ", step " +
+                      std::to_string(runtime_.step());
+  runtime_.shard_group().set_context(label);
+  runtime_.replicate_group().set_context(label);
+}
+
+void Unit::unshard() {
+  if (state_ == UnitState::kUnsharded) return;
+  state_ = UnitState::kUnsharded;
+  if (flat_.aliased()) return;
+  flat_.alloc_full();
+  runtime_.track_gathered(flat_.full_bytes());
+  at::NoGradGuard no_grad;
+  at::Tensor& full = flat_.full();
+  if (flat_.shard_count() == 1) {
+    full.copy_(flat_.shard());
+    return;
+  }
+  at::Tensor src = flat_.shard().to(flat_.param_dtype());
+  runtime_.shard_group().all_gather(src.data_ptr(), full.data_ptr(),
+                                    static_cast<size_t>(flat_.shard_numel()),
+                                    to_dtype(flat_.param_dtype()));
+}
+
+void Unit::reshard() {
+  if (state_ == UnitState::kSharded) return;
+  state_ = UnitState::kSharded;
+  if (flat_.aliased()) return;
+  flat_.free_full();
+  runtime_.track_gathered(-flat_.full_bytes());
+}
+
+void Unit::pre_forward() {
+  if (is_root_) {
+    runtime_.begin_forward();
+  } else {
+    FSDP_CHECK(runtime_.root_unit().forwarded(), "unit '", name_,
+               "' ran before the root module: call the root through fsdp::forward(model, ...)");
+  }
+  forwarded_ = true;
+  set_context("forward all-gather");
+  unshard();
+}
+
+std::vector<at::Tensor> Unit::post_forward(std::vector<at::Tensor> outputs) {
+  bool backward_expected = false;
+  if (at::GradMode::is_enabled()) {
+    for (const auto& t : outputs) backward_expected |= t.defined() && t.requires_grad();
+  }
+  if (reshard_after_forward_) reshard();
+  if (backward_expected) outputs = wrap_for_backward(std::move(outputs), this);
+  if (is_root_) runtime_.end_forward(backward_expected);
+  return outputs;
+}
+
+void Unit::pre_backward() {
+  if (in_backward_) return;  // a unit run several times in one forward reaches here once each
+  in_backward_ = true;
+  post_backward_done_ = false;
+  runtime_.ensure_final_callback();
+  set_context("backward all-gather");
+  unshard();
+  if (!flat_.has_full_grad()) {
+    flat_.alloc_full_grad();
+    runtime_.track_grad_buffers(flat_.full_grad_bytes());
+  }
+  grads_pending_ = trainable_params_;
+}
+
+void Unit::on_grad_accumulated() {
+  FSDP_CHECK(in_backward_, "a parameter of unit '", display_name_,
+             "' received a gradient before the unit's backward began: its parameters must only "
+             "be used inside its own forward (called through fsdp::forward)");
+  if (--grads_pending_ == 0) post_backward();
+}
+
+void Unit::post_backward() {
+  if (post_backward_done_) return;
+  post_backward_done_ = true;
+  if (runtime_.sync_gradients()) reduce_gradients();
+  // Frozen parameters of this unit may still be read by backward nodes that have not run yet;
+  // such units reshard in finish_backward instead.
+  if (trainable_params_ == static_cast<int>(flat_.slots().size())) reshard();
+}
+
+void Unit::reduce_gradients() {
+  const at::ScalarType reduce_type = to_scalar_type(runtime_.options().reduce_dtype_);
+  at::Tensor full_grad = flat_.full_grad();
+  const int64_t held = flat_.full_grad_bytes();
+  PendingReduce pending;
+  pending.unit = this;
+  pending.source = full_grad.scalar_type() == reduce_type ? full_grad : full_grad.to(reduce_type);
+  Comm& group = runtime_.shard_group();
+  if (group.size() > 1) {
+    set_context("backward reduce-scatter");
+    pending.output = at::empty({flat_.shard_numel()}, reduce_type);
+    pending.work = group.reduce_scatter_async(
+        pending.source.data_ptr(), pending.output.data_ptr(),
+        static_cast<size_t>(flat_.shard_numel()), to_dtype(reduce_type), ReduceOp::kSum);
+  } else {
+    pending.output = pending.source;
+  }
+  pending.tracked_bytes = held + (pending.source.is_same(full_grad) ? 0 : pending.source.nbytes()) +
+                          (pending.output.is_same(pending.source) ? 0 : pending.output.nbytes());
+  runtime_.track_grad_buffers(pending.tracked_bytes - held);
+  flat_.free_full_grad();
+  runtime_.enqueue_reduce(std::move(pending));
+}
+
+void Unit::finish_backward() {
+  if (in_backward_ && !post_backward_done_) post_backward();
+  reshard();
+  in_backward_ = false;
+  forwarded_ = false;
+}
+
+}  // namespace fsdp
