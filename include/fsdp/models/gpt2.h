@@ -1,0 +1,139 @@
+// GPT-2 as plain LibTorch modules, with Hugging Face's parameter names and layouts.
+//
+// The module tree mirrors transformers' GPT2LMHeadModel, so that a state dict converts by name
+// alone: "transformer.wte.weight", "transformer.h.0.attn.c_attn.weight", ... The attention and MLP
+// projections are HF's Conv1D (weight stored (in_features, out_features), y = x W + b). There is
+// no separate lm_head parameter: logits use wte.weight transposed (tied embeddings), so
+// parameters() lists wte.weight once.
+//
+// Sharding: GPT2Impl::forward calls every block through fsdp::forward (fsdp/hooks.h), which is a
+// plain call until a sharding runtime registers hooks on the blocks (wrap by type "GPT2Block").
+// The model itself knows nothing of FSDP.
+//
+// Initialisation is deterministic per (seed, parameter name) and independent of the world size or
+// of the other parameters, so every rank (and every model depth) derives the same values.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fsdp {
+
+struct GPT2Config {
+  int64_t vocab_size = 50257;    // tokens in the vocabulary (GPT-2's BPE: 50257)
+  int64_t n_positions = 1024;    // context length: the longest sequence forward accepts
+  int64_t n_embd = 768;          // channels of the residual stream
+  int64_t n_layer = 12;          // transformer blocks
+  int64_t n_head = 12;           // attention heads; must divide n_embd
+  double layer_norm_eps = 1e-5;  // epsilon of every LayerNorm
+
+  // Throws std::invalid_argument naming the first bad field.
+  void validate() const;
+
+  // GPT-2 small, 124M parameters (the defaults above).
+  static GPT2Config gpt2_124m();
+  // A small model for tests and examples: vocab 256, context 64, 64 channels, 2 layers, 4 heads.
+  static GPT2Config tiny();
+};
+
+// HF's Conv1D: a linear layer whose weight is stored transposed, (in_features, out_features).
+class Conv1DImpl : public torch::nn::Module {
+ public:
+  Conv1DImpl(int64_t in_features, int64_t out_features);
+  // x [..., in_features] -> [..., out_features]
+  at::Tensor forward(const at::Tensor& x);
+
+  at::Tensor weight;  // (in_features, out_features)
+  at::Tensor bias;    // (out_features)
+};
+TORCH_MODULE(Conv1D);
+
+// Causal multi-head self-attention ("attn"), written out without fused kernels.
+class GPT2AttentionImpl : public torch::nn::Module {
+ public:
+  explicit GPT2AttentionImpl(const GPT2Config& config);
+  at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
+
+  Conv1D c_attn{nullptr};  // C -> 3C: queries, keys, values
+  Conv1D c_proj{nullptr};  // C -> C
+  int64_t n_head = 0;
+};
+TORCH_MODULE(GPT2Attention);
+
+// Feed-forward ("mlp"): C -> 4C, GELU (tanh approximation, HF's "gelu_new"), 4C -> C.
+class GPT2MLPImpl : public torch::nn::Module {
+ public:
+  explicit GPT2MLPImpl(const GPT2Config& config);
+  at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
+
+  Conv1D c_fc{nullptr};
+  Conv1D c_proj{nullptr};
+};
+TORCH_MODULE(GPT2MLP);
+
+// One pre-norm transformer block: x + attn(ln_1(x)), then + mlp(ln_2(x)). The unit of sharding.
+class GPT2BlockImpl : public torch::nn::Module {
+ public:
+  explicit GPT2BlockImpl(const GPT2Config& config);
+  at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
+
+  torch::nn::LayerNorm ln_1{nullptr};
+  GPT2Attention attn{nullptr};
+  torch::nn::LayerNorm ln_2{nullptr};
+  GPT2MLP mlp{nullptr};
+};
+TORCH_MODULE(GPT2Block);
+
+// The "transformer" submodule: a holder of embeddings, blocks and the final norm (HF's GPT2Model).
+// It has no forward of its own; GPT2Impl::forward runs its parts.
+class GPT2TransformerImpl : public torch::nn::Module {
+ public:
+  explicit GPT2TransformerImpl(const GPT2Config& config);
+
+  torch::nn::Embedding wte{nullptr};  // token embeddings, also the output projection
+  torch::nn::Embedding wpe{nullptr};  // learned position embeddings
+  torch::nn::ModuleList h{nullptr};   // GPT2Block, n_layer of them
+  torch::nn::LayerNorm ln_f{nullptr};
+};
+TORCH_MODULE(GPT2Transformer);
+
+class GPT2Impl : public torch::nn::Module {
+ public:
+  // Builds the modules and initialises them with init_gpt2_weights(*this, 0).
+  explicit GPT2Impl(GPT2Config config = {});
+
+  // idx [B, T] int64 token ids, T <= n_positions -> logits [B, T, vocab_size].
+  at::Tensor forward(const at::Tensor& idx);
+
+  const GPT2Config& config() const { return config_; }
+  const std::vector<GPT2Block>& blocks() const { return blocks_; }
+  GPT2Transformer& transformer() { return transformer_; }
+
+ private:
+  GPT2Config config_;
+  GPT2Transformer transformer_{nullptr};
+  std::vector<GPT2Block> blocks_;  // the same modules as transformer_->h, typed
+};
+TORCH_MODULE(GPT2);
+
+// Mean cross entropy over all positions: logits [B, T, V], targets [B, T] int64. Computed in fp32
+// whatever the logits' dtype, so that a bf16 forward still gets an accurate loss.
+at::Tensor gpt2_loss(const at::Tensor& logits, const at::Tensor& targets);
+
+// Re-initialises every parameter from (seed, its full name) alone, as GPT-2 does: weights of
+// projections and embeddings ~ N(0, 0.02), the residual projections "c_proj.weight" ~
+// N(0, 0.02 / sqrt(2 * n_layer)), biases 0, LayerNorm weights 1.
+void init_gpt2_weights(GPT2Impl& model, uint64_t seed);
+
+// The seed of the CPU generator that fills the parameter `name`: FNV-1a 64 of the name, mixed
+// with `seed` (splitmix64). Stable across runs, platforms and releases of this library.
+uint64_t parameter_seed(const std::string& name, uint64_t seed);
+
+}  // namespace fsdp

@@ -1,0 +1,235 @@
+// GPT-2: configuration checks, the modules' forward passes, the loss and the deterministic
+// initialisation. A reference path meant to be read in one sitting; no fused kernels, no dropout.
+//
+// Shape legend (as in llm.c):
+//   B  batch size            T  time (sequence length, <= n_positions)
+//   C  channels (n_embd)     V  vocabulary size
+//   nh heads (n_head)        hs head size, C / nh
+#include "fsdp/models/gpt2.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "fsdp/hooks.h"
+
+namespace fsdp {
+
+// --- configuration ------------------------------------------------------------------------------
+
+namespace {
+
+void require_positive(const char* field, int64_t value) {
+  if (value <= 0) {
+    throw std::invalid_argument(std::string("GPT2Config.") + field + " must be positive, got " +
+                                std::to_string(value));
+  }
+}
+
+}  // namespace
+
+void GPT2Config::validate() const {
+  require_positive("vocab_size", vocab_size);
+  require_positive("n_positions", n_positions);
+  require_positive("n_embd", n_embd);
+  require_positive("n_layer", n_layer);
+  require_positive("n_head", n_head);
+  if (n_embd % n_head != 0) {
+    throw std::invalid_argument("GPT2Config.n_embd (" + std::to_string(n_embd) +
+                                ") must be divisible by n_head (" + std::to_string(n_head) + ")");
+  }
+  if (!(layer_norm_eps > 0)) {
+    throw std::invalid_argument("GPT2Config.layer_norm_eps must be positive, got " +
+                                std::to_string(layer_norm_eps));
+  }
+}
+
+GPT2Config GPT2Config::gpt2_124m() { return GPT2Config{}; }
+
+GPT2Config GPT2Config::tiny() {
+  GPT2Config c;
+  c.vocab_size = 256;
+  c.n_positions = 64;
+  c.n_embd = 64;
+  c.n_layer = 2;
+  c.n_head = 4;
+  return c;
+}
+
+// --- modules ------------------------------------------------------------------------------------
+
+Conv1DImpl::Conv1DImpl(int64_t in_features, int64_t out_features) {
+  // Values come from init_gpt2_weights; empty() only allocates.
+  weight = register_parameter("weight", at::empty({in_features, out_features}));
+  bias = register_parameter("bias", at::zeros({out_features}));
+}
+
+at::Tensor Conv1DImpl::forward(const at::Tensor& x) {
+  // HF's Conv1D exactly: bias + x W on a 2-D view, then the leading dimensions restored.
+  std::vector<int64_t> out_shape = x.sizes().vec();
+  out_shape.back() = weight.size(1);
+  return at::addmm(bias, x.reshape({-1, x.size(-1)}), weight).view(out_shape);
+}
+
+GPT2AttentionImpl::GPT2AttentionImpl(const GPT2Config& config) : n_head(config.n_head) {
+  c_attn = register_module("c_attn", Conv1D(config.n_embd, 3 * config.n_embd));
+  c_proj = register_module("c_proj", Conv1D(config.n_embd, config.n_embd));
+}
+
+at::Tensor GPT2AttentionImpl::forward(const at::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / n_head;
+  // [B, T, 3C] -> q, k, v, each [B, nh, T, hs]
+  auto qkv = c_attn->forward(x).split(C, /*dim=*/2);
+  auto heads = [&](const at::Tensor& t) { return t.view({B, T, n_head, hs}).transpose(1, 2); };
+  at::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+  // [B, nh, T, T]: position t attends to positions <= t only.
+  at::Tensor att = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(hs));
+  at::Tensor future = at::ones({T, T}, x.options().dtype(at::kBool)).triu(1);
+  att = at::softmax(att.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);
+  // [B, nh, T, hs] -> [B, T, C]
+  at::Tensor y = at::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
+  return c_proj->forward(y);
+}
+
+GPT2MLPImpl::GPT2MLPImpl(const GPT2Config& config) {
+  c_fc = register_module("c_fc", Conv1D(config.n_embd, 4 * config.n_embd));
+  c_proj = register_module("c_proj", Conv1D(4 * config.n_embd, config.n_embd));
+}
+
+at::Tensor GPT2MLPImpl::forward(const at::Tensor& x) {
+  return c_proj->forward(at::gelu(c_fc->forward(x), "tanh"));
+}
+
+namespace {
+torch::nn::LayerNorm layer_norm(const GPT2Config& config) {
+  return torch::nn::LayerNorm(
+      torch::nn::LayerNormOptions({config.n_embd}).eps(config.layer_norm_eps));
+}
+}  // namespace
+
+GPT2BlockImpl::GPT2BlockImpl(const GPT2Config& config) {
+  ln_1 = register_module("ln_1", layer_norm(config));
+  attn = register_module("attn", GPT2Attention(config));
+  ln_2 = register_module("ln_2", layer_norm(config));
+  mlp = register_module("mlp", GPT2MLP(config));
+}
+
+at::Tensor GPT2BlockImpl::forward(const at::Tensor& x) {
+  at::Tensor h = x + attn->forward(ln_1->forward(x));
+  return h + mlp->forward(ln_2->forward(h));
+}
+
+GPT2TransformerImpl::GPT2TransformerImpl(const GPT2Config& config) {
+  wte = register_module("wte", torch::nn::Embedding(config.vocab_size, config.n_embd));
+  wpe = register_module("wpe", torch::nn::Embedding(config.n_positions, config.n_embd));
+  h = register_module("h", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.n_layer; ++i) h->push_back(GPT2Block(config));
+  ln_f = register_module("ln_f", layer_norm(config));
+}
+
+GPT2Impl::GPT2Impl(GPT2Config config) : config_(config) {
+  config_.validate();
+  transformer_ = register_module("transformer", GPT2Transformer(config_));
+  for (const auto& block : *transformer_->h) {
+    blocks_.emplace_back(std::dynamic_pointer_cast<GPT2BlockImpl>(block));
+  }
+  init_gpt2_weights(*this, 0);
+}
+
+at::Tensor GPT2Impl::forward(const at::Tensor& idx) {
+  if (idx.dim() != 2 || idx.scalar_type() != at::kLong) {
+    throw std::invalid_argument("GPT2::forward expects token ids [B, T] of type int64, got " +
+                                std::to_string(idx.dim()) + "-D " +
+                                std::string(c10::toString(idx.scalar_type())));
+  }
+  const int64_t T = idx.size(1);
+  if (T > config_.n_positions) {
+    throw std::invalid_argument(
+        "GPT2::forward: sequence length " + std::to_string(T) +
+        " exceeds the context length n_positions = " + std::to_string(config_.n_positions));
+  }
+  auto& tr = *transformer_;
+  at::Tensor pos = at::arange(T, idx.options());
+  at::Tensor x = tr.wte->forward(idx) + tr.wpe->forward(pos);  // [B, T, C]
+  for (auto& block : blocks_) x = fsdp::forward(block, x);     // the runtime's interception point
+  x = tr.ln_f->forward(x);
+  return at::matmul(x, tr.wte->weight.t());  // [B, T, V], tied to the token embeddings
+}
+
+at::Tensor gpt2_loss(const at::Tensor& logits, const at::Tensor& targets) {
+  const int64_t V = logits.size(-1);
+  return at::cross_entropy_loss(logits.reshape({-1, V}).to(at::kFloat), targets.reshape({-1}));
+}
+
+// --- initialisation -----------------------------------------------------------------------------
+
+namespace {
+
+uint64_t fnv1a64(const std::string& s) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The owning module's own name: "transformer.h.0.ln_1.weight" -> "ln_1".
+std::string owner_of(const std::string& name) {
+  const auto last = name.rfind('.');
+  if (last == std::string::npos || last == 0) return "";
+  const auto before = name.rfind('.', last - 1);
+  return name.substr(before == std::string::npos ? 0 : before + 1,
+                     last - (before == std::string::npos ? 0 : before + 1));
+}
+
+// Draws N(0, std) from the parameter's own generator, in fp32 whatever the parameter's dtype, so
+// that a bf16 model gets the rounded fp32 values.
+void fill_normal(at::Tensor& p, double std, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  at::Tensor values = at::empty(p.sizes(), at::TensorOptions().dtype(at::kFloat));
+  values.normal_(0.0, std, gen);
+  p.copy_(values);
+}
+
+}  // namespace
+
+uint64_t parameter_seed(const std::string& name, uint64_t seed) {
+  return splitmix64(fnv1a64(name) ^ splitmix64(seed));
+}
+
+void init_gpt2_weights(GPT2Impl& model, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  const double std = 0.02;
+  // GPT-2 paper: residual projections scaled by 1/sqrt(number of residual additions).
+  const double residual_std = std / std::sqrt(2.0 * static_cast<double>(model.config().n_layer));
+  for (auto& item : model.named_parameters()) {
+    const std::string& name = item.key();
+    at::Tensor& p = item.value();
+    const std::string owner = owner_of(name);
+    if (ends_with(name, ".bias")) {
+      p.zero_();
+    } else if (owner.rfind("ln_", 0) == 0) {
+      p.fill_(1.0);
+    } else {
+      fill_normal(p, owner == "c_proj" ? residual_std : std, parameter_seed(name, seed));
+    }
+  }
+}
+
+}  // namespace fsdp

@@ -1,0 +1,73 @@
+// AdamW over shards: torch::optim::AdamW's step (LibTorch 1.13, amsgrad off), operation by
+// operation, with the decoupled weight decay applied only where the shard's decay mask is 1.
+#include <torch/torch.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "fsdp/optim.h"
+
+namespace fsdp {
+namespace {
+
+void check_options(const AdamWOptions& o) {
+  auto require = [](bool ok, const char* field, double value) {
+    if (!ok) {
+      throw std::invalid_argument(std::string("AdamWOptions.") + field +
+                                  " out of range: " + std::to_string(value));
+    }
+  };
+  require(o.beta1 >= 0 && o.beta1 < 1, "beta1", o.beta1);
+  require(o.beta2 >= 0 && o.beta2 < 1, "beta2", o.beta2);
+  require(o.eps >= 0, "eps", o.eps);
+  require(o.weight_decay >= 0, "weight_decay", o.weight_decay);
+}
+
+}  // namespace
+
+AdamW::AdamW(std::vector<ShardedParam> params, AdamWOptions options)
+    : ShardedOptimizer(std::move(params), options.lr, "AdamW"), options_(options) {
+  check_options(options_);
+  for (const auto& s : params_) {
+    exp_avg_.push_back(at::zeros_like(s.param, at::MemoryFormat::Preserve));
+    exp_avg_sq_.push_back(at::zeros_like(s.param, at::MemoryFormat::Preserve));
+  }
+}
+
+void AdamW::step() {
+  at::NoGradGuard no_grad;
+  ++step_count_;
+  // torch computes these in double from the per-parameter step count; all shards step together.
+  const double bias_correction1 = 1 - std::pow(options_.beta1, static_cast<double>(step_count_));
+  const double bias_correction2 = 1 - std::pow(options_.beta2, static_cast<double>(step_count_));
+  for (size_t i = 0; i < params_.size(); ++i) step_shard(i, bias_correction1, bias_correction2);
+}
+
+void AdamW::step_shard(size_t i, double bias_correction1, double bias_correction2) {
+  at::Tensor& p = params_[i].param;
+  const at::Tensor& grad = params_[i].grad;
+  // Decoupled weight decay: torch's p.mul_(1 - lr * wd), on the decayed elements only, with the
+  // same double scalar (so the same float factor and rounding).
+  if (options_.weight_decay != 0) {
+    const double keep = 1 - lr_ * options_.weight_decay;
+    on_decayed(i, p, [keep](at::Tensor& region, int64_t, int64_t) { region.mul_(keep); });
+  }
+  at::Tensor& exp_avg = exp_avg_[i];
+  at::Tensor& exp_avg_sq = exp_avg_sq_[i];
+  exp_avg.mul_(options_.beta1).add_(grad, 1 - options_.beta1);
+  exp_avg_sq.mul_(options_.beta2).addcmul_(grad, grad, 1 - options_.beta2);
+  at::Tensor denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(options_.eps);
+  const double step_size = lr_ / bias_correction1;
+  p.addcdiv_(exp_avg, denom, -step_size);
+}
+
+int64_t AdamW::state_bytes() const {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < exp_avg_.size(); ++i) {
+    bytes += exp_avg_[i].nbytes() + exp_avg_sq_[i].nbytes();
+  }
+  return bytes;
+}
+
+}  // namespace fsdp

@@ -1,0 +1,245 @@
+// GPT-2 model tests: Hugging Face names, shapes and parameter count; forward shape and causality;
+// initialisation that depends only on (seed, parameter name); the fsdp::forward seam around each
+// block; configuration and input errors.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "fsdp/hooks.h"
+#include "fsdp/models/gpt2.h"
+
+namespace fsdp {
+namespace {
+
+at::Tensor random_tokens(int64_t B, int64_t T, int64_t V, uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randint(V, {B, T}, gen, at::kLong);
+}
+
+std::map<std::string, at::Tensor> params_by_name(GPT2Impl& model) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& item : model.named_parameters()) out[item.key()] = item.value();
+  return out;
+}
+
+// The parameter names and shapes of transformers' GPT2LMHeadModel (lm_head.weight is tied to
+// transformer.wte.weight and so not listed), in its registration order.
+std::vector<std::pair<std::string, std::vector<int64_t>>> hf_gpt2_params(const GPT2Config& c) {
+  const int64_t C = c.n_embd;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out = {
+      {"transformer.wte.weight", {c.vocab_size, C}},
+      {"transformer.wpe.weight", {c.n_positions, C}}};
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string h = "transformer.h." + std::to_string(i) + ".";
+    out.push_back({h + "ln_1.weight", {C}});
+    out.push_back({h + "ln_1.bias", {C}});
+    out.push_back({h + "attn.c_attn.weight", {C, 3 * C}});
+    out.push_back({h + "attn.c_attn.bias", {3 * C}});
+    out.push_back({h + "attn.c_proj.weight", {C, C}});
+    out.push_back({h + "attn.c_proj.bias", {C}});
+    out.push_back({h + "ln_2.weight", {C}});
+    out.push_back({h + "ln_2.bias", {C}});
+    out.push_back({h + "mlp.c_fc.weight", {C, 4 * C}});
+    out.push_back({h + "mlp.c_fc.bias", {4 * C}});
+    out.push_back({h + "mlp.c_proj.weight", {4 * C, C}});
+    out.push_back({h + "mlp.c_proj.bias", {C}});
+  }
+  out.push_back({"transformer.ln_f.weight", {C}});
+  out.push_back({"transformer.ln_f.bias", {C}});
+  return out;
+}
+
+TEST(GPT2, NamesShapesAndCountMatchHuggingFace124M) {
+  GPT2 model(GPT2Config::gpt2_124m());
+  const auto expected = hf_gpt2_params(model->config());
+  const auto named = model->named_parameters();
+  ASSERT_EQ(named.size(), expected.size());
+  int64_t count = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(named[i].key(), expected[i].first);
+    EXPECT_EQ(named[i].value().sizes().vec(), expected[i].second) << expected[i].first;
+    count += named[i].value().numel();
+  }
+  EXPECT_EQ(count, 124439808);  // GPT-2 small with tied embeddings
+  EXPECT_EQ(model->parameters().size(), expected.size());
+  EXPECT_EQ(model->blocks().size(), 12u);
+}
+
+TEST(GPT2, ForwardShape) {
+  GPT2 model(GPT2Config::tiny());
+  at::Tensor logits = model->forward(random_tokens(3, 10, 256, 1));
+  EXPECT_EQ(logits.sizes().vec(), (std::vector<int64_t>{3, 10, 256}));
+  EXPECT_EQ(logits.scalar_type(), at::kFloat);
+}
+
+TEST(GPT2, LogitsAtTDoNotSeeLaterTokens) {
+  GPT2 model(GPT2Config::tiny());
+  init_gpt2_weights(*model, 5);
+  torch::NoGradGuard no_grad;
+  const int64_t T = 12, t = 6;
+  at::Tensor idx = random_tokens(2, T, 256, 2);
+  at::Tensor changed = idx.clone();
+  changed.narrow(1, t + 1, T - t - 1).random_(256);
+  changed.select(1, t + 1).add_(1).remainder_(256);  // surely different at t + 1
+  at::Tensor a = model->forward(idx), b = model->forward(changed);
+  EXPECT_TRUE(at::allclose(a.narrow(1, 0, t + 1), b.narrow(1, 0, t + 1), 0, 1e-6));
+  EXPECT_FALSE(at::allclose(a.narrow(1, t + 1, 1), b.narrow(1, t + 1, 1), 0, 1e-6));
+}
+
+TEST(GPT2, InitIsDeterministicPerSeed) {
+  GPT2 a(GPT2Config::tiny()), b(GPT2Config::tiny()), c(GPT2Config::tiny());
+  init_gpt2_weights(*a, 11);
+  init_gpt2_weights(*b, 11);
+  init_gpt2_weights(*c, 12);
+  auto pa = params_by_name(*a), pb = params_by_name(*b), pc = params_by_name(*c);
+  for (const auto& [name, p] : pa) {
+    EXPECT_TRUE(at::equal(p, pb[name])) << name;
+    const bool random = p.dim() >= 2;
+    EXPECT_EQ(at::equal(p, pc[name]), !random) << name;
+  }
+}
+
+TEST(GPT2, InitDependsOnlyOnSeedAndName) {
+  GPT2Config c2 = GPT2Config::tiny(), c3 = GPT2Config::tiny();
+  c3.n_layer = 3;
+  GPT2 a(c2), b(c3);
+  init_gpt2_weights(*a, 3);
+  init_gpt2_weights(*b, 3);
+  auto pa = params_by_name(*a), pb = params_by_name(*b);
+  // Residual projections are drawn from the same N(0, 1) sample scaled by 0.02/sqrt(2 n_layer).
+  const double ratio = std::sqrt(2.0 * 3) / std::sqrt(2.0 * 2);
+  for (const auto& [name, p] : pa) {
+    ASSERT_TRUE(pb.count(name)) << name;
+    if (name.find("c_proj.weight") != std::string::npos) {
+      EXPECT_TRUE(at::allclose(p, pb[name] * ratio, 1e-6, 0)) << name;
+    } else {
+      EXPECT_TRUE(at::equal(p, pb[name])) << name;
+    }
+  }
+}
+
+TEST(GPT2, InitStatistics) {
+  GPT2Config c = GPT2Config::tiny();
+  c.n_embd = 128;
+  GPT2 model(c);
+  init_gpt2_weights(*model, 9);
+  auto p = params_by_name(*model);
+  EXPECT_NEAR(p["transformer.wte.weight"].std().item<double>(), 0.02, 0.001);
+  EXPECT_NEAR(p["transformer.h.1.mlp.c_fc.weight"].std().item<double>(), 0.02, 0.001);
+  EXPECT_NEAR(p["transformer.h.1.mlp.c_proj.weight"].std().item<double>(), 0.01, 0.0005);
+  EXPECT_TRUE(at::equal(p["transformer.h.0.ln_1.weight"], at::ones({128})));
+  EXPECT_TRUE(at::equal(p["transformer.h.0.attn.c_attn.bias"], at::zeros({384})));
+}
+
+TEST(GPT2, LossAtInitIsNearLogV) {
+  GPT2 model(GPT2Config::tiny());
+  init_gpt2_weights(*model, 21);
+  at::Tensor idx = random_tokens(4, 33, 256, 3);
+  at::Tensor loss = gpt2_loss(model->forward(idx.narrow(1, 0, 32)), idx.narrow(1, 1, 32));
+  EXPECT_NEAR(loss.item<double>(), std::log(256.0), 0.05);
+}
+
+TEST(GPT2, BackwardReachesEveryParameterAndTiedEmbeddingGetsBothPaths) {
+  GPT2 model(GPT2Config::tiny());
+  at::Tensor idx = random_tokens(2, 9, 256, 4);
+  gpt2_loss(model->forward(idx.narrow(1, 0, 8)), idx.narrow(1, 1, 8)).backward();
+  for (const auto& item : model->named_parameters()) {
+    ASSERT_TRUE(item.value().grad().defined()) << item.key();
+  }
+  // Rows of tokens absent from the input still get gradient through the output projection.
+  at::Tensor wte_grad = model->transformer()->wte->weight.grad();
+  EXPECT_GT(wte_grad.abs().sum(1).gt(0).sum().item<int64_t>(), 16);
+}
+
+TEST(GPT2, RunsInBFloat16) {
+  GPT2 model(GPT2Config::tiny());
+  model->to(at::kBFloat16);
+  at::Tensor idx = random_tokens(2, 9, 256, 6);
+  at::Tensor logits = model->forward(idx.narrow(1, 0, 8));
+  EXPECT_EQ(logits.scalar_type(), at::kBFloat16);
+  at::Tensor loss = gpt2_loss(logits, idx.narrow(1, 1, 8));
+  EXPECT_EQ(loss.scalar_type(), at::kFloat);
+  EXPECT_NEAR(loss.item<double>(), std::log(256.0), 0.1);
+}
+
+// Hooks that count calls and scale the block's output, as a sharding runtime would intercept it.
+class ScalingHooks : public ModuleHooks {
+ public:
+  explicit ScalingHooks(double scale) : scale_(scale) {}
+  void pre_forward() override { ++pre; }
+  std::vector<at::Tensor> post_forward(std::vector<at::Tensor> outputs) override {
+    ++post;
+    for (auto& t : outputs) t = t * scale_;
+    return outputs;
+  }
+  int pre = 0, post = 0;
+
+ private:
+  double scale_;
+};
+
+TEST(GPT2, BlocksAreCalledThroughFsdpForward) {
+  GPT2 model(GPT2Config::tiny());
+  init_gpt2_weights(*model, 8);
+  torch::NoGradGuard no_grad;
+  at::Tensor idx = random_tokens(2, 8, 256, 7);
+  at::Tensor plain = model->forward(idx);
+
+  const torch::nn::Module* block0 = model->blocks()[0].get();
+  auto identity = std::make_shared<ScalingHooks>(1.0);
+  set_module_hooks(block0, identity);
+  at::Tensor hooked = model->forward(idx);
+  EXPECT_EQ(identity->pre, 1);
+  EXPECT_EQ(identity->post, 1);
+  EXPECT_TRUE(at::equal(plain, hooked));
+
+  auto scaling = std::make_shared<ScalingHooks>(2.0);
+  set_module_hooks(block0, scaling);
+  at::Tensor scaled = model->forward(idx);
+  set_module_hooks(block0, nullptr);
+  EXPECT_EQ(scaling->post, 1);
+  EXPECT_FALSE(at::allclose(plain, scaled));
+  EXPECT_TRUE(at::equal(plain, model->forward(idx)));  // removed: plain call again
+}
+
+void expect_invalid(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "expected std::invalid_argument mentioning " << needle;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(GPT2, ValidateNamesTheBadField) {
+  auto with = [](const std::function<void(GPT2Config&)>& edit) {
+    GPT2Config c = GPT2Config::tiny();
+    edit(c);
+    return c;
+  };
+  expect_invalid([&] { with([](GPT2Config& c) { c.n_head = 3; }).validate(); }, "n_embd (64)");
+  expect_invalid([&] { with([](GPT2Config& c) { c.vocab_size = 0; }).validate(); }, "vocab_size");
+  expect_invalid([&] { with([](GPT2Config& c) { c.n_positions = -1; }).validate(); },
+                 "n_positions");
+  expect_invalid([&] { with([](GPT2Config& c) { c.n_layer = 0; }).validate(); }, "n_layer");
+  expect_invalid([&] { with([](GPT2Config& c) { c.layer_norm_eps = 0; }).validate(); },
+                 "layer_norm_eps");
+  expect_invalid([&] { GPT2 m(with([](GPT2Config& c) { c.n_head = 0; })); }, "n_head");
+  GPT2Config::gpt2_124m().validate();
+  GPT2Config::tiny().validate();
+}
+
+TEST(GPT2, ForwardRejectsBadInput) {
+  GPT2 model(GPT2Config::tiny());
+  expect_invalid([&] { model->forward(random_tokens(1, 65, 256, 1)); }, "n_positions = 64");
+  expect_invalid([&] { model->forward(random_tokens(1, 8, 256, 1).to(at::kInt)); }, "int64");
+  expect_invalid([&] { model->forward(at::zeros({8}, at::kLong)); }, "[B, T]");
+}
+
+}  // namespace
+}  // namespace fsdp

@@ -1,0 +1,409 @@
+// Optimizer tests. The oracle is LibTorch itself: ordinary parameters of odd shapes stepped by
+// torch::optim (decayed and non-decayed parameters in two param groups) versus the same values
+// flattened into shards, cut anywhere as FSDP cuts them, with a decay mask, stepped by ours.
+// Also: clipping against torch::nn::utils::clip_grad_norm_ (one rank, and two ranks simulated by a
+// fake group), the LR schedule, and errors for bad shards.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "fsdp/optim.h"
+
+namespace fsdp {
+namespace {
+
+constexpr int kSteps = 10;
+
+// --- fixtures: ordinary parameters and their flattened shards ------------------------------------
+
+const std::vector<std::vector<int64_t>> kShapes = {{7, 15}, {15},   {3, 4, 5}, {1},
+                                                   {33},    {8, 9}, {2}};
+
+std::vector<at::Tensor> make_params(uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  std::vector<at::Tensor> out;
+  for (const auto& shape : kShapes) out.push_back(at::randn(shape, gen).requires_grad_(true));
+  return out;
+}
+
+// Gradients of step `step`, the same for every run.
+std::vector<at::Tensor> make_grads(int step) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
+  std::vector<at::Tensor> out;
+  for (const auto& shape : kShapes) out.push_back(at::randn(shape, gen));
+  return out;
+}
+
+at::Tensor flatten(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> flat;
+  for (const auto& t : ts) flat.push_back(t.detach().reshape({-1}));
+  return at::cat(flat);
+}
+
+at::Tensor dim_mask(const std::vector<at::Tensor>& ps) {
+  std::vector<at::Tensor> parts;
+  for (const auto& p : ps) parts.push_back(at::full({p.numel()}, p.dim() >= 2 ? 1.0 : 0.0));
+  return at::cat(parts);
+}
+
+// Cuts flat tensors at `cuts` (element offsets) into shards that own their storage.
+std::vector<ShardedParam> make_shards(const at::Tensor& param, const at::Tensor& mask,
+                                      const std::vector<int64_t>& cuts) {
+  std::vector<ShardedParam> out;
+  int64_t begin = 0;
+  std::vector<int64_t> ends = cuts;
+  ends.push_back(param.numel());
+  for (int64_t end : ends) {
+    ShardedParam s;
+    s.param = param.narrow(0, begin, end - begin).clone();
+    s.grad = at::zeros_like(s.param);
+    if (mask.defined()) s.decay_mask = mask.narrow(0, begin, end - begin).clone();
+    out.push_back(s);
+    begin = end;
+  }
+  return out;
+}
+
+void load_grads(const std::vector<ShardedParam>& shards, const at::Tensor& flat_grad) {
+  int64_t begin = 0;
+  for (const auto& s : shards) {
+    s.grad.copy_(flat_grad.narrow(0, begin, s.grad.numel()));
+    begin += s.grad.numel();
+  }
+}
+
+at::Tensor gather(const std::vector<ShardedParam>& shards) {
+  std::vector<at::Tensor> ps;
+  for (const auto& s : shards) ps.push_back(s.param);
+  return at::cat(ps);
+}
+
+double max_rel_diff(const at::Tensor& a, const at::Tensor& b) {
+  return ((a - b).abs() / b.abs().clamp_min(1e-12)).max().item<double>();
+}
+
+// Steps torch's optimizer and ours kSteps times on the same gradients; returns {torch, ours}.
+std::pair<at::Tensor, at::Tensor> run_both(std::vector<at::Tensor> ref_params,
+                                           torch::optim::Optimizer& ref, ShardedOptimizer& ours,
+                                           const std::vector<ShardedParam>& shards) {
+  for (int step = 0; step < kSteps; ++step) {
+    auto grads = make_grads(step);
+    for (size_t i = 0; i < ref_params.size(); ++i) ref_params[i].mutable_grad() = grads[i].clone();
+    ref.step();
+    ours.zero_grad();
+    load_grads(shards, flatten(grads));
+    ours.step();
+  }
+  return {flatten(ref_params), gather(shards)};
+}
+
+std::vector<torch::optim::OptimizerParamGroup> adamw_groups(const std::vector<at::Tensor>& ps,
+                                                            double lr, double wd) {
+  std::vector<at::Tensor> decay, no_decay;
+  for (const auto& p : ps) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(
+                                 torch::optim::AdamWOptions(lr).weight_decay(wd)));
+  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(
+                                    torch::optim::AdamWOptions(lr).weight_decay(0.0)));
+  return groups;
+}
+
+// --- AdamW
+// ----------------------------------------------------------------------------------------
+
+TEST(AdamW, MatchesTorchWithDecayMaskBitForBit) {
+  const double lr = 1e-2, wd = 0.1;
+  auto ref_params = make_params(1);
+  torch::optim::AdamW ref(adamw_groups(ref_params, lr, wd));
+  auto start = make_params(1);
+  // Cuts inside parameters, as FSDP's flat shards cut them.
+  auto shards = make_shards(flatten(start), dim_mask(start), {50, 51, 200});
+  AdamWOptions options;
+  options.lr = lr;
+  options.weight_decay = wd;
+  AdamW ours(shards, options);
+  auto [expected, actual] = run_both(ref_params, ref, ours, shards);
+  EXPECT_LT(max_rel_diff(actual, expected), 1e-6);
+  EXPECT_TRUE(at::equal(actual, expected))
+      << "max relative difference " << max_rel_diff(actual, expected);
+  EXPECT_EQ(ours.step_count(), kSteps);
+}
+
+TEST(AdamW, UndefinedMaskDecaysEverything) {
+  auto ref_params = make_params(2);
+  torch::optim::AdamW ref(ref_params, torch::optim::AdamWOptions(3e-3).weight_decay(0.05));
+  auto start = make_params(2);
+  auto shards = make_shards(flatten(start), at::Tensor(), {100});
+  AdamWOptions options;
+  options.lr = 3e-3;
+  options.weight_decay = 0.05;
+  AdamW ours(shards, options);
+  auto [expected, actual] = run_both(ref_params, ref, ours, shards);
+  EXPECT_TRUE(at::equal(actual, expected)) << max_rel_diff(actual, expected);
+}
+
+// A mask too fragmented for runs goes through where(); the oracle steps the whole tensor twice
+// with torch, with and without decay, and picks per element.
+TEST(AdamW, FragmentedMaskMatchesElementwiseReference) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  const int64_t n = 4000;
+  at::Tensor init = at::randn({n}, gen);
+  at::Tensor mask = at::randint(2, {n}, gen).to(at::kFloat);
+  at::Tensor with = init.clone().requires_grad_(true), without = init.clone().requires_grad_(true);
+  torch::optim::AdamW ref_with({with}, torch::optim::AdamWOptions(1e-2).weight_decay(0.2));
+  torch::optim::AdamW ref_without({without}, torch::optim::AdamWOptions(1e-2).weight_decay(0));
+  auto shards = make_shards(init, mask, {1234});
+  AdamWOptions options;
+  options.lr = 1e-2;
+  options.weight_decay = 0.2;
+  AdamW ours(shards, options);
+  for (int step = 0; step < kSteps; ++step) {
+    at::Tensor g = at::randn({n}, gen);
+    with.mutable_grad() = g.clone();
+    without.mutable_grad() = g.clone();
+    ref_with.step();
+    ref_without.step();
+    load_grads(shards, g);
+    ours.step();
+  }
+  at::Tensor expected = at::where(mask.to(at::kBool), with.detach(), without.detach());
+  EXPECT_TRUE(at::equal(gather(shards), expected)) << max_rel_diff(gather(shards), expected);
+}
+
+TEST(AdamW, StateLrAndZeroGrad) {
+  auto shards = make_shards(at::ones({300}), at::Tensor(), {100});
+  AdamW opt(shards);
+  EXPECT_EQ(opt.state_bytes(), 2 * 300 * 4);
+  EXPECT_EQ(opt.exp_avg(1).numel(), 200);
+  EXPECT_DOUBLE_EQ(opt.lr(), 1e-3);
+  opt.set_lr(5e-4);
+  EXPECT_DOUBLE_EQ(opt.lr(), 5e-4);
+  shards[0].grad.fill_(2);
+  const void* storage = shards[0].grad.data_ptr();
+  opt.step();
+  EXPECT_GT(opt.exp_avg(0).abs().sum().item<double>(), 0);
+  opt.zero_grad();
+  EXPECT_EQ(shards[0].grad.data_ptr(), storage);
+  EXPECT_EQ(opt.params()[0].grad.abs().sum().item<double>(), 0);
+}
+
+// --- SGD
+// ------------------------------------------------------------------------------------------
+
+void expect_sgd_matches(const SGDOptions& o) {
+  auto ref_params = make_params(4);
+  std::vector<at::Tensor> decay, no_decay;
+  for (const auto& p : ref_params) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  auto torch_options = [&](double wd) {
+    return std::make_unique<torch::optim::SGDOptions>(torch::optim::SGDOptions(o.lr)
+                                                          .momentum(o.momentum)
+                                                          .dampening(o.dampening)
+                                                          .weight_decay(wd)
+                                                          .nesterov(o.nesterov));
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, torch_options(o.weight_decay));
+  groups.emplace_back(no_decay, torch_options(0));
+  torch::optim::SGD ref(std::move(groups), torch::optim::SGDOptions(o.lr));
+  auto start = make_params(4);
+  auto shards = make_shards(flatten(start), dim_mask(start), {17, 250});
+  SGD ours(shards, o);
+  auto [expected, actual] = run_both(ref_params, ref, ours, shards);
+  EXPECT_LT(max_rel_diff(actual, expected), 1e-6);
+  EXPECT_TRUE(at::equal(actual, expected)) << max_rel_diff(actual, expected);
+}
+
+TEST(SGD, PlainMatchesTorch) {
+  SGDOptions o;
+  o.lr = 0.1;
+  expect_sgd_matches(o);
+}
+
+TEST(SGD, MomentumDampeningAndMaskedDecayMatchTorch) {
+  SGDOptions o;
+  o.lr = 0.05;
+  o.momentum = 0.9;
+  o.dampening = 0.1;
+  o.weight_decay = 0.01;
+  expect_sgd_matches(o);
+}
+
+TEST(SGD, NesterovMatchesTorch) {
+  SGDOptions o;
+  o.lr = 0.05;
+  o.momentum = 0.8;
+  o.weight_decay = 0.02;
+  o.nesterov = true;
+  expect_sgd_matches(o);
+}
+
+TEST(SGD, StateBytes) {
+  auto shards = make_shards(at::ones({10}), at::Tensor(), {});
+  EXPECT_EQ(SGD(shards).state_bytes(), 0);
+  SGDOptions o;
+  o.momentum = 0.9;
+  EXPECT_EQ(SGD(shards, o).state_bytes(), 40);
+}
+
+// --- clipping
+// -------------------------------------------------------------------------------------
+
+class NoWork : public Work {
+ public:
+  void wait() override {}
+};
+
+// A group of `size` ranks seen from rank 0: all_reduce adds `others`, the other ranks' fp32
+// contribution; nothing else is used by clip_grad_norm.
+class FakeComm : public Comm {
+ public:
+  FakeComm(int size, float others) : size_(size), others_(others) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "fake"; }
+  WorkPtr all_gather_async(const void*, void*, size_t, DType) override { return unsupported(); }
+  WorkPtr reduce_scatter_async(const void*, void*, size_t, DType, ReduceOp) override {
+    return unsupported();
+  }
+  WorkPtr all_reduce_async(void* data, size_t count, DType dtype, ReduceOp op) override {
+    EXPECT_EQ(count, 1u);
+    EXPECT_EQ(dtype, DType::kFloat32);
+    EXPECT_EQ(op, ReduceOp::kSum);
+    *static_cast<float*>(data) += others_;
+    ++all_reduces;
+    return std::make_shared<NoWork>();
+  }
+  WorkPtr broadcast_async(void*, size_t, DType, int) override { return unsupported(); }
+  void barrier() override {}
+  std::shared_ptr<Comm> split(int, int) override { return nullptr; }
+  int all_reduces = 0;
+
+ private:
+  WorkPtr unsupported() {
+    ADD_FAILURE() << "unexpected collective";
+    return std::make_shared<NoWork>();
+  }
+  int size_;
+  float others_;
+};
+
+// Returns {torch's norm, our norm} and checks the clipped gradients agree.
+std::pair<double, double> clip_both(double scale, double max_norm) {
+  auto ref_params = make_params(5);
+  auto grads = make_grads(0);
+  for (size_t i = 0; i < grads.size(); ++i) ref_params[i].mutable_grad() = grads[i] * scale;
+  const double expected = torch::nn::utils::clip_grad_norm_(ref_params, max_norm);
+  auto shards = make_shards(flatten(make_params(5)), at::Tensor(), {40, 41});
+  load_grads(shards, flatten(grads) * scale);
+  FakeComm one(1, 0);
+  const double actual = clip_grad_norm(shards, max_norm, one);
+  EXPECT_EQ(one.all_reduces, 1);
+  std::vector<at::Tensor> ref_grads, our_grads;
+  for (const auto& p : ref_params) ref_grads.push_back(p.grad());
+  for (const auto& s : shards) our_grads.push_back(s.grad);
+  EXPECT_LT(max_rel_diff(flatten(our_grads), flatten(ref_grads)), 1e-6);
+  return {expected, actual};
+}
+
+TEST(ClipGradNorm, ClipsLikeTorch) {
+  auto [expected, actual] = clip_both(3.0, 1.0);
+  EXPECT_GT(expected, 1.0);
+  EXPECT_NEAR(actual, expected, 1e-6 * expected);
+}
+
+TEST(ClipGradNorm, BelowMaxNormLeavesGradsAlone) {
+  auto [expected, actual] = clip_both(0.01, 1.0);
+  EXPECT_LT(expected, 1.0);
+  EXPECT_NEAR(actual, expected, 1e-6 * expected);
+}
+
+// Two ranks holding disjoint halves: rank 0's result must be the global norm and the global scale.
+TEST(ClipGradNorm, SumsSquaresAcrossTheShardGroup) {
+  at::Tensor g = flatten(make_grads(1)) * 2;
+  at::Tensor mine = g.narrow(0, 0, 100), theirs = g.narrow(0, 100, g.numel() - 100);
+  const float theirs_sq = static_cast<float>(theirs.square().sum().item<double>());
+  auto shards = make_shards(at::zeros({100}), at::Tensor(), {30});
+  load_grads(shards, mine);
+  FakeComm two(2, theirs_sq);
+  const double norm = clip_grad_norm(shards, 0.5, two);
+  const double expected = g.norm().item<double>();
+  EXPECT_NEAR(norm, expected, 1e-6 * expected);
+  at::Tensor clipped = at::cat({shards[0].grad, shards[1].grad});
+  EXPECT_LT(max_rel_diff(clipped, mine * (0.5 / (expected + 1e-6))), 1e-6);
+}
+
+TEST(ClipGradNorm, NonFiniteNormLeavesGradsAlone) {
+  auto shards = make_shards(at::zeros({10}), at::Tensor(), {});
+  shards[0].grad.fill_(1);
+  shards[0].grad[3] = std::numeric_limits<float>::infinity();
+  FakeComm one(1, 0);
+  EXPECT_TRUE(std::isinf(clip_grad_norm(shards, 1.0, one)));
+  EXPECT_EQ(shards[0].grad[0].item<float>(), 1.0f);
+}
+
+// --- LR schedule
+// ----------------------------------------------------------------------------------
+
+TEST(WarmupCosineLr, ShapeOfTheSchedule) {
+  const double max_lr = 6e-4, min_lr = 6e-5;
+  EXPECT_DOUBLE_EQ(warmup_cosine_lr(0, 10, 110, max_lr, min_lr), max_lr / 10);
+  EXPECT_DOUBLE_EQ(warmup_cosine_lr(4, 10, 110, max_lr, min_lr), max_lr / 2);
+  EXPECT_DOUBLE_EQ(warmup_cosine_lr(9, 10, 110, max_lr, min_lr), max_lr);
+  EXPECT_DOUBLE_EQ(warmup_cosine_lr(10, 10, 110, max_lr, min_lr), max_lr);
+  EXPECT_NEAR(warmup_cosine_lr(60, 10, 110, max_lr, min_lr), (max_lr + min_lr) / 2, 1e-15);
+  EXPECT_DOUBLE_EQ(warmup_cosine_lr(110, 10, 110, max_lr, min_lr), min_lr);
+  EXPECT_DOUBLE_EQ(warmup_cosine_lr(1000, 10, 110, max_lr, min_lr), min_lr);
+  for (int64_t s = 10; s < 110; ++s) {
+    EXPECT_GT(warmup_cosine_lr(s, 10, 110, max_lr, min_lr),
+              warmup_cosine_lr(s + 1, 10, 110, max_lr, min_lr));
+  }
+  EXPECT_DOUBLE_EQ(warmup_cosine_lr(0, 0, 100, max_lr, min_lr), max_lr);  // no warmup
+}
+
+// --- bad input
+// ------------------------------------------------------------------------------------
+
+void expect_invalid(const std::function<void()>& f, const std::vector<std::string>& needles) {
+  try {
+    f();
+    ADD_FAILURE() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    for (const auto& n : needles) {
+      EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(BadInput, ShardsAreChecked) {
+  auto good = make_shards(at::zeros({20}), at::ones({20}), {10});
+  auto bad = good;
+  bad[1].grad = at::zeros({9});
+  expect_invalid([&] { AdamW o(bad); }, {"AdamW", "shard 1", "grad", "10 elements", "9 elements"});
+  bad = good;
+  bad[0].param = at::zeros({10}, at::kDouble);
+  expect_invalid([&] { SGD o(bad); }, {"SGD", "shard 0", "fp32", "Double"});
+  bad = good;
+  bad[1].decay_mask = at::ones({11});
+  expect_invalid([&] { AdamW o(bad); }, {"shard 1", "decay mask", "11 elements"});
+  bad = good;
+  bad[0].decay_mask = at::full({10}, 0.5);
+  expect_invalid([&] { AdamW o(bad); }, {"shard 0", "0 and 1"});
+  AdamWOptions a;
+  a.beta2 = 1.0;
+  expect_invalid([&] { AdamW o(good, a); }, {"beta2"});
+  SGDOptions s;
+  s.nesterov = true;
+  expect_invalid([&] { SGD o(good, s); }, {"nesterov"});
+  FakeComm one(1, 0);
+  expect_invalid([&] { clip_grad_norm(good, 0.0, one); }, {"max_norm"});
+  expect_invalid([&] { warmup_cosine_lr(0, 10, 5, 1, 0); }, {"warmup 10", "total 5"});
+  expect_invalid([&] { warmup_cosine_lr(-1, 0, 5, 1, 0); }, {"step -1"});
+}
+
+}  // namespace
+}  // namespace fsdp
