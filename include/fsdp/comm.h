@@ -72,6 +72,12 @@ class Comm {
   void set_context(std::string label) { context_ = std::move(label); }
   const std::string& context() const { return context_; }
 
+  // Deadline for each wait on this group's collectives. init_comm sets it from
+  // CommOptions::timeout; split children start with their parent's. Read when a collective is
+  // issued, so a caller may shorten it around one risky phase and restore it after.
+  void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
   // Blocking forms.
   void all_gather(const void* in, void* out, size_t count, DType dtype) {
     all_gather_async(in, out, count, dtype)->wait();
@@ -88,6 +94,7 @@ class Comm {
 
  private:
   std::string context_;
+  std::chrono::milliseconds timeout_{300000};
 };
 using CommPtr = std::shared_ptr<Comm>;
 

@@ -1,0 +1,418 @@
+// The Gloo backend: the Gloo library over TCP, with rendezvous through a c10d::TCPStore that rank 0
+// serves at MASTER_ADDR:MASTER_PORT. Gloo's collectives block the calling thread, so each Comm
+// runs them, in issue order, on a worker thread of its own; the *_async calls queue a task and
+// return a Work that waits for it with the comm's deadline. Gloo has no reduce-scatter that fits
+// (contiguous chunks, any count), so reduce_scatter is an all-reduce into a scratch buffer of which
+// each rank keeps its chunk: about twice the traffic of a true reduce-scatter (docs/comm.md).
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/hash_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <vector>
+
+#include "comm/internal.h"
+
+namespace fsdp {
+namespace comm_internal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Gloo's rendezvous reads and writes through its own Store interface; this forwards it to a c10d
+// store (the adapter c10d's ProcessGroupGloo uses too).
+class StoreAdapter : public gloo::rendezvous::Store {
+ public:
+  explicit StoreAdapter(std::shared_ptr<c10d::Store> store) : store_(std::move(store)) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_->set(key, std::vector<uint8_t>(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    std::vector<uint8_t> value = store_->get(key);
+    return std::vector<char>(value.begin(), value.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { store_->wait(keys); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    store_->wait(keys, timeout);
+  }
+
+ private:
+  std::shared_ptr<c10d::Store> store_;
+};
+
+// One TCPStore per MASTER_ADDR:MASTER_PORT and process: a second init_comm in the same processes
+// (a group with another timeout, say) must not start a second server on the port. Each init gets
+// its own key prefix from a counter, which agrees across ranks because every rank calls init_comm
+// the same number of times.
+struct SharedStore {
+  std::shared_ptr<gloo::rendezvous::Store> store;
+  int inits = 0;
+};
+
+SharedStore& shared_store(const GlooSetup& setup) {
+  static std::mutex mu;
+  static std::map<std::string, SharedStore> stores;
+  std::lock_guard<std::mutex> lock(mu);
+  SharedStore& entry = stores[setup.master_addr + ":" + std::to_string(setup.master_port)];
+  if (!entry.store) {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<uint16_t>(setup.master_port);
+    options.isServer = setup.rank == 0;
+    options.waitWorkers = false;  // connectFullMesh below waits for every rank anyway
+    options.timeout = setup.timeout;
+    auto tcp = std::make_shared<c10d::TCPStore>(setup.master_addr, options);
+    entry.store = std::make_shared<StoreAdapter>(std::move(tcp));
+  }
+  return entry;
+}
+
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+// The address peers reach this rank at: the interface named by GLOO_SOCKET_IFNAME if given,
+// loopback when the whole job is on this host (MASTER_ADDR is loopback), else our hostname.
+std::shared_ptr<gloo::transport::Device> make_device(const GlooSetup& setup) {
+  gloo::transport::tcp::attr attr;
+  if (!setup.iface.empty()) {
+    attr.iface = setup.iface;
+  } else if (is_loopback(setup.master_addr)) {
+    attr.hostname = "127.0.0.1";
+  } else {
+    char name[256] = {};
+    gethostname(name, sizeof(name) - 1);
+    attr.hostname = name;
+  }
+  return gloo::transport::tcp::CreateDevice(attr);
+}
+
+std::shared_ptr<gloo::Context> connect(gloo::rendezvous::Store& store, const std::string& prefix,
+                                       int rank, int size,
+                                       std::shared_ptr<gloo::transport::Device> device,
+                                       std::chrono::milliseconds timeout) {
+  gloo::rendezvous::PrefixStore prefixed(prefix, store);
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  context->setTimeout(timeout);
+  context->connectFullMesh(prefixed, device);
+  return context;
+}
+
+// Completion of one queued collective, shared by the worker and the Work handed to the caller.
+struct TaskState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::string error;  // empty on success
+  std::string what;   // describe() at issue time
+
+  void finish(std::string message) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      done = true;
+      error = std::move(message);
+    }
+    cv.notify_all();
+  }
+};
+
+class GlooWork : public Work {
+ public:
+  GlooWork(std::shared_ptr<TaskState> state, std::chrono::milliseconds timeout)
+      : state_(std::move(state)), timeout_(timeout) {}
+
+  void wait() override {
+    std::unique_lock<std::mutex> lock(state_->mu);
+    if (!state_->cv.wait_for(lock, timeout_, [&] { return state_->done; })) {
+      throw timeout_error(state_->what, timeout_);
+    }
+    if (!state_->error.empty()) throw CommError(state_->error);
+  }
+
+ private:
+  std::shared_ptr<TaskState> state_;
+  std::chrono::milliseconds timeout_;
+};
+
+// Runs queued collectives one at a time, in the order they were issued. After a Gloo failure the
+// group's connections are in an unknown state, so later tasks fail at once instead of hanging.
+class Worker {
+ public:
+  Worker() : thread_([this] { loop(); }) {}
+
+  // Runs what is still queued (peers expect those collectives), then stops.
+  ~Worker() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  void post(std::shared_ptr<TaskState> state, std::function<void()> run) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back({std::move(state), std::move(run)});
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  struct Task {
+    std::shared_ptr<TaskState> state;
+    std::function<void()> run;
+  };
+
+  void loop() {
+    for (;;) {
+      Task task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task.state->finish(run(task));
+    }
+  }
+
+  std::string run(Task& task) {
+    if (!failure_.empty()) {
+      return "fsdp: " + task.state->what + " was not run: the group failed earlier: " + failure_;
+    }
+    try {
+      task.run();
+      return "";
+    } catch (const std::exception& e) {
+      failure_ = task.state->what + ": " + e.what();
+      return "fsdp: " + task.state->what + " failed: " + e.what();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  bool stopping_ = false;
+  std::string failure_;  // touched by the worker thread only
+  std::thread thread_;   // last: starts after the members above exist
+};
+
+// Storage type Gloo sees for each DType; the reduce function does the arithmetic.
+template <typename F>
+void with_storage(DType dtype, F f) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return f(float{});
+    case DType::kInt64:
+      return f(int64_t{});
+    case DType::kBFloat16:
+    case DType::kFloat16:
+      return f(uint16_t{});
+  }
+}
+
+class GlooComm : public Comm {
+ public:
+  GlooComm(std::shared_ptr<gloo::rendezvous::Store> store, std::string prefix,
+           std::shared_ptr<gloo::transport::Device> device, std::shared_ptr<gloo::Context> context)
+      : store_(std::move(store)),
+        prefix_(std::move(prefix)),
+        device_(std::move(device)),
+        context_(std::move(context)),
+        worker_(std::make_unique<Worker>()) {}
+
+  // The worker goes first: it may still be running a collective on the context.
+  ~GlooComm() override { worker_.reset(); }
+
+  int rank() const override { return context_->rank; }
+  int size() const override { return context_->size; }
+  std::string backend() const override { return "gloo"; }
+
+  WorkPtr all_gather_async(const void* in, void* out, size_t count, DType dtype) override {
+    const size_t bytes = count * dtype_size(dtype);
+    auto ctx = context_;
+    const auto timeout = this->timeout();
+    return post(describe(*this, "all_gather", count, dtype), count, [=] {
+      gloo::AllgatherOptions opts(ctx);
+      opts.setInput(static_cast<uint8_t*>(const_cast<void*>(in)), bytes);
+      opts.setOutput(static_cast<uint8_t*>(out), bytes * ctx->size);
+      opts.setTimeout(timeout);
+      gloo::allgather(opts);
+    });
+  }
+
+  WorkPtr reduce_scatter_async(const void* in, void* out, size_t count, DType dtype,
+                               ReduceOp op) override {
+    auto ctx = context_;
+    const auto timeout = this->timeout();
+    auto scratch = scratch_;
+    const std::string kind = std::string("reduce_scatter(") + op_name(op) + ")";
+    return post(describe(*this, kind, count, dtype), count, [=] {
+      const size_t bytes = count * dtype_size(dtype);
+      if (scratch->size() < bytes * ctx->size) scratch->resize(bytes * ctx->size);
+      all_reduce(ctx, const_cast<void*>(in), scratch->data(), count * ctx->size, dtype, timeout);
+      std::memcpy(out, scratch->data() + bytes * ctx->rank, bytes);
+      if (op == ReduceOp::kAvg) divide(out, count, dtype, ctx->size);
+    });
+  }
+
+  WorkPtr all_reduce_async(void* data, size_t count, DType dtype, ReduceOp op) override {
+    auto ctx = context_;
+    const auto timeout = this->timeout();
+    const std::string kind = std::string("all_reduce(") + op_name(op) + ")";
+    return post(describe(*this, kind, count, dtype), count, [=] {
+      all_reduce(ctx, nullptr, data, count, dtype, timeout);
+      if (op == ReduceOp::kAvg) divide(data, count, dtype, ctx->size);
+    });
+  }
+
+  WorkPtr broadcast_async(void* data, size_t count, DType dtype, int root) override {
+    const std::string what =
+        describe(*this, "broadcast(root " + std::to_string(root) + ")", count, dtype);
+    if (root < 0 || root >= size()) throw CommError("fsdp: bad root in " + what);
+    auto ctx = context_;
+    const auto timeout = this->timeout();
+    const size_t bytes = count * dtype_size(dtype);
+    return post(what, count, [=] {
+      gloo::BroadcastOptions opts(ctx);
+      opts.setOutput(static_cast<uint8_t*>(data), bytes);
+      opts.setRoot(root);
+      opts.setTimeout(timeout);
+      gloo::broadcast(opts);
+    });
+  }
+
+  void barrier() override {
+    auto ctx = context_;
+    const auto timeout = this->timeout();
+    post(describe(*this, "barrier"), 1, [=] {
+      gloo::BarrierOptions opts(ctx);
+      opts.setTimeout(timeout);
+      gloo::barrier(opts);
+    })->wait();
+  }
+
+  std::shared_ptr<Comm> split(int color, int key) override;
+
+ private:
+  // Queues `run` behind everything issued before it; a zero-length collective moves no data and
+  // completes at once.
+  WorkPtr post(std::string what, size_t count, std::function<void()> run) {
+    auto state = std::make_shared<TaskState>();
+    state->what = std::move(what);
+    if (count == 0) {
+      state->finish("");
+    } else {
+      worker_->post(state, std::move(run));
+    }
+    return std::make_shared<GlooWork>(std::move(state), timeout());
+  }
+
+  static void all_reduce(const std::shared_ptr<gloo::Context>& ctx, void* in, void* out,
+                         size_t count, DType dtype, std::chrono::milliseconds timeout) {
+    with_storage(dtype, [&](auto tag) {
+      using T = decltype(tag);
+      gloo::AllreduceOptions opts(ctx);
+      if (in) opts.setInput(static_cast<T*>(in), count);
+      opts.setOutput(static_cast<T*>(out), count);
+      opts.setReduceFunction(
+          [dtype](void* c, const void* a, const void* b, size_t n) { sum(c, a, b, n, dtype); });
+      opts.setTimeout(timeout);
+      gloo::allreduce(opts);
+    });
+  }
+
+  std::shared_ptr<gloo::rendezvous::Store> store_;
+  std::string prefix_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::Context> context_;
+  int splits_ = 0;
+  // reduce_scatter's all-reduce target, kept between calls: fresh pages cost more than the copy.
+  // Used by the worker thread only.
+  std::shared_ptr<std::vector<char>> scratch_ = std::make_shared<std::vector<char>>();
+  std::unique_ptr<Worker> worker_;
+};
+
+std::shared_ptr<Comm> GlooComm::split(int color, int key) {
+  if (color < 0) throw CommError("fsdp: split color must be >= 0, got " + std::to_string(color));
+  const std::string what = describe(*this, "split(color " + std::to_string(color) + ")");
+  // Everyone's (color, key), to find this rank's place in its new group.
+  std::vector<int64_t> mine = {color, key};
+  std::vector<int64_t> all(2 * size());
+  all_gather(mine.data(), all.data(), 2, DType::kInt64);
+  std::vector<std::pair<int64_t, int>> members;  // (key, parent rank) of our color
+  for (int r = 0; r < size(); ++r) {
+    if (all[2 * r] == color) members.emplace_back(all[2 * r + 1], r);
+  }
+  std::sort(members.begin(), members.end());
+  const int new_rank = static_cast<int>(
+      std::find(members.begin(), members.end(), std::pair<int64_t, int>(key, rank())) -
+      members.begin());
+  const std::string prefix =
+      prefix_ + "/split" + std::to_string(splits_++) + "/color" + std::to_string(color);
+  std::shared_ptr<gloo::Context> context;
+  try {
+    context =
+        connect(*store_, prefix, new_rank, static_cast<int>(members.size()), device_, timeout());
+  } catch (const std::exception& e) {
+    throw CommError("fsdp: " + what + " failed: " + e.what());
+  }
+  // Every group connected before anyone leaves: rank 0 serves the store other groups may still be
+  // reading.
+  barrier();
+  auto child = std::make_shared<GlooComm>(store_, prefix, device_, std::move(context));
+  child->set_timeout(timeout());
+  return child;
+}
+
+}  // namespace
+
+bool gloo_built() { return true; }
+
+CommPtr make_gloo_comm(const GlooSetup& setup) {
+  const std::string where = "rank " + std::to_string(setup.rank) + " of " +
+                            std::to_string(setup.size) + " via " + setup.master_addr + ":" +
+                            std::to_string(setup.master_port);
+  std::shared_ptr<gloo::rendezvous::Store> store;
+  std::string prefix;
+  std::shared_ptr<gloo::Context> context;
+  std::shared_ptr<gloo::transport::Device> device;
+  try {
+    if (setup.master_port == 0) {
+      // One rank and no rendezvous address: an in-process store is all it needs.
+      store = std::make_shared<gloo::rendezvous::HashStore>();
+      prefix = "fsdp";
+    } else {
+      SharedStore& shared = shared_store(setup);
+      store = shared.store;
+      prefix = "fsdp/init" + std::to_string(shared.inits++);
+    }
+    device = make_device(setup);
+    context = connect(*store, prefix, setup.rank, setup.size, device, setup.timeout);
+  } catch (const std::exception& e) {
+    throw CommError("fsdp: Gloo rendezvous failed (" + where + "): " + e.what());
+  }
+  auto comm = std::make_shared<GlooComm>(store, prefix, device, std::move(context));
+  comm->set_timeout(setup.timeout);
+  comm->barrier();  // as in split: nobody leaves while others still read the store
+  return comm;
+}
+
+}  // namespace comm_internal
+}  // namespace fsdp

@@ -1,0 +1,361 @@
+// The MPI backend (OpenMPI): every collective is a nonblocking MPI-3 call on a communicator of
+// our own, and Work::wait polls MPI_Testall until the requests complete or the deadline passes.
+// It also owns the process's MPI lifetime: MPI is initialised on first use, and finalised at exit
+// only if we initialised it (a program that brings its own MPI keeps control of it). MPI has no
+// bf16/fp16, so those travel as 16-bit words reduced by user-defined ops.
+// Only the C API: OpenMPI's deprecated C++ bindings would need libmpi_cxx at link time.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <algorithm>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "comm/internal.h"
+
+namespace fsdp {
+namespace comm_internal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string mpi_error_string(int rc) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(rc);
+  return std::string(text, len);
+}
+
+// Our communicators return error codes (MPI_ERRORS_RETURN) instead of aborting the job, so every
+// call is checked and a failure becomes a CommError the caller can report.
+void check(int rc, const std::string& what) {
+  if (rc != MPI_SUCCESS) throw CommError("fsdp: " + what + " failed: " + mpi_error_string(rc));
+}
+
+// MPI_Op callbacks: inout[i] = in[i] + inout[i].
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  sum(inout, in, inout, static_cast<size_t>(*len), DType::kBFloat16);
+}
+void fp16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  sum(inout, in, inout, static_cast<size_t>(*len), DType::kFloat16);
+}
+
+// Finalises MPI when static objects are destroyed at exit, if init() initialised it.
+struct FinalizeAtExit {
+  bool ours = false;
+  ~FinalizeAtExit() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (ours && !finalized) MPI_Finalize();
+  }
+};
+
+// Process-wide MPI state. Deliberately leaked: communicators held by other static objects may be
+// destroyed after this file's statics, and must still find the mutex alive.
+class MpiRuntime {
+ public:
+  static MpiRuntime& get() {
+    static MpiRuntime* runtime = new MpiRuntime();
+    return *runtime;
+  }
+
+  // Serialises every MPI call: MPI_THREAD_SERIALIZED is all we ask for, and a Work may be waited
+  // on from a thread other than the one that issued it.
+  std::mutex mu;
+
+  MPI_Datatype type(DType dtype) const {
+    switch (dtype) {
+      case DType::kFloat32:
+        return MPI_FLOAT;
+      case DType::kInt64:
+        return MPI_INT64_T;
+      case DType::kBFloat16:
+      case DType::kFloat16:
+        return MPI_UINT16_T;
+    }
+    throw CommError("fsdp: unknown DType");
+  }
+
+  MPI_Op sum_op(DType dtype) const {
+    if (dtype == DType::kBFloat16) return bf16_sum_;
+    if (dtype == DType::kFloat16) return fp16_sum_;
+    return MPI_SUM;
+  }
+
+ private:
+  MpiRuntime() {
+    static FinalizeAtExit finalize;
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+      finalize.ours = true;
+    }
+    check(MPI_Op_create(&bf16_sum, 1, &bf16_sum_), "MPI_Op_create(bf16 sum)");
+    check(MPI_Op_create(&fp16_sum, 1, &fp16_sum_), "MPI_Op_create(fp16 sum)");
+  }
+
+  MPI_Op bf16_sum_ = MPI_OP_NULL;
+  MPI_Op fp16_sum_ = MPI_OP_NULL;
+};
+
+// One collective in flight: the requests it was split into, and what to do once all complete
+// (dividing for an average). A deadline that passes leaves the requests pending: MPI cannot
+// cancel a collective, but a later wait may still see it complete if the peers catch up.
+class MpiWork : public Work {
+ public:
+  MpiWork(std::vector<MPI_Request> requests, std::function<void()> finish, std::string what,
+          std::chrono::milliseconds timeout)
+      : requests_(std::move(requests)),
+        finish_(std::move(finish)),
+        what_(std::move(what)),
+        timeout_(timeout) {}
+
+  void wait() override {
+    if (!error_.empty()) throw CommError(error_);
+    if (done_) return;
+    const auto deadline = Clock::now() + timeout_;
+    for (int polls = 0; !test(); ++polls) {
+      if (Clock::now() >= deadline) throw timeout_error(what_, timeout_);
+      back_off(polls);
+    }
+    if (finish_) finish_();
+    done_ = true;
+  }
+
+ private:
+  bool test() {
+    int flag = 0;
+    int rc;
+    {
+      std::lock_guard<std::mutex> lock(MpiRuntime::get().mu);
+      rc = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag,
+                       MPI_STATUSES_IGNORE);
+    }
+    if (rc != MPI_SUCCESS) {
+      error_ = "fsdp: " + what_ + " failed: " + mpi_error_string(rc);
+      throw CommError(error_);
+    }
+    return flag != 0;
+  }
+
+  // OpenMPI progresses nonblocking collectives only inside MPI calls, so poll eagerly at first;
+  // then sleep a little, because ranks often share cores and a spinning waiter starves its peers.
+  static void back_off(int polls) {
+    if (polls < 100) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(polls < 2000 ? 20 : 200));
+    }
+  }
+
+  std::vector<MPI_Request> requests_;
+  std::function<void()> finish_;
+  std::string what_;
+  std::chrono::milliseconds timeout_;
+  bool done_ = false;
+  std::string error_;
+};
+
+// Calls `issue(offset, n)` for consecutive pieces of [0, count) no longer than the per-call limit.
+template <typename F>
+void in_pieces(size_t count, F issue) {
+  const size_t limit = std::max<size_t>(1, mpi_max_elements_per_call());
+  for (size_t offset = 0; offset < count; offset += limit) {
+    issue(offset, std::min(limit, count - offset));
+  }
+}
+
+char* at(void* base, size_t elements, DType dtype) {
+  return static_cast<char*>(base) + elements * dtype_size(dtype);
+}
+const char* at(const void* base, size_t elements, DType dtype) {
+  return static_cast<const char*>(base) + elements * dtype_size(dtype);
+}
+
+class MpiComm : public Comm {
+ public:
+  // Takes ownership of `comm`.
+  explicit MpiComm(MPI_Comm comm) : comm_(comm) {
+    std::lock_guard<std::mutex> lock(MpiRuntime::get().mu);
+    check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+  }
+
+  ~MpiComm() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;  // destroyed by a static after MPI_Finalize: nothing left to free
+    std::lock_guard<std::mutex> lock(MpiRuntime::get().mu);
+    MPI_Comm_free(&comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "mpi"; }
+
+  WorkPtr all_gather_async(const void* in, void* out, size_t count, DType dtype) override {
+    const std::string what = describe(*this, "all_gather", count, dtype);
+    const MPI_Datatype type = MpiRuntime::get().type(dtype);
+    std::vector<MPI_Request> requests;
+    if (count * size_ <= mpi_max_elements_per_call()) {
+      issue(requests, what, [&](MPI_Request* r) {
+        const int n = static_cast<int>(count);
+        return MPI_Iallgather(in, n, type, out, n, type, comm_, r);
+      });
+    } else {
+      // Too long for int counts: every rank broadcasts its part, in pieces.
+      std::copy_n(static_cast<const char*>(in), count * dtype_size(dtype),
+                  at(out, rank_ * count, dtype));
+      for (int root = 0; root < size_; ++root) {
+        in_pieces(count, [&](size_t offset, size_t n) {
+          void* piece = at(out, root * count + offset, dtype);
+          issue(requests, what, [&](MPI_Request* r) {
+            return MPI_Ibcast(piece, static_cast<int>(n), type, root, comm_, r);
+          });
+        });
+      }
+    }
+    return finish(std::move(requests), nullptr, what);
+  }
+
+  WorkPtr reduce_scatter_async(const void* in, void* out, size_t count, DType dtype,
+                               ReduceOp op) override {
+    const std::string what =
+        describe(*this, std::string("reduce_scatter(") + op_name(op) + ")", count, dtype);
+    const MPI_Datatype type = MpiRuntime::get().type(dtype);
+    const MPI_Op sum = MpiRuntime::get().sum_op(dtype);
+    std::vector<MPI_Request> requests;
+    if (count * size_ <= mpi_max_elements_per_call()) {
+      issue(requests, what, [&](MPI_Request* r) {
+        return MPI_Ireduce_scatter_block(in, out, static_cast<int>(count), type, sum, comm_, r);
+      });
+    } else {
+      // Too long for int counts: one reduce per destination rank, in pieces.
+      for (int root = 0; root < size_; ++root) {
+        in_pieces(count, [&](size_t offset, size_t n) {
+          const void* send = at(in, root * count + offset, dtype);
+          void* recv = at(out, offset, dtype);
+          issue(requests, what, [&](MPI_Request* r) {
+            return MPI_Ireduce(send, recv, static_cast<int>(n), type, sum, root, comm_, r);
+          });
+        });
+      }
+    }
+    return finish(std::move(requests), averager(out, count, dtype, op), what);
+  }
+
+  WorkPtr all_reduce_async(void* data, size_t count, DType dtype, ReduceOp op) override {
+    const std::string what =
+        describe(*this, std::string("all_reduce(") + op_name(op) + ")", count, dtype);
+    const MPI_Datatype type = MpiRuntime::get().type(dtype);
+    const MPI_Op sum = MpiRuntime::get().sum_op(dtype);
+    std::vector<MPI_Request> requests;
+    in_pieces(count, [&](size_t offset, size_t n) {
+      void* piece = at(data, offset, dtype);
+      issue(requests, what, [&](MPI_Request* r) {
+        return MPI_Iallreduce(MPI_IN_PLACE, piece, static_cast<int>(n), type, sum, comm_, r);
+      });
+    });
+    return finish(std::move(requests), averager(data, count, dtype, op), what);
+  }
+
+  WorkPtr broadcast_async(void* data, size_t count, DType dtype, int root) override {
+    const std::string what =
+        describe(*this, "broadcast(root " + std::to_string(root) + ")", count, dtype);
+    if (root < 0 || root >= size_) throw CommError("fsdp: bad root in " + what);
+    const MPI_Datatype type = MpiRuntime::get().type(dtype);
+    std::vector<MPI_Request> requests;
+    in_pieces(count, [&](size_t offset, size_t n) {
+      void* piece = at(data, offset, dtype);
+      issue(requests, what, [&](MPI_Request* r) {
+        return MPI_Ibcast(piece, static_cast<int>(n), type, root, comm_, r);
+      });
+    });
+    return finish(std::move(requests), nullptr, what);
+  }
+
+  void barrier() override {
+    const std::string what = describe(*this, "barrier");
+    std::vector<MPI_Request> requests;
+    issue(requests, what, [&](MPI_Request* r) { return MPI_Ibarrier(comm_, r); });
+    finish(std::move(requests), nullptr, what)->wait();
+  }
+
+  std::shared_ptr<Comm> split(int color, int key) override {
+    if (color < 0) throw CommError("fsdp: split color must be >= 0, got " + std::to_string(color));
+    // MPI_Comm_split blocks without a deadline; gathering the colors first, under one, makes
+    // sure every rank has arrived before we enter it.
+    std::vector<int64_t> mine = {color, key};
+    std::vector<int64_t> all(2 * size_);
+    all_gather(mine.data(), all.data(), 2, DType::kInt64);
+    MPI_Comm child;
+    {
+      std::lock_guard<std::mutex> lock(MpiRuntime::get().mu);
+      check(MPI_Comm_split(comm_, color, key, &child), "MPI_Comm_split");
+    }
+    auto comm = std::make_shared<MpiComm>(child);
+    comm->set_timeout(timeout());
+    return comm;
+  }
+
+ private:
+  template <typename F>
+  void issue(std::vector<MPI_Request>& requests, const std::string& what, F call) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    int rc;
+    {
+      std::lock_guard<std::mutex> lock(MpiRuntime::get().mu);
+      rc = call(&request);
+    }
+    if (rc != MPI_SUCCESS) {
+      throw CommError("fsdp: issuing " + what + " failed: " + mpi_error_string(rc));
+    }
+    requests.push_back(request);
+  }
+
+  WorkPtr finish(std::vector<MPI_Request> requests, std::function<void()> done,
+                 const std::string& what) {
+    return std::make_shared<MpiWork>(std::move(requests), std::move(done), what, timeout());
+  }
+
+  std::function<void()> averager(void* data, size_t count, DType dtype, ReduceOp op) const {
+    if (op != ReduceOp::kAvg) return nullptr;
+    const int n = size_;
+    return [data, count, dtype, n] { divide(data, count, dtype, n); };
+  }
+
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace
+
+bool mpi_built() { return true; }
+
+CommPtr make_mpi_comm(const MpiSetup& setup) {
+  MpiRuntime& runtime = MpiRuntime::get();
+  MPI_Comm world;
+  {
+    // Our own communicator, so that a program's MPI traffic never matches ours.
+    std::lock_guard<std::mutex> lock(runtime.mu);
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup(MPI_COMM_WORLD)");
+  }
+  auto comm = std::make_shared<MpiComm>(world);
+  comm->set_timeout(setup.timeout);
+  if (setup.expected_size > 0 && comm->size() != setup.expected_size) {
+    throw CommError("fsdp: MPI reports " + std::to_string(comm->size()) +
+                    " ranks but the launcher's environment says " +
+                    std::to_string(setup.expected_size) +
+                    " (was the program started without mpirun?)");
+  }
+  return comm;
+}
+
+}  // namespace comm_internal
+}  // namespace fsdp

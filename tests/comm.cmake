@@ -1,0 +1,26 @@
+# Comm layer tests. One binary: suite Comm runs on every backend and world size 1-4 under mpirun;
+# CommTimeout (a rank left alone in a collective) gets entries of its own, so that a wedged group
+# could never take the other tests down with it; the single-process suites run without mpirun.
+fsdp_test_executable(test_comm test_comm.cpp)
+# -fPIC as the library was built with: the reused precompiled header is rejected (-Winvalid-pch,
+# and torch.h recompiled) when an executable's -fPIE differs from it.
+target_compile_options(test_comm PRIVATE -Wall -Wextra -Wno-unused-parameter -fPIC)
+set(comm_backends "")
+if(FSDP_WITH_MPI)
+  list(APPEND comm_backends mpi)
+endif()
+if(FSDP_WITH_GLOO)
+  list(APPEND comm_backends gloo)
+endif()
+foreach(backend ${comm_backends})
+  foreach(np 1 2 3 4)
+    fsdp_mpi_test(NAME comm_${backend}_np${np} EXE test_comm NP ${np} BACKEND ${backend}
+                  FILTER "Comm.*" TIMEOUT 90)
+  endforeach()
+  foreach(np 2 3)
+    fsdp_mpi_test(NAME comm_timeout_${backend}_np${np} EXE test_comm NP ${np} BACKEND ${backend}
+                  FILTER "CommTimeout.*" TIMEOUT 60)
+  endforeach()
+endforeach()
+add_test(NAME comm_unit COMMAND test_comm "--gtest_filter=CommEnv.*:CommLocal.*:CommKernels.*")
+set_tests_properties(comm_unit PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 60)
