@@ -167,6 +167,58 @@ TEST(GPT2, RunsInBFloat16) {
   EXPECT_NEAR(loss.item<double>(), std::log(256.0), 0.1);
 }
 
+// Golden numbers from tests/golden/gpt2_reference.py: an independent PyTorch transcription of
+// Hugging Face's GPT2LMHeadModel, fed weights both sides compute from the same formula.
+at::Tensor golden_formula(int64_t k, at::IntArrayRef shape, double scale, double offset) {
+  const int64_t n = c10::multiply_integers(shape);
+  return at::arange(n, at::kDouble)
+      .mul(0.1)
+      .add(k)
+      .sin()
+      .mul(scale)
+      .add(offset)
+      .to(at::kFloat)
+      .view(shape);
+}
+
+TEST(GPT2, GoldenAgainstPyTorch) {
+  GPT2Config c;
+  c.vocab_size = 97;
+  c.n_positions = 16;
+  c.n_embd = 32;
+  c.n_layer = 2;
+  c.n_head = 4;
+  GPT2 model(c);
+  {
+    torch::NoGradGuard no_grad;
+    int64_t k = 0;
+    for (auto& item : model->named_parameters()) {
+      const std::string& name = item.key();
+      double scale = 0.3, offset = 0;
+      if (name == "transformer.wte.weight") scale = 0.15;
+      if (name.find("c_proj.weight") != std::string::npos) scale = 0.2;
+      if (name.find(".bias") != std::string::npos) scale = 0.05;
+      if (name.find("ln_") != std::string::npos && name.find(".weight") != std::string::npos) {
+        scale = 0.1;
+        offset = 1.0;
+      }
+      item.value().copy_(golden_formula(k++, item.value().sizes(), scale, offset));
+    }
+  }
+  const int64_t B = 2, T = 12;
+  at::Tensor tokens = at::empty({B, T + 1}, at::kLong);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t <= T; ++t) tokens[b][t] = (b * 31 + t * 17 + 5) % c.vocab_size;
+  }
+  at::Tensor logits = model->forward(tokens.narrow(1, 0, T));
+  const double loss = gpt2_loss(logits, tokens.narrow(1, 1, T)).item<double>();
+  EXPECT_NEAR(loss, 6.54617119, 1e-5);
+  EXPECT_NEAR(logits[0][0][0].item<double>(), 0.518634677, 1e-5);
+  EXPECT_NEAR(logits[0][5][17].item<double>(), 2.88531208, 1e-5);
+  EXPECT_NEAR(logits[1][11][96].item<double>(), 2.09789062, 1e-5);
+  EXPECT_NEAR(logits[1][7][40].item<double>(), -2.27090549, 1e-5);
+}
+
 // Hooks that count calls and scale the block's output, as a sharding runtime would intercept it.
 class ScalingHooks : public ModuleHooks {
  public:

@@ -20,21 +20,25 @@ constexpr int kSteps = 10;
 
 // --- fixtures: ordinary parameters and their flattened shards ------------------------------------
 
-const std::vector<std::vector<int64_t>> kShapes = {{7, 15}, {15},   {3, 4, 5}, {1},
-                                                   {33},    {8, 9}, {2}};
+using Shapes = std::vector<std::vector<int64_t>>;
+// clang-format off
+const Shapes kShapes = {{7, 15}, {15}, {3, 4, 5}, {1}, {33}, {8, 9}, {2}};
+// Large enough for vectorised loops with tails and, with more threads, several chunks per tensor.
+const Shapes kLargeShapes = {{301, 129}, {129}, {67, 1031}, {1031}, {5}};
+// clang-format on
 
-std::vector<at::Tensor> make_params(uint64_t seed) {
+std::vector<at::Tensor> make_params(uint64_t seed, const Shapes& shapes = kShapes) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   std::vector<at::Tensor> out;
-  for (const auto& shape : kShapes) out.push_back(at::randn(shape, gen).requires_grad_(true));
+  for (const auto& shape : shapes) out.push_back(at::randn(shape, gen).requires_grad_(true));
   return out;
 }
 
 // Gradients of step `step`, the same for every run.
-std::vector<at::Tensor> make_grads(int step) {
+std::vector<at::Tensor> make_grads(int step, const Shapes& shapes = kShapes) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
   std::vector<at::Tensor> out;
-  for (const auto& shape : kShapes) out.push_back(at::randn(shape, gen));
+  for (const auto& shape : shapes) out.push_back(at::randn(shape, gen));
   return out;
 }
 
@@ -89,9 +93,10 @@ double max_rel_diff(const at::Tensor& a, const at::Tensor& b) {
 // Steps torch's optimizer and ours kSteps times on the same gradients; returns {torch, ours}.
 std::pair<at::Tensor, at::Tensor> run_both(std::vector<at::Tensor> ref_params,
                                            torch::optim::Optimizer& ref, ShardedOptimizer& ours,
-                                           const std::vector<ShardedParam>& shards) {
+                                           const std::vector<ShardedParam>& shards,
+                                           const Shapes& shapes = kShapes) {
   for (int step = 0; step < kSteps; ++step) {
-    auto grads = make_grads(step);
+    auto grads = make_grads(step, shapes);
     for (size_t i = 0; i < ref_params.size(); ++i) ref_params[i].mutable_grad() = grads[i].clone();
     ref.step();
     ours.zero_grad();
@@ -132,6 +137,18 @@ TEST(AdamW, MatchesTorchWithDecayMaskBitForBit) {
   EXPECT_TRUE(at::equal(actual, expected))
       << "max relative difference " << max_rel_diff(actual, expected);
   EXPECT_EQ(ours.step_count(), kSteps);
+}
+
+TEST(AdamW, LargeShardsMatchTorchBitForBit) {
+  auto ref_params = make_params(6, kLargeShapes);
+  torch::optim::AdamW ref(adamw_groups(ref_params, 1e-3, 0.1));
+  auto start = make_params(6, kLargeShapes);
+  auto shards = make_shards(flatten(start), dim_mask(start), {12345, 40000, 70001});
+  AdamWOptions options;
+  options.weight_decay = 0.1;
+  AdamW ours(shards, options);
+  auto [expected, actual] = run_both(ref_params, ref, ours, shards, kLargeShapes);
+  EXPECT_TRUE(at::equal(actual, expected)) << max_rel_diff(actual, expected);
 }
 
 TEST(AdamW, UndefinedMaskDecaysEverything) {
