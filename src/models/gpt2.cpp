@@ -62,8 +62,8 @@ GPT2Config GPT2Config::tiny() {
 // --- modules ------------------------------------------------------------------------------------
 
 Conv1DImpl::Conv1DImpl(int64_t in_features, int64_t out_features) {
-  // Values come from init_gpt2_weights; empty() only allocates.
-  weight = register_parameter("weight", at::empty({in_features, out_features}));
+  // Zeros until init_gpt2_weights draws the values (GPT2Impl's constructor does).
+  weight = register_parameter("weight", at::zeros({in_features, out_features}));
   bias = register_parameter("bias", at::zeros({out_features}));
 }
 
