@@ -3,6 +3,7 @@
 // It also owns the process's MPI lifetime: MPI is initialised on first use, and finalised at exit
 // only if we initialised it (a program that brings its own MPI keeps control of it). MPI has no
 // bf16/fp16, so those travel as 16-bit words reduced by user-defined ops.
+
 // Only the C API: OpenMPI's deprecated C++ bindings would need libmpi_cxx at link time.
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
