@@ -2,9 +2,7 @@
 # CommTimeout (a rank left alone in a collective) gets entries of its own, so that a wedged group
 # could never take the other tests down with it; the single-process suites run without mpirun.
 fsdp_test_executable(test_comm test_comm.cpp)
-# -fPIC as the library was built with: the reused precompiled header is rejected (-Winvalid-pch,
-# and torch.h recompiled) when an executable's -fPIE differs from it.
-target_compile_options(test_comm PRIVATE -Wall -Wextra -Wno-unused-parameter -fPIC)
+target_compile_options(test_comm PRIVATE -Wall -Wextra -Wno-unused-parameter)
 set(comm_backends "")
 if(FSDP_WITH_MPI)
   list(APPEND comm_backends mpi)
