@@ -1,5 +1,3 @@
 # Optimizer tests: AdamW and SGD over flat shards against torch::optim on ordinary parameters,
 # global-norm clipping against torch::nn::utils::clip_grad_norm_, the LR schedule, bad input.
 fsdp_unit_test(test_optim test_optim.cpp)
-# -fPIC: see tests/models.cmake (reuse of the library's precompiled header).
-target_compile_options(test_optim PRIVATE -fPIC -Wall -Wextra -Wno-unused-parameter)

@@ -53,7 +53,8 @@ Selected by_name(torch::nn::Module& root, const WrapPolicy& policy) {
 }
 
 // PyTorch's size_based_auto_wrap_policy: bottom-up, a module is wrapped when the parameters not
-// already in a wrapped descendant number at least min_num_params. Returns the unwrapped count.
+// already in a wrapped descendant number at least min_num_params; containers that have no
+// forward (ModuleList, ModuleDict) are never wrapped, as in PyTorch. Returns the unwrapped count.
 int64_t wrap_by_size(const std::string& name, torch::nn::Module& module, int64_t min_params,
                      bool is_root, Selected& out) {
   int64_t count = 0;
@@ -62,7 +63,9 @@ int64_t wrap_by_size(const std::string& name, torch::nn::Module& module, int64_t
     const std::string child_name = name.empty() ? child.key() : name + "." + child.key();
     count += wrap_by_size(child_name, *child.value(), min_params, false, out);
   }
-  if (!is_root && count >= min_params) {
+  const std::string type = short_type_name(module.name());
+  const bool container = type == "ModuleList" || type == "ModuleDict";
+  if (!is_root && !container && count >= min_params) {
     out.emplace_back(name, &module);
     return 0;
   }

@@ -1,0 +1,9 @@
+// fsdp.cpp: fully sharded data parallel training for LibTorch. The one header users include.
+#pragma once
+
+#include "fsdp/comm.h"
+#include "fsdp/fully_shard.h"
+#include "fsdp/hooks.h"
+#include "fsdp/models/gpt2.h"
+#include "fsdp/optim.h"
+#include "fsdp/options.h"

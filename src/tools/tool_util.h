@@ -1,0 +1,32 @@
+// Small pieces the executables share: starting a multi-rank job when a tool is run by hand.
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace fsdp {
+namespace tools {
+
+// Replaces this process with `mpirun -np nproc <this executable> args...`. Used by tools that
+// need several ranks when a user starts them directly (the launcher fsdp-run will supersede it).
+[[noreturn]] inline void relaunch_under_mpirun(int argc, char** argv, int nproc) {
+  char exe[4096];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  std::vector<std::string> args = {"mpirun", "--allow-run-as-root", "--oversubscribe",
+                                   "--bind-to", "none", "-np", std::to_string(nproc),
+                                   n > 0 ? std::string(exe, static_cast<size_t>(n)) : argv[0]};
+  for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
+  std::vector<char*> cargs;
+  for (auto& s : args) cargs.push_back(s.data());
+  cargs.push_back(nullptr);
+  execvp("mpirun", cargs.data());
+  std::perror("could not start mpirun");
+  std::exit(1);
+}
+
+}  // namespace tools
+}  // namespace fsdp

@@ -1,0 +1,178 @@
+// The sharding runtime's bookkeeping: memory bounds from the accounting, shard sizes, the state
+// after forward under each strategy, and errors for bad input (which must come before any
+// collective, on every rank alike, so that nothing hangs).
+#include <gtest/gtest.h>
+
+#include "fsdp/fsdp.h"
+#include "test_util.h"
+
+namespace fsdp {
+namespace {
+
+GPT2Config small_config() {
+  GPT2Config c;
+  c.vocab_size = 97;
+  c.n_positions = 16;
+  c.n_embd = 48;
+  c.n_layer = 3;
+  c.n_head = 4;
+  return c;
+}
+
+struct Sharded {
+  GPT2 model;
+  std::shared_ptr<FullyShardedModel> fsdp;
+};
+
+Sharded shard_small(ShardingStrategy strategy) {
+  GPT2 model(small_config());
+  init_gpt2_weights(*model, 7);
+  auto fsdp = fully_shard(model.ptr(), test::world(),
+                          ShardingOptions().strategy(strategy).wrap(WrapPolicy::by_type({"GPT2Block"})));
+  return {model, fsdp};
+}
+
+at::Tensor step_tokens(int64_t rows) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(99);
+  return at::randint(small_config().vocab_size, {rows, small_config().n_positions + 1}, gen,
+                     at::kLong);
+}
+
+void train_step(Sharded& s) {
+  at::Tensor t = step_tokens(2);
+  const int64_t T = small_config().n_positions;
+  gpt2_loss(fsdp::forward(s.model, t.narrow(1, 0, T)), t.narrow(1, 1, T)).backward();
+}
+
+int64_t unit_bytes(const UnitInfo& u) { return u.padded_numel * 4; }
+
+TEST(Memory, FullShardGathersAtMostTwoUnitsPlusRoot) {
+  Sharded s = shard_small(ShardingStrategy::kFullShard);
+  auto units = s.fsdp->units();
+  ASSERT_EQ(units.size(), 4u);  // three blocks and the root
+  int64_t largest = 0;
+  for (size_t i = 0; i + 1 < units.size(); ++i) largest = std::max(largest, unit_bytes(units[i]));
+  const int64_t root = unit_bytes(units.back());
+  const int n = test::world()->size();
+  for (int step = 0; step < 3; ++step) {
+    s.fsdp->reset_peak_memory();
+    train_step(s);
+    MemoryStats m = s.fsdp->memory();
+    if (n > 1) {
+      EXPECT_LE(m.peak_gathered_param_bytes, root + 2 * largest);
+      EXPECT_GE(m.peak_gathered_param_bytes, root + largest);  // the accounting saw the gathers
+    } else {
+      EXPECT_EQ(m.peak_gathered_param_bytes, 0);  // one fp32 shard is the full parameter
+    }
+    EXPECT_EQ(m.gathered_param_bytes, 0) << "everything resharded after backward";
+    EXPECT_EQ(m.grad_buffer_bytes, 0) << "gradient buffers released after backward";
+  }
+}
+
+TEST(Memory, ShardedStateIsAboutOneNth) {
+  Sharded s = shard_small(ShardingStrategy::kFullShard);
+  const int n = test::world()->size();
+  int64_t total = 0, padded = 0;
+  for (const auto& u : s.fsdp->units()) {
+    total += u.numel;
+    padded += u.padded_numel;
+    EXPECT_EQ(u.padded_numel % n, 0);
+    EXPECT_LT(u.padded_numel - u.numel, n);
+  }
+  EXPECT_EQ(total, s.model->parameters().size() > 0 ? [&] {
+    int64_t c = 0;
+    for (auto& p : s.model->parameters()) c += p.numel();
+    return c;
+  }() : 0);
+  MemoryStats m = s.fsdp->memory();
+  EXPECT_EQ(m.sharded_param_bytes, padded * 4 / n);
+  EXPECT_EQ(m.sharded_grad_bytes, padded * 4 / n);
+  EXPECT_LE(m.sharded_param_bytes, (total * 4) / n + 4 * 4);  // padding: < 1 element per unit
+}
+
+TEST(Memory, NoShardKeepsFullReplicas) {
+  Sharded s = shard_small(ShardingStrategy::kNoShard);
+  int64_t total = 0;
+  for (auto& p : s.model->parameters()) total += p.numel();
+  EXPECT_EQ(s.fsdp->memory().sharded_param_bytes, total * 4);
+  train_step(s);
+  EXPECT_EQ(s.fsdp->memory().peak_gathered_param_bytes, 0);
+}
+
+TEST(State, ShardGradOpKeepsBlocksUntilBackward) {
+  Sharded s = shard_small(ShardingStrategy::kShardGradOp);
+  if (test::world()->size() == 1) GTEST_SKIP() << "nothing is gathered with one fp32 shard";
+  at::Tensor t = step_tokens(2);
+  const int64_t T = small_config().n_positions;
+  at::Tensor loss = gpt2_loss(fsdp::forward(s.model, t.narrow(1, 0, T)), t.narrow(1, 1, T));
+  int64_t all = 0;
+  for (const auto& u : s.fsdp->units()) all += unit_bytes(u);
+  EXPECT_EQ(s.fsdp->memory().gathered_param_bytes, all);
+  loss.backward();
+  EXPECT_EQ(s.fsdp->memory().gathered_param_bytes, 0);
+}
+
+TEST(State, EvalForwardReshardsEverything) {
+  Sharded s = shard_small(ShardingStrategy::kShardGradOp);
+  at::Tensor t = step_tokens(2);
+  torch::NoGradGuard no_grad;
+  at::Tensor logits = fsdp::forward(s.model, t.narrow(1, 0, small_config().n_positions));
+  EXPECT_EQ(logits.size(2), small_config().vocab_size);
+  EXPECT_EQ(s.fsdp->memory().gathered_param_bytes, 0);
+}
+
+TEST(BadInput, UnknownStrategyName) {
+  EXPECT_THROW(parse_sharding_strategy("FULLY_SHARDED"), std::invalid_argument);
+  EXPECT_EQ(parse_sharding_strategy("shard_grad_op"), ShardingStrategy::kShardGradOp);
+  EXPECT_EQ(parse_sharding_strategy("3"), ShardingStrategy::kNoShard);
+  try {
+    parse_sharding_strategy("7");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("FULL_SHARD"), std::string::npos) << e.what();
+  }
+}
+
+void expect_error(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    FAIL() << "expected an error mentioning '" << needle << "'";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(BadInput, WrapPolicyMatchingNothing) {
+  GPT2 model(small_config());
+  expect_error([&] {
+    fully_shard(model.ptr(), test::world(), ShardingOptions().wrap(WrapPolicy::by_type({"LlamaBlock"})));
+  }, "matched no module");
+  expect_error([&] {
+    fully_shard(model.ptr(), test::world(), ShardingOptions().wrap(WrapPolicy::by_name({"transformer.h.9"})));
+  }, "transformer.h.9");
+  expect_error([&] {
+    fully_shard(model.ptr(), test::world(), ShardingOptions().wrap(WrapPolicy::by_size(1000000000)));
+  }, "matched no module");
+}
+
+TEST(BadInput, WorldLargerThanParameterCount) {
+  const int n = test::world()->size();
+  if (n == 1) GTEST_SKIP() << "needs a world size above the parameter count";
+  auto tiny = std::make_shared<torch::nn::LinearImpl>(torch::nn::LinearOptions(1, 1).bias(false));
+  expect_error([&] { fully_shard(tiny, test::world()); }, "larger than the model's parameter count");
+}
+
+TEST(BadInput, UnsupportedStrategyIsAnError) {
+  GPT2 model(small_config());
+  expect_error([&] {
+    fully_shard(model.ptr(), test::world(), ShardingOptions().strategy(ShardingStrategy::kHybridShard));
+  }, "HYBRID_SHARD is not supported");
+}
+
+TEST(BadInput, ShardingTwice) {
+  Sharded s = shard_small(ShardingStrategy::kFullShard);
+  expect_error([&] { fully_shard(s.model.ptr(), test::world()); }, "already sharded");
+}
+
+}  // namespace
+}  // namespace fsdp
