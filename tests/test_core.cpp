@@ -121,6 +121,69 @@ TEST(State, EvalForwardReshardsEverything) {
   EXPECT_EQ(s.fsdp->memory().gathered_param_bytes, 0);
 }
 
+// Two wrapped blocks share one weight: it must live in a single unit (the root, gathered
+// throughout), and training must match plain autograd.
+struct TiedBlockImpl : torch::nn::Module {
+  TiedBlockImpl(at::Tensor shared, int64_t dim) {
+    w = register_parameter("w", shared);
+    b = register_parameter("b", torch::zeros({dim}));
+  }
+  at::Tensor forward(const at::Tensor& x) { return torch::tanh(x.matmul(w) + b); }
+  at::Tensor w, b;
+};
+TORCH_MODULE(TiedBlock);
+
+struct TiedNetImpl : torch::nn::Module {
+  explicit TiedNetImpl(int64_t dim) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+    at::Tensor shared = at::randn({dim, dim}, gen);
+    a = register_module("a", TiedBlock(shared, dim));
+    b = register_module("b", TiedBlock(shared, dim));
+    head = register_parameter("head", at::randn({dim}, gen));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    return (fsdp::forward(b, fsdp::forward(a, x)) * head).sum();
+  }
+  TiedBlock a{nullptr}, b{nullptr};
+  at::Tensor head;
+};
+TORCH_MODULE(TiedNet);
+
+TEST(TiedParameters, StayInOneUnitAndTrainLikeOneProcess) {
+  constexpr int64_t kDim = 5;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  const at::Tensor x = at::randn({6, kDim}, gen);
+  TiedNet reference(kDim);
+  reference->forward(x).backward();
+  std::map<std::string, at::Tensor> expected;
+  for (const auto& p : reference->named_parameters()) {
+    expected[p.key()] = (p.value() - 0.1 * p.value().grad()).detach();
+  }
+
+  TiedNet net(kDim);
+  auto sharded = fully_shard(net.ptr(), test::world(),
+                             ShardingOptions().wrap(WrapPolicy::by_type({"TiedBlock"})));
+  auto units = sharded->units();
+  ASSERT_EQ(units.size(), 3u);
+  const auto& root_names = units.back().param_names;
+  EXPECT_NE(std::find(root_names.begin(), root_names.end(), "a.w"), root_names.end());
+  for (size_t i = 0; i + 1 < units.size(); ++i) EXPECT_EQ(units[i].param_names.size(), 1u);
+
+  std::vector<ShardedParam> params;
+  for (const auto& s : sharded->shards()) params.push_back({s.param, s.grad, s.decay_mask});
+  SGDOptions sgd;
+  sgd.lr = 0.1;
+  SGD opt(params, sgd);
+  // Every rank feeds the same batch, so the averaged gradient equals the single-process one.
+  fsdp::forward(net, x).backward();
+  opt.step();
+  auto got = sharded->gather_full_params();
+  for (const auto& [name, value] : expected) {
+    ASSERT_TRUE(got.count(name)) << name;
+    EXPECT_TRUE(at::allclose(got.at(name), value, 1e-5, 1e-6)) << name;
+  }
+}
+
 TEST(BadInput, UnknownStrategyName) {
   EXPECT_THROW(parse_sharding_strategy("FULLY_SHARDED"), std::invalid_argument);
   EXPECT_EQ(parse_sharding_strategy("shard_grad_op"), ShardingStrategy::kShardGradOp);

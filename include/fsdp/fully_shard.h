@@ -13,7 +13,8 @@
 // (see docs/design.md, [Note: storage resize]), so the model's own code runs unchanged. Between
 // steps parameters are sharded: read them through gather_full_params(), not directly.
 // Collectives are issued in the same order on every rank, so every rank must run the same forward
-// and backward. Not thread-safe: one training thread per process.
+// and backward. Not thread-safe: one training thread per process. The model is usable only while
+// its FullyShardedModel lives: afterwards its parameters are views of released buffers.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -23,6 +23,7 @@ struct ParamSlot {
   std::vector<int64_t> shape;
   int64_t offset = 0;  // into the unpadded flat buffer
   int64_t numel = 0;
+  std::vector<std::string> aliases;  // other names of the same tensor (tied parameters)
 };
 
 class FlatParam {

@@ -39,15 +39,20 @@ std::vector<std::vector<ParamSlot>> assign_params(
     }
     auto it = seen.find(item.value().unsafeGetTensorImpl());
     if (it != seen.end()) {
-      if (it->second.first != owner && it->second.first != root_index) {
-        ParamSlot moved = slots[it->second.first][it->second.second];
-        slots[it->second.first].erase(slots[it->second.first].begin() + it->second.second);
-        slots[root_index].push_back(std::move(moved));
+      auto& [unit, index] = it->second;
+      slots[unit][index].aliases.push_back(name);
+      if (unit != owner && unit != root_index) {
+        slots[root_index].push_back(std::move(slots[unit][index]));
+        slots[unit].erase(slots[unit].begin() + static_cast<std::ptrdiff_t>(index));
+        for (auto& entry : seen) {  // later slots of that unit moved down by one
+          if (entry.second.first == unit && entry.second.second > index) --entry.second.second;
+        }
+        it->second = {root_index, slots[root_index].size() - 1};
       }
       continue;
     }
     seen[item.value().unsafeGetTensorImpl()] = {owner, slots[owner].size()};
-    slots[owner].push_back(ParamSlot{name, item.value(), {}, 0, 0});
+    slots[owner].push_back(ParamSlot{name, item.value(), {}, 0, 0, {}});
   }
   return slots;
 }
@@ -214,6 +219,7 @@ std::map<std::string, at::Tensor> Runtime::gather_full_params() {
     }
     for (const auto& s : flat.slots()) {
       out[s.name] = full.narrow(0, s.offset, s.numel).view(s.shape).clone();
+      for (const auto& alias : s.aliases) out[alias] = out[s.name];
     }
   }
   return out;

@@ -9,6 +9,7 @@
 //   for outstanding reductions, reshard everything.
 #pragma once
 
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <string>
@@ -34,6 +35,10 @@ class Unit : public ModuleHooks {
  public:
   Unit(Runtime& runtime, std::string name, const torch::nn::Module* module,
        std::vector<ParamSlot> slots, bool is_root);
+  // Removes the gradient-accumulator hooks, which point back at this unit.
+  ~Unit() override;
+  Unit(const Unit&) = delete;
+  Unit& operator=(const Unit&) = delete;
 
   // ModuleHooks: called by fsdp::forward around the module's forward.
   void pre_forward() override;
@@ -76,6 +81,7 @@ class Unit : public ModuleHooks {
   // Grad accumulators are held so that hooks registered on them survive between steps (a
   // parameter only keeps a weak reference to its accumulator).
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<uintptr_t> hook_keys_;
   int trainable_params_ = 0;
   // Per-backward state.
   bool forwarded_ = false;

@@ -75,12 +75,16 @@ Unit::Unit(Runtime& runtime, std::string name, const torch::nn::Module* module,
   state_ = UnitState::kSharded;
 }
 
+Unit::~Unit() {
+  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+}
+
 void Unit::register_grad_hooks() {
   for (const auto& slot : flat_.slots()) {
     if (!slot.param.requires_grad()) continue;
     auto acc = torch::autograd::impl::grad_accumulator(slot.param);
     FSDP_CHECK(acc, "no gradient accumulator for parameter '", slot.name, "'");
-    acc->add_post_hook(std::make_unique<GradAccumulatedHook>(this));
+    hook_keys_.push_back(acc->add_post_hook(std::make_unique<GradAccumulatedHook>(this)));
     accumulators_.push_back(std::move(acc));
     ++trainable_params_;
   }
