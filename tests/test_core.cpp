@@ -232,6 +232,13 @@ TEST(BadInput, UnsupportedStrategyIsAnError) {
   }, "HYBRID_SHARD is not supported");
 }
 
+TEST(BadInput, Fp16ComputeIsRefused) {
+  GPT2 model(small_config());
+  expect_error([&] {
+    fully_shard(model.ptr(), test::world(), ShardingOptions().param_dtype(DType::kFloat16));
+  }, "param_dtype fp16 is not supported");
+}
+
 TEST(BadInput, ShardingTwice) {
   Sharded s = shard_small(ShardingStrategy::kFullShard);
   expect_error([&] { fully_shard(s.model.ptr(), test::world()); }, "already sharded");

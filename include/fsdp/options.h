@@ -56,10 +56,11 @@ struct ShardingOptions {
   ShardingStrategy strategy_ = ShardingStrategy::kFullShard;
   // Default: no wrapping (the whole model is one unit).
   WrapPolicy wrap_;
-  // Dtype of gathered parameters, forward and backward compute, and unsharded gradients.
-  // Default: fp32 (no mixed precision). Master shards and optimizer state stay fp32 regardless.
+  // Dtype of gathered parameters, forward and backward compute, and unsharded gradients: fp32 or
+  // bf16 (CPU LibTorch has no fp16 kernels). Default: fp32 (no mixed precision). Master shards
+  // and optimizer state stay fp32 regardless.
   DType param_dtype_ = DType::kFloat32;
-  // Dtype in which gradients are reduced across ranks. Default: fp32.
+  // Dtype in which gradients are reduced across ranks: fp32, bf16 or fp16. Default: fp32.
   DType reduce_dtype_ = DType::kFloat32;
 
   ShardingOptions& strategy(ShardingStrategy s) { strategy_ = s; return *this; }

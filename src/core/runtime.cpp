@@ -15,7 +15,10 @@ namespace fsdp {
 namespace {
 
 void check_dtypes(const ShardingOptions& o) {
-  FSDP_CHECK(o.param_dtype_ != DType::kInt64, "param_dtype must be a floating type, got int64");
+  FSDP_CHECK(o.param_dtype_ == DType::kFloat32 || o.param_dtype_ == DType::kBFloat16,
+             "param_dtype ", dtype_name(o.param_dtype_),
+             " is not supported: LibTorch's CPU kernels (matmul, layer norm) have no fp16; use "
+             "bf16 or fp32");
   FSDP_CHECK(o.reduce_dtype_ != DType::kInt64, "reduce_dtype must be a floating type, got int64");
 }
 
