@@ -67,7 +67,8 @@ void reset_peak_rss() {
 
 struct Result {
   double step_seconds = 0;
-  double peak_rss_mib = 0;
+  double setup_peak_rss_mib = 0;  // building the full model, then sharding it
+  double peak_rss_mib = 0;        // training steps, after sharding
   double model_state_mib = 0;  // sharded params + grads + AdamW m, v
   double peak_gathered_mib = 0;
   double peak_grad_buffers_mib = 0;
@@ -85,6 +86,9 @@ Result run(fsdp::ShardingStrategy strategy, const Args& a, fsdp::CommPtr world) 
   std::vector<fsdp::ShardedParam> params;
   for (const auto& s : sharded->shards()) params.push_back({s.param, s.grad, s.decay_mask});
   fsdp::AdamW opt(params, fsdp::AdamWOptions());
+  Result r;
+  r.setup_peak_rss_mib = read_status_kib("VmHWM:") / 1024.0;
+  reset_peak_rss();
   auto gen = at::make_generator<at::CPUGeneratorImpl>(world->rank() + 1);
   at::Tensor tokens = at::randint(cfg.vocab_size, {a.batch, a.seq + 1}, gen, at::kLong);
   auto step = [&] {
@@ -95,7 +99,6 @@ Result run(fsdp::ShardingStrategy strategy, const Args& a, fsdp::CommPtr world) 
     opt.step();
     return loss.item<double>();
   };
-  Result r;
   step();  // warm-up: first-touch page faults and lazy initialisation
   world->barrier();
   const auto t0 = std::chrono::steady_clock::now();
@@ -132,17 +135,21 @@ int main(int argc, char** argv) {
       results.emplace_back(s, run(s, a, world));
     }
     if (world->rank() == 0) {
-      std::printf("%-10s %10s %10s %14s %14s %14s %12s\n", "strategy", "step_s", "tokens/s",
-                  "peak_rss_MiB", "model_st_MiB", "gathered_MiB", "gradbuf_MiB");
+      std::printf("%-10s %8s %9s %10s %10s %11s %12s %11s\n", "strategy", "step_s", "tokens/s",
+                  "setup_MiB", "train_MiB", "model_state", "gathered_pk", "gradbuf_pk");
       for (const auto& [s, r] : results) {
-        std::printf("%-10s %10.3f %10.1f %14.1f %14.1f %14.1f %12.1f\n", fsdp::to_string(s),
-                    r.step_seconds, n * a.batch * a.seq / r.step_seconds, r.peak_rss_mib,
-                    r.model_state_mib, r.peak_gathered_mib, r.peak_grad_buffers_mib);
+        std::printf("%-10s %8.3f %9.1f %10.1f %10.1f %11.1f %12.1f %11.1f\n", fsdp::to_string(s),
+                    r.step_seconds, n * a.batch * a.seq / r.step_seconds, r.setup_peak_rss_mib,
+                    r.peak_rss_mib, r.model_state_mib, r.peak_gathered_mib,
+                    r.peak_grad_buffers_mib);
       }
+      std::printf("(MiB per rank; setup/train: peak resident set while building and sharding the "
+                  "model / while training; model_state: fp32 shards of params, grads, Adam m and v; "
+                  "gathered_pk, gradbuf_pk: the runtime's peaks)\n");
       const Result& ns = results[0].second;
       const Result& fs = results[1].second;
-      std::printf("FULL_SHARD / NO_SHARD: throughput %.3f, peak RSS %.3f, model state %.3f "
-                  "(theory 1/%d = %.3f)\n",
+      std::printf("FULL_SHARD / NO_SHARD: throughput %.3f, training peak RSS %.3f, model state "
+                  "%.3f (theory 1/%d = %.3f)\n",
                   ns.step_seconds / fs.step_seconds, fs.peak_rss_mib / ns.peak_rss_mib,
                   fs.model_state_mib / ns.model_state_mib, n, 1.0 / n);
     }
