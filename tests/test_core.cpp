@@ -27,8 +27,9 @@ struct Sharded {
 Sharded shard_small(ShardingStrategy strategy) {
   GPT2 model(small_config());
   init_gpt2_weights(*model, 7);
-  auto fsdp = fully_shard(model.ptr(), test::world(),
-                          ShardingOptions().strategy(strategy).wrap(WrapPolicy::by_type({"GPT2Block"})));
+  auto fsdp =
+      fully_shard(model.ptr(), test::world(),
+                  ShardingOptions().strategy(strategy).wrap(WrapPolicy::by_type({"GPT2Block"})));
   return {model, fsdp};
 }
 
@@ -169,8 +170,7 @@ TEST(TiedParameters, StayInOneUnitAndTrainLikeOneProcess) {
   EXPECT_NE(std::find(root_names.begin(), root_names.end(), "a.w"), root_names.end());
   for (size_t i = 0; i + 1 < units.size(); ++i) EXPECT_EQ(units[i].param_names.size(), 1u);
 
-  std::vector<ShardedParam> params;
-  for (const auto& s : sharded->shards()) params.push_back({s.param, s.grad, s.decay_mask});
+  std::vector<ShardedParam> params = sharded_params(*sharded);
   SGDOptions sgd;
   sgd.lr = 0.1;
   SGD opt(params, sgd);
@@ -207,36 +207,51 @@ void expect_error(const std::function<void()>& f, const std::string& needle) {
 
 TEST(BadInput, WrapPolicyMatchingNothing) {
   GPT2 model(small_config());
-  expect_error([&] {
-    fully_shard(model.ptr(), test::world(), ShardingOptions().wrap(WrapPolicy::by_type({"LlamaBlock"})));
-  }, "matched no module");
-  expect_error([&] {
-    fully_shard(model.ptr(), test::world(), ShardingOptions().wrap(WrapPolicy::by_name({"transformer.h.9"})));
-  }, "transformer.h.9");
-  expect_error([&] {
-    fully_shard(model.ptr(), test::world(), ShardingOptions().wrap(WrapPolicy::by_size(1000000000)));
-  }, "matched no module");
+  expect_error(
+      [&] {
+        fully_shard(model.ptr(), test::world(),
+                    ShardingOptions().wrap(WrapPolicy::by_type({"LlamaBlock"})));
+      },
+      "matched no module");
+  expect_error(
+      [&] {
+        fully_shard(model.ptr(), test::world(),
+                    ShardingOptions().wrap(WrapPolicy::by_name({"transformer.h.9"})));
+      },
+      "transformer.h.9");
+  expect_error(
+      [&] {
+        fully_shard(model.ptr(), test::world(),
+                    ShardingOptions().wrap(WrapPolicy::by_size(1000000000)));
+      },
+      "matched no module");
 }
 
 TEST(BadInput, WorldLargerThanParameterCount) {
   const int n = test::world()->size();
   if (n == 1) GTEST_SKIP() << "needs a world size above the parameter count";
   auto tiny = std::make_shared<torch::nn::LinearImpl>(torch::nn::LinearOptions(1, 1).bias(false));
-  expect_error([&] { fully_shard(tiny, test::world()); }, "larger than the model's parameter count");
+  expect_error([&] { fully_shard(tiny, test::world()); },
+               "larger than the model's parameter count");
 }
 
 TEST(BadInput, UnsupportedStrategyIsAnError) {
   GPT2 model(small_config());
-  expect_error([&] {
-    fully_shard(model.ptr(), test::world(), ShardingOptions().strategy(ShardingStrategy::kHybridShard));
-  }, "HYBRID_SHARD is not supported");
+  expect_error(
+      [&] {
+        fully_shard(model.ptr(), test::world(),
+                    ShardingOptions().strategy(ShardingStrategy::kHybridShard));
+      },
+      "HYBRID_SHARD is not supported");
 }
 
 TEST(BadInput, Fp16ComputeIsRefused) {
   GPT2 model(small_config());
-  expect_error([&] {
-    fully_shard(model.ptr(), test::world(), ShardingOptions().param_dtype(DType::kFloat16));
-  }, "param_dtype fp16 is not supported");
+  expect_error(
+      [&] {
+        fully_shard(model.ptr(), test::world(), ShardingOptions().param_dtype(DType::kFloat16));
+      },
+      "param_dtype fp16 is not supported");
 }
 
 TEST(BadInput, ShardingTwice) {

@@ -79,8 +79,9 @@ RunResult train_reference(at::ScalarType dtype, int micro_batches) {
   std::vector<at::Tensor> decay, no_decay;
   for (auto& p : master->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
   std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(
-                                 torch::optim::AdamWOptions(kLr).eps(kEps).weight_decay(kWeightDecay)));
+  groups.emplace_back(decay,
+                      std::make_unique<torch::optim::AdamWOptions>(
+                          torch::optim::AdamWOptions(kLr).eps(kEps).weight_decay(kWeightDecay)));
   groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(
                                     torch::optim::AdamWOptions(kLr).eps(kEps).weight_decay(0.0)));
   torch::optim::AdamW opt(std::move(groups));
@@ -108,7 +109,8 @@ RunResult train_reference(at::ScalarType dtype, int micro_batches) {
     opt.step();
     r.losses.push_back(loss.item<double>());
   }
-  for (const auto& item : master->named_parameters()) r.params[item.key()] = item.value().detach().clone();
+  for (const auto& item : master->named_parameters())
+    r.params[item.key()] = item.value().detach().clone();
   return r;
 }
 
@@ -121,12 +123,6 @@ struct ShardedRun {
   int micro_batches = 1;  // > 1: gradient accumulation, all but the last under no_sync
   WrapPolicy wrap = WrapPolicy::by_type({"GPT2Block"});
 };
-
-std::vector<ShardedParam> optimizer_params(const FullyShardedModel& m) {
-  std::vector<ShardedParam> out;
-  for (const auto& s : m.shards()) out.push_back({s.param, s.grad, s.decay_mask});
-  return out;
-}
 
 RunResult train_sharded(const ShardedRun& run) {
   CommPtr world = test::world();
@@ -142,7 +138,7 @@ RunResult train_sharded(const ShardedRun& run) {
   adam.lr = kLr;
   adam.weight_decay = kWeightDecay;
   adam.eps = kEps;
-  std::vector<ShardedParam> params = optimizer_params(*sharded);
+  std::vector<ShardedParam> params = sharded_params(*sharded);
   AdamW opt(params, adam);
 
   const int64_t T = tiny_config().n_positions;
@@ -172,9 +168,10 @@ RunResult train_sharded(const ShardedRun& run) {
 // --- comparison ---------------------------------------------------------------------------------
 
 struct Tolerance {
-  double loss;       // absolute, per step
-  double grad_norm;  // relative, per step
-  double param;  // absolute, per element, after the last step
+  double loss;             // absolute, per step
+  double first_grad_norm;  // relative, at step 0 (same parameters in both runs)
+  double grad_norm;        // relative, at later steps (parameters apart by the error so far)
+  double param;            // absolute, per element, after the last step
   // Relative error of the training update, |p_got - p_ref| / |p_ref - p0| (L2 norms): per tensor
   // (0: not checked) and over the whole model.
   double tensor_update_rel;
@@ -185,7 +182,8 @@ void expect_parity(const RunResult& ref, const RunResult& got, Tolerance tol) {
   ASSERT_EQ(ref.losses.size(), got.losses.size());
   for (size_t i = 0; i < ref.losses.size(); ++i) {
     EXPECT_NEAR(ref.losses[i], got.losses[i], tol.loss) << "loss at step " << i;
-    EXPECT_NEAR(ref.grad_norms[i], got.grad_norms[i], tol.grad_norm * ref.grad_norms[i])
+    const double norm_tol = i == 0 ? tol.first_grad_norm : tol.grad_norm;
+    EXPECT_NEAR(ref.grad_norms[i], got.grad_norms[i], norm_tol * ref.grad_norms[i])
         << "gradient norm at step " << i;
   }
   ASSERT_EQ(ref.params.size(), got.params.size());
@@ -217,8 +215,8 @@ void expect_parity(const RunResult& ref, const RunResult& got, Tolerance tol) {
 // fp32: sharded and reference runs differ only in summation order (per-rank means, then the
 // average over ranks). Measured at world size 3: at most 6e-6 on any parameter element after 10
 // steps of lr 1e-2 (world size 1 is bit-exact). We allow 1e-5 on the loss, 1e-5 relative on the
-// gradient norm, 2e-5 per element and 1e-3 on the relative update of each tensor and the model.
-constexpr Tolerance kFp32{1e-5, 1e-5, 2e-5, 1e-3, 1e-3};
+// gradient norms, 2e-5 per element and 1e-3 on the relative update of each tensor and the model.
+constexpr Tolerance kFp32{1e-5, 1e-5, 1e-5, 2e-5, 1e-3, 1e-3};
 
 class Parity : public ::testing::TestWithParam<ShardingStrategy> {};
 
@@ -250,14 +248,17 @@ TEST_P(Parity, NoSyncAccumulationMatchesLargeBatch) {
 // Adam's normalisation turns into update differences of a few percent. Measured at world size 3:
 // loss within 1e-2, parameters within 0.02 (of updates up to 0.1), model update within 5%; per
 // tensor up to 8%, except c_attn.bias (29%), whose key third has a true gradient of zero and so
-// moves by bf16 noise alone: per-tensor errors are not checked; gradient norms within 3.3% (they
-// follow the parameters apart). We allow 2e-2 on the loss, 5e-2 relative on the gradient norm, 0.03 per element and 0.1 on the model's relative update. Adam
-// hides a wrong gradient scale from the parameters; the gradient norm does not.
+// moves by bf16 noise alone: per-tensor errors are not checked. Gradient norms: within 3e-4 at step
+// 0, up to 5% later, as the parameters drift apart. We allow 2e-2 on the loss, 5e-3 (step 0) and
+// 0.15 (later) relative on the gradient norm, 0.03 per element and 0.1 on the model's relative
+// update. Adam hides a wrong gradient scale from the parameters; the gradient norm does not.
+constexpr Tolerance kBf16{2e-2, 5e-3, 0.15, 0.03, 0, 0.1};
+
 TEST_P(Parity, Bf16MatchesSingleProcessBf16) {
   ShardedRun run;
   run.strategy = GetParam();
   run.param_dtype = DType::kBFloat16;
-  expect_parity(train_reference(at::kBFloat16, 1), train_sharded(run), {2e-2, 5e-2, 0.03, 0, 0.1});
+  expect_parity(train_reference(at::kBFloat16, 1), train_sharded(run), kBf16);
 }
 
 // Gradients reduced in bf16 as well: the sum over ranks rounds to bf16 at each partial sum; the
@@ -267,7 +268,7 @@ TEST_P(Parity, Bf16ReduceMatchesSingleProcessBf16) {
   run.strategy = GetParam();
   run.param_dtype = DType::kBFloat16;
   run.reduce_dtype = DType::kBFloat16;
-  expect_parity(train_reference(at::kBFloat16, 1), train_sharded(run), {2e-2, 5e-2, 0.03, 0, 0.1});
+  expect_parity(train_reference(at::kBFloat16, 1), train_sharded(run), kBf16);
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, Parity,

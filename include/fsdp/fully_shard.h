@@ -44,7 +44,7 @@ struct MemoryStats {
   int64_t sharded_grad_bytes = 0;    // fp32 gradient shards
   int64_t gathered_param_bytes = 0;  // unsharded (gathered) parameter buffers alive now
   int64_t peak_gathered_param_bytes = 0;
-  int64_t grad_buffer_bytes = 0;     // unsharded gradient buffers and reduction scratch alive now
+  int64_t grad_buffer_bytes = 0;  // unsharded gradient buffers and reduction scratch alive now
   int64_t peak_grad_buffer_bytes = 0;
 };
 
@@ -63,10 +63,10 @@ using DecayRule = std::function<bool(const std::string& name, const at::Tensor& 
 bool default_decay_rule(const std::string& name, const at::Tensor& param);
 
 struct UnitInfo {
-  std::string name;             // qualified module name; "" for the root
-  int64_t numel = 0;            // parameters in the unit
-  int64_t padded_numel = 0;     // numel padded to a multiple of the shard count
-  int64_t shard_numel = 0;      // elements this rank holds
+  std::string name;          // qualified module name; "" for the root
+  int64_t numel = 0;         // parameters in the unit
+  int64_t padded_numel = 0;  // numel padded to a multiple of the shard count
+  int64_t shard_numel = 0;   // elements this rank holds
   std::vector<std::string> param_names;
 };
 

@@ -52,10 +52,11 @@ Out run_post_forward(ModuleHooks& hooks, Out out) {
   } else if constexpr (std::is_same_v<Out, std::vector<at::Tensor>>) {
     return hooks.post_forward(std::move(out));
   } else {
-    static_assert(IsTensorTuple<Out>::value,
-                  "fsdp::forward: a hooked module must return a Tensor, a vector or a tuple of Tensors");
-    std::vector<at::Tensor> flat = std::apply(
-        [](auto&... t) { return std::vector<at::Tensor>{t...}; }, out);
+    static_assert(
+        IsTensorTuple<Out>::value,
+        "fsdp::forward: a hooked module must return a Tensor, a vector or a tuple of Tensors");
+    std::vector<at::Tensor> flat =
+        std::apply([](auto&... t) { return std::vector<at::Tensor>{t...}; }, out);
     flat = hooks.post_forward(std::move(flat));
     size_t i = 0;
     std::apply([&](auto&... t) { ((t = flat[i++]), ...); }, out);

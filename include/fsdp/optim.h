@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "fsdp/comm.h"
+#include "fsdp/fully_shard.h"
 
 namespace fsdp {
 
@@ -33,6 +34,15 @@ struct ShardedParam {
   at::Tensor grad;
   at::Tensor decay_mask;
 };
+
+// A sharded model's shards, ready for an optimizer: one ShardedParam per unit, with the decay
+// mask `rule` gives (default: matrices and embeddings decay, biases and norm weights do not).
+inline std::vector<ShardedParam> sharded_params(const FullyShardedModel& model,
+                                                const DecayRule& rule = default_decay_rule) {
+  std::vector<ShardedParam> out;
+  for (const auto& s : model.shards(rule)) out.push_back({s.param, s.grad, s.decay_mask});
+  return out;
+}
 
 namespace detail {
 // Where a shard's decay mask is 1, computed once: contiguous [begin, end) runs when there are few

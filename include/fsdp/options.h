@@ -16,10 +16,10 @@ namespace fsdp {
 
 // PyTorch FSDP's strategies, in the order of its enum (Accelerate's 1-5 numbering).
 enum class ShardingStrategy {
-  kFullShard = 1,     // params, grads, optimizer state sharded; params freed after each forward
-  kShardGradOp = 2,   // like FULL_SHARD, but params stay gathered from forward to end of backward
-  kNoShard = 3,       // replicated params, all-reduced grads (DDP semantics)
-  kHybridShard = 4,   // FULL_SHARD within a node, replicated across nodes (not yet supported)
+  kFullShard = 1,    // params, grads, optimizer state sharded; params freed after each forward
+  kShardGradOp = 2,  // like FULL_SHARD, but params stay gathered from forward to end of backward
+  kNoShard = 3,      // replicated params, all-reduced grads (DDP semantics)
+  kHybridShard = 4,  // FULL_SHARD within a node, replicated across nodes (not yet supported)
   kHybridShardZero2 = 5,  // SHARD_GRAD_OP within a node, replicated across (not yet supported)
 };
 
@@ -63,10 +63,22 @@ struct ShardingOptions {
   // Dtype in which gradients are reduced across ranks: fp32, bf16 or fp16. Default: fp32.
   DType reduce_dtype_ = DType::kFloat32;
 
-  ShardingOptions& strategy(ShardingStrategy s) { strategy_ = s; return *this; }
-  ShardingOptions& wrap(WrapPolicy w) { wrap_ = std::move(w); return *this; }
-  ShardingOptions& param_dtype(DType d) { param_dtype_ = d; return *this; }
-  ShardingOptions& reduce_dtype(DType d) { reduce_dtype_ = d; return *this; }
+  ShardingOptions& strategy(ShardingStrategy s) {
+    strategy_ = s;
+    return *this;
+  }
+  ShardingOptions& wrap(WrapPolicy w) {
+    wrap_ = std::move(w);
+    return *this;
+  }
+  ShardingOptions& param_dtype(DType d) {
+    param_dtype_ = d;
+    return *this;
+  }
+  ShardingOptions& reduce_dtype(DType d) {
+    reduce_dtype_ = d;
+    return *this;
+  }
 };
 
 }  // namespace fsdp

@@ -18,7 +18,7 @@ std::string concat(const Args&... args) {
 }  // namespace detail
 }  // namespace fsdp
 
-#define FSDP_CHECK(cond, ...)                                                    \
-  do {                                                                           \
+#define FSDP_CHECK(cond, ...)                                                             \
+  do {                                                                                    \
     if (!(cond)) throw std::runtime_error(::fsdp::detail::concat("fsdp: ", __VA_ARGS__)); \
   } while (0)

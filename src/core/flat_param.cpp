@@ -92,7 +92,9 @@ void FlatParam::free_full_grad() {
   full_grad_.reset();
 }
 
-int64_t FlatParam::full_grad_bytes() const { return full_grad_.defined() ? full_grad_.nbytes() : 0; }
+int64_t FlatParam::full_grad_bytes() const {
+  return full_grad_.defined() ? full_grad_.nbytes() : 0;
+}
 
 at::Tensor FlatParam::shard_mask(
     const std::function<bool(const std::string&, const at::Tensor&)>& rule) const {

@@ -20,8 +20,8 @@ const ShardingOptions& FullyShardedModel::options() const { return runtime_->opt
 std::vector<UnitInfo> FullyShardedModel::units() const {
   std::vector<UnitInfo> out;
   for (const auto& u : runtime_->units()) {
-    UnitInfo info{u->name(), u->flat().numel(), u->flat().padded_numel(), u->flat().shard_numel(),
-                  {}};
+    UnitInfo info{
+        u->name(), u->flat().numel(), u->flat().padded_numel(), u->flat().shard_numel(), {}};
     for (const auto& s : u->flat().slots()) info.param_names.push_back(s.name);
     out.push_back(std::move(info));
   }
@@ -40,7 +40,9 @@ std::vector<UnitShard> FullyShardedModel::shards(const DecayRule& rule) const {
 Comm& FullyShardedModel::shard_group() const { return runtime_->shard_group(); }
 Comm& FullyShardedModel::world() const { return runtime_->world(); }
 
-void FullyShardedModel::set_requires_gradient_sync(bool sync) { runtime_->set_sync_gradients(sync); }
+void FullyShardedModel::set_requires_gradient_sync(bool sync) {
+  runtime_->set_sync_gradients(sync);
+}
 
 std::map<std::string, at::Tensor> FullyShardedModel::gather_full_params() {
   return runtime_->gather_full_params();

@@ -25,7 +25,8 @@ void check_dtypes(const ShardingOptions& o) {
 // Owner of each parameter: the innermost unit whose module contains it; a parameter shared by
 // modules of different units (tied weights) belongs to the root, which is gathered throughout.
 std::vector<std::vector<ParamSlot>> assign_params(
-    torch::nn::Module& root, const std::vector<std::pair<std::string, const torch::nn::Module*>>& units) {
+    torch::nn::Module& root,
+    const std::vector<std::pair<std::string, const torch::nn::Module*>>& units) {
   const size_t root_index = units.size();
   std::vector<std::vector<ParamSlot>> slots(units.size() + 1);
   std::unordered_map<const c10::TensorImpl*, std::pair<size_t, size_t>> seen;  // -> (unit, index)

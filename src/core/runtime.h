@@ -94,8 +94,8 @@ class Unit : public ModuleHooks {
 struct PendingReduce {
   Unit* unit = nullptr;
   WorkPtr work;
-  at::Tensor source;  // keeps the sent gradient alive until the collective completes
-  at::Tensor output;  // this rank's reduced chunk, reduce_dtype
+  at::Tensor source;          // keeps the sent gradient alive until the collective completes
+  at::Tensor output;          // this rank's reduced chunk, reduce_dtype
   int64_t tracked_bytes = 0;  // gradient-buffer bytes released when it completes
 };
 

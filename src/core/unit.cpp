@@ -67,8 +67,7 @@ Unit::Unit(Runtime& runtime, std::string name, const torch::nn::Module* module,
       flat_(std::move(slots), runtime.shard_group().rank(), runtime.shard_group().size(),
             to_scalar_type(runtime.options().param_dtype_)) {
   // The root keeps its parameters from forward to the end of backward, as in PyTorch FSDP.
-  reshard_after_forward_ =
-      !is_root_ && runtime.options().strategy_ == ShardingStrategy::kFullShard;
+  reshard_after_forward_ = !is_root_ && runtime.options().strategy_ == ShardingStrategy::kFullShard;
   register_grad_hooks();
   // FlatParam starts gathered (it was built from the full parameters); start sharded.
   flat_.free_full();
@@ -91,8 +90,8 @@ void Unit::register_grad_hooks() {
 }
 
 void Unit::set_context(const char* phase) const {
-  std::string label = "unit '" + display_name_ + "' " + phase + ", step " +
-                      std::to_string(runtime_.step());
+  std::string label =
+      "unit '" + display_name_ + "' " + phase + ", step " + std::to_string(runtime_.step());
   runtime_.shard_group().set_context(label);
   runtime_.replicate_group().set_context(label);
 }
@@ -187,9 +186,9 @@ void Unit::reduce_gradients() {
   if (group.size() > 1) {
     set_context("backward reduce-scatter");
     pending.output = at::empty({flat_.shard_numel()}, reduce_type);
-    pending.work = group.reduce_scatter_async(
-        pending.source.data_ptr(), pending.output.data_ptr(),
-        static_cast<size_t>(flat_.shard_numel()), to_dtype(reduce_type), ReduceOp::kSum);
+    pending.work = group.reduce_scatter_async(pending.source.data_ptr(), pending.output.data_ptr(),
+                                              static_cast<size_t>(flat_.shard_numel()),
+                                              to_dtype(reduce_type), ReduceOp::kSum);
   } else {
     pending.output = pending.source;
   }

@@ -14,7 +14,8 @@ std::string short_type_name(std::string name) {
   const auto colon = name.rfind("::");
   if (colon != std::string::npos) name = name.substr(colon + 2);
   const std::string impl = "Impl";
-  if (name.size() > impl.size() && name.compare(name.size() - impl.size(), impl.size(), impl) == 0) {
+  if (name.size() > impl.size() &&
+      name.compare(name.size() - impl.size(), impl.size(), impl) == 0) {
     name.resize(name.size() - impl.size());
   }
   return name;
@@ -35,8 +36,8 @@ Selected by_type(torch::nn::Module& root, const WrapPolicy& policy) {
       seen += " " + type + ",";
     }
   }
-  FSDP_CHECK(!out.empty(), "wrap policy by module type matched no module; types in the model:",
-             seen);
+  FSDP_CHECK(!out.empty(),
+             "wrap policy by module type matched no module; types in the model:", seen);
   return out;
 }
 

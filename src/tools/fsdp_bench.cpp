@@ -36,14 +36,21 @@ Args parse_args(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument("missing value after " + k);
       return argv[++i];
     };
-    if (k == "--model") a.model = value();
-    else if (k == "--seq") a.seq = std::stoll(value());
-    else if (k == "--batch") a.batch = std::stoll(value());
-    else if (k == "--steps") a.steps = std::stoi(value());
-    else if (k == "--dtype") a.dtype = value();
-    else if (k == "--nproc") a.nproc = std::stoi(value());
-    else throw std::invalid_argument("unknown option " + k +
-                                     " (known: --model --seq --batch --steps --dtype --nproc)");
+    if (k == "--model")
+      a.model = value();
+    else if (k == "--seq")
+      a.seq = std::stoll(value());
+    else if (k == "--batch")
+      a.batch = std::stoll(value());
+    else if (k == "--steps")
+      a.steps = std::stoi(value());
+    else if (k == "--dtype")
+      a.dtype = value();
+    else if (k == "--nproc")
+      a.nproc = std::stoi(value());
+    else
+      throw std::invalid_argument("unknown option " + k +
+                                  " (known: --model --seq --batch --steps --dtype --nproc)");
   }
   if (a.model != "124m" && a.model != "tiny") throw std::invalid_argument("--model: 124m or tiny");
   if (a.dtype != "fp32" && a.dtype != "bf16") throw std::invalid_argument("--dtype: fp32 or bf16");
@@ -69,7 +76,7 @@ struct Result {
   double step_seconds = 0;
   double setup_peak_rss_mib = 0;  // building the full model, then sharding it
   double peak_rss_mib = 0;        // training steps, after sharding
-  double model_state_mib = 0;  // sharded params + grads + AdamW m, v
+  double model_state_mib = 0;     // sharded params + grads + AdamW m, v
   double peak_gathered_mib = 0;
   double peak_grad_buffers_mib = 0;
   double loss = 0;
@@ -77,14 +84,16 @@ struct Result {
 
 Result run(fsdp::ShardingStrategy strategy, const Args& a, fsdp::CommPtr world) {
   reset_peak_rss();
-  fsdp::GPT2Config cfg = a.model == "124m" ? fsdp::GPT2Config::gpt2_124m() : fsdp::GPT2Config::tiny();
+  fsdp::GPT2Config cfg =
+      a.model == "124m" ? fsdp::GPT2Config::gpt2_124m() : fsdp::GPT2Config::tiny();
   fsdp::GPT2 model(cfg);
   auto sharded = fsdp::fully_shard(
       model.ptr(), world,
-      fsdp::ShardingOptions().strategy(strategy).wrap(fsdp::WrapPolicy::by_type({"GPT2Block"}))
+      fsdp::ShardingOptions()
+          .strategy(strategy)
+          .wrap(fsdp::WrapPolicy::by_type({"GPT2Block"}))
           .param_dtype(a.dtype == "bf16" ? fsdp::DType::kBFloat16 : fsdp::DType::kFloat32));
-  std::vector<fsdp::ShardedParam> params;
-  for (const auto& s : sharded->shards()) params.push_back({s.param, s.grad, s.decay_mask});
+  std::vector<fsdp::ShardedParam> params = fsdp::sharded_params(*sharded);
   fsdp::AdamW opt(params, fsdp::AdamWOptions());
   Result r;
   r.setup_peak_rss_mib = read_status_kib("VmHWM:") / 1024.0;
@@ -120,15 +129,14 @@ Result run(fsdp::ShardingStrategy strategy, const Args& a, fsdp::CommPtr world) 
 int main(int argc, char** argv) {
   try {
     const Args a = parse_args(argc, argv);
-    fsdp::CommPtr world = fsdp::init_comm();
-    if (world->size() == 1 && a.nproc > 1) fsdp::tools::relaunch_under_mpirun(argc, argv, a.nproc);
-    at::set_num_threads(1);
+    fsdp::CommPtr world = fsdp::tools::start_ranks(argc, argv, a.nproc);
     const int n = world->size();
     if (world->rank() == 0) {
-      std::printf("fsdp-bench: GPT-2 %s, world size %d (%s), batch %lld x seq %lld per rank, %s, "
-                  "1 thread per rank, %d timed steps\n",
-                  a.model.c_str(), n, world->backend().c_str(), static_cast<long long>(a.batch),
-                  static_cast<long long>(a.seq), a.dtype.c_str(), a.steps);
+      std::printf(
+          "fsdp-bench: GPT-2 %s, world size %d (%s), batch %lld x seq %lld per rank, %s, "
+          "1 thread per rank, %d timed steps\n",
+          a.model.c_str(), n, world->backend().c_str(), static_cast<long long>(a.batch),
+          static_cast<long long>(a.seq), a.dtype.c_str(), a.steps);
     }
     std::vector<std::pair<fsdp::ShardingStrategy, Result>> results;
     for (auto s : {fsdp::ShardingStrategy::kNoShard, fsdp::ShardingStrategy::kFullShard}) {
@@ -143,15 +151,17 @@ int main(int argc, char** argv) {
                     r.peak_rss_mib, r.model_state_mib, r.peak_gathered_mib,
                     r.peak_grad_buffers_mib);
       }
-      std::printf("(MiB per rank; setup/train: peak resident set while building and sharding the "
-                  "model / while training; model_state: fp32 shards of params, grads, Adam m and v; "
-                  "gathered_pk, gradbuf_pk: the runtime's peaks)\n");
+      std::printf(
+          "(MiB per rank; setup/train: peak resident set while building and sharding the "
+          "model / while training; model_state: fp32 shards of params, grads, Adam m and v; "
+          "gathered_pk, gradbuf_pk: the runtime's peaks)\n");
       const Result& ns = results[0].second;
       const Result& fs = results[1].second;
-      std::printf("FULL_SHARD / NO_SHARD: throughput %.3f, training peak RSS %.3f, model state "
-                  "%.3f (theory 1/%d = %.3f)\n",
-                  ns.step_seconds / fs.step_seconds, fs.peak_rss_mib / ns.peak_rss_mib,
-                  fs.model_state_mib / ns.model_state_mib, n, 1.0 / n);
+      std::printf(
+          "FULL_SHARD / NO_SHARD: throughput %.3f, training peak RSS %.3f, model state "
+          "%.3f (theory 1/%d = %.3f)\n",
+          ns.step_seconds / fs.step_seconds, fs.peak_rss_mib / ns.peak_rss_mib,
+          fs.model_state_mib / ns.model_state_mib, n, 1.0 / n);
     }
     return 0;
   } catch (const std::exception& e) {

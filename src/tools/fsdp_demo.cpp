@@ -26,10 +26,14 @@ Args parse_args(int argc, char** argv) {
     std::string k = argv[i];
     if (i + 1 >= argc) throw std::invalid_argument("missing value after " + k);
     std::string v = argv[++i];
-    if (k == "--steps") a.steps = std::stoi(v);
-    else if (k == "--nproc") a.nproc = std::stoi(v);
-    else if (k == "--strategy") a.strategy = fsdp::parse_sharding_strategy(v);
-    else throw std::invalid_argument("unknown option " + k + " (known: --steps --nproc --strategy)");
+    if (k == "--steps")
+      a.steps = std::stoi(v);
+    else if (k == "--nproc")
+      a.nproc = std::stoi(v);
+    else if (k == "--strategy")
+      a.strategy = fsdp::parse_sharding_strategy(v);
+    else
+      throw std::invalid_argument("unknown option " + k + " (known: --steps --nproc --strategy)");
   }
   return a;
 }
@@ -45,9 +49,7 @@ at::Tensor copy_task_batch(int64_t batch, int64_t seq, int64_t vocab, at::Genera
 int main(int argc, char** argv) {
   try {
     const Args a = parse_args(argc, argv);
-    fsdp::CommPtr world = fsdp::init_comm();
-    if (world->size() == 1 && a.nproc > 1) fsdp::tools::relaunch_under_mpirun(argc, argv, a.nproc);
-    at::set_num_threads(1);
+    fsdp::CommPtr world = fsdp::tools::start_ranks(argc, argv, a.nproc);
 
     fsdp::GPT2Config cfg;
     cfg.vocab_size = 256;
@@ -57,11 +59,11 @@ int main(int argc, char** argv) {
     cfg.n_head = 4;
     fsdp::GPT2 model(cfg);
     fsdp::init_gpt2_weights(*model, 42);
-    auto sharded = fsdp::fully_shard(
-        model.ptr(), world,
-        fsdp::ShardingOptions().strategy(a.strategy).wrap(fsdp::WrapPolicy::by_type({"GPT2Block"})));
-    std::vector<fsdp::ShardedParam> params;
-    for (const auto& s : sharded->shards()) params.push_back({s.param, s.grad, s.decay_mask});
+    auto sharded = fsdp::fully_shard(model.ptr(), world,
+                                     fsdp::ShardingOptions()
+                                         .strategy(a.strategy)
+                                         .wrap(fsdp::WrapPolicy::by_type({"GPT2Block"})));
+    std::vector<fsdp::ShardedParam> params = fsdp::sharded_params(*sharded);
     fsdp::AdamWOptions adam;
     adam.lr = 3e-3;
     fsdp::AdamW opt(params, adam);
@@ -86,10 +88,11 @@ int main(int argc, char** argv) {
       world->all_reduce(&avg, 1, fsdp::DType::kFloat32, fsdp::ReduceOp::kAvg);
       if (world->rank() == 0 && (step == 1 || step % 10 == 0)) {
         const auto m = sharded->memory();
-        std::printf("step %4d  loss %.4f  grad_norm %.3f  %.1fs  shard %.2f MiB  peak gathered %.2f MiB\n",
-                    step, avg, norm,
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
-                    m.sharded_param_bytes / 1048576.0, m.peak_gathered_param_bytes / 1048576.0);
+        std::printf(
+            "step %4d  loss %.4f  grad_norm %.3f  %.1fs  shard %.2f MiB  peak gathered %.2f MiB\n",
+            step, avg, norm,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+            m.sharded_param_bytes / 1048576.0, m.peak_gathered_param_bytes / 1048576.0);
       }
     }
     return 0;

@@ -1,12 +1,15 @@
 // Small pieces the executables share: starting a multi-rank job when a tool is run by hand.
 #pragma once
 
+#include <ATen/Parallel.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include "fsdp/comm.h"
 
 namespace fsdp {
 namespace tools {
@@ -16,8 +19,13 @@ namespace tools {
 [[noreturn]] inline void relaunch_under_mpirun(int argc, char** argv, int nproc) {
   char exe[4096];
   const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  std::vector<std::string> args = {"mpirun", "--allow-run-as-root", "--oversubscribe",
-                                   "--bind-to", "none", "-np", std::to_string(nproc),
+  std::vector<std::string> args = {"mpirun",
+                                   "--allow-run-as-root",
+                                   "--oversubscribe",
+                                   "--bind-to",
+                                   "none",
+                                   "-np",
+                                   std::to_string(nproc),
                                    n > 0 ? std::string(exe, static_cast<size_t>(n)) : argv[0]};
   for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
   std::vector<char*> cargs;
@@ -26,6 +34,15 @@ namespace tools {
   execvp("mpirun", cargs.data());
   std::perror("could not start mpirun");
   std::exit(1);
+}
+
+// Joins the group this process was started in; a tool started by hand (one rank) re-launches
+// itself on `nproc` ranks instead. One intra-op thread per rank: ranks share the cores.
+inline CommPtr start_ranks(int argc, char** argv, int nproc) {
+  CommPtr world = init_comm();
+  if (world->size() == 1 && nproc > 1) relaunch_under_mpirun(argc, argv, nproc);
+  at::set_num_threads(1);
+  return world;
 }
 
 }  // namespace tools
