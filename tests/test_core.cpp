@@ -235,14 +235,35 @@ TEST(BadInput, WorldLargerThanParameterCount) {
                "larger than the model's parameter count");
 }
 
-TEST(BadInput, UnsupportedStrategyIsAnError) {
+TEST(BadInput, HybridMeshMustDivideTheWorld) {
+  const int n = test::world()->size();
+  if (n < 2) GTEST_SKIP() << "needs two ranks or more";
   GPT2 model(small_config());
   expect_error(
       [&] {
-        fully_shard(model.ptr(), test::world(),
-                    ShardingOptions().strategy(ShardingStrategy::kHybridShard));
+        fully_shard(
+            model.ptr(), test::world(),
+            ShardingOptions().strategy(ShardingStrategy::kHybridShard).shard_group_size(n + 1));
       },
-      "HYBRID_SHARD is not supported");
+      "does not divide the world size");
+  expect_error(
+      [&] { fully_shard(model.ptr(), test::world(), ShardingOptions().shard_group_size(2)); },
+      "applies to HYBRID_SHARD and HYBRID_SHARD_ZERO2 only");
+}
+
+TEST(Memory, HybridShardsWithinTheGroup) {
+  const int n = test::world()->size();
+  if (n % 2 != 0) GTEST_SKIP() << "needs an even world size";
+  GPT2 model(small_config());
+  auto sharded = fully_shard(model.ptr(), test::world(),
+                             ShardingOptions()
+                                 .strategy(ShardingStrategy::kHybridShard)
+                                 .shard_group_size(2)
+                                 .wrap(WrapPolicy::by_type({"GPT2Block"})));
+  int64_t padded = 0;
+  for (const auto& u : sharded->units()) padded += u.padded_numel;
+  EXPECT_EQ(sharded->shard_group().size(), 2);
+  EXPECT_EQ(sharded->memory().sharded_param_bytes, padded * 4 / 2);
 }
 
 TEST(BadInput, Fp16ComputeIsRefused) {

@@ -120,7 +120,8 @@ struct ShardedRun {
   ShardingStrategy strategy = ShardingStrategy::kFullShard;
   DType param_dtype = DType::kFloat32;
   DType reduce_dtype = DType::kFloat32;
-  int micro_batches = 1;  // > 1: gradient accumulation, all but the last under no_sync
+  int shard_group_size = 0;  // HYBRID strategies: the mesh's inner dimension
+  int micro_batches = 1;     // > 1: gradient accumulation, all but the last under no_sync
   WrapPolicy wrap = WrapPolicy::by_type({"GPT2Block"});
 };
 
@@ -133,7 +134,8 @@ RunResult train_sharded(const ShardedRun& run) {
                                  .strategy(run.strategy)
                                  .wrap(run.wrap)
                                  .param_dtype(run.param_dtype)
-                                 .reduce_dtype(run.reduce_dtype));
+                                 .reduce_dtype(run.reduce_dtype)
+                                 .shard_group_size(run.shard_group_size));
   AdamWOptions adam;
   adam.lr = kLr;
   adam.weight_decay = kWeightDecay;
@@ -276,6 +278,33 @@ INSTANTIATE_TEST_SUITE_P(Strategies, Parity,
                                            ShardingStrategy::kShardGradOp,
                                            ShardingStrategy::kNoShard),
                          [](const auto& info) { return std::string(to_string(info.param)); });
+
+// HYBRID_SHARD and HYBRID_SHARD_ZERO2 on a (replicate x shard) mesh: shard groups of 1, 2 and 4
+// ranks (at world size 4: 4 x 1, 2 x 2, 1 x 4), and the default, one node (here: the world).
+// Same tolerances as the other fp32 runs.
+using HybridCase = std::tuple<ShardingStrategy, int>;
+class HybridParity : public ::testing::TestWithParam<HybridCase> {};
+
+TEST_P(HybridParity, Fp32MatchesSingleProcess) {
+  ShardedRun run;
+  std::tie(run.strategy, run.shard_group_size) = GetParam();
+  const int n = test::world()->size();
+  if (run.shard_group_size > n || n % std::max(run.shard_group_size, 1) != 0) {
+    GTEST_SKIP() << "shard group of " << run.shard_group_size << " does not fit " << n << " ranks";
+  }
+  expect_parity(train_reference(at::kFloat, 1), train_sharded(run), kFp32);
+  run.micro_batches = 4;
+  expect_parity(train_reference(at::kFloat, 4), train_sharded(run), kFp32);
+}
+
+INSTANTIATE_TEST_SUITE_P(Meshes, HybridParity,
+                         ::testing::Combine(::testing::Values(ShardingStrategy::kHybridShard,
+                                                              ShardingStrategy::kHybridShardZero2),
+                                            ::testing::Values(0, 1, 2, 4)),
+                         [](const auto& info) {
+                           return std::string(to_string(std::get<0>(info.param))) + "_shard" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace fsdp

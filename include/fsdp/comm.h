@@ -78,6 +78,12 @@ class Comm {
   void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
+  // Ranks of this group on this node, as the launcher reported it (torchrun's LOCAL_WORLD_SIZE,
+  // OpenMPI's OMPI_COMM_WORLD_LOCAL_SIZE); 0 when unknown (split groups, a lone process).
+  // HYBRID_SHARD's default shard group is one node.
+  void set_local_size(int local_size) { local_size_ = local_size; }
+  int local_size() const { return local_size_; }
+
   // Blocking forms.
   void all_gather(const void* in, void* out, size_t count, DType dtype) {
     all_gather_async(in, out, count, dtype)->wait();
@@ -95,6 +101,7 @@ class Comm {
  private:
   std::string context_;
   std::chrono::milliseconds timeout_{300000};
+  int local_size_ = 0;
 };
 using CommPtr = std::shared_ptr<Comm>;
 

@@ -62,6 +62,10 @@ struct ShardingOptions {
   DType param_dtype_ = DType::kFloat32;
   // Dtype in which gradients are reduced across ranks: fp32, bf16 or fp16. Default: fp32.
   DType reduce_dtype_ = DType::kFloat32;
+  // HYBRID strategies only: ranks per shard group, the inner dimension of the (replicate x shard)
+  // mesh; must divide the world size. Ranks r and r' share a shard group when r / size ==
+  // r' / size. Default 0: the ranks of one node (the launcher's LOCAL_WORLD_SIZE).
+  int shard_group_size_ = 0;
 
   ShardingOptions& strategy(ShardingStrategy s) {
     strategy_ = s;
@@ -77,6 +81,10 @@ struct ShardingOptions {
   }
   ShardingOptions& reduce_dtype(DType d) {
     reduce_dtype_ = d;
+    return *this;
+  }
+  ShardingOptions& shard_group_size(int n) {
+    shard_group_size_ = n;
     return *this;
   }
 };

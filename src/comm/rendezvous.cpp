@@ -119,14 +119,10 @@ Launch resolve_launch(const std::string& backend, const EnvLookup& env, bool mpi
 
 }  // namespace comm_internal
 
-CommPtr init_comm(const CommOptions& options) {
+namespace {
+// Starts the chosen backend.
+CommPtr join(const comm_internal::Launch& launch, const CommOptions& options) {
   using namespace comm_internal;
-  if (options.timeout.count() <= 0) {
-    throw CommError("fsdp: CommOptions::timeout must be positive, got " +
-                    std::to_string(options.timeout.count()) + " ms");
-  }
-  const Launch launch = resolve_launch(
-      options.backend, [](const char* name) { return std::getenv(name); }, mpi_built());
   if (launch.backend == "mpi") {
     MpiSetup setup;
     setup.expected_size = launch.size_from_env ? launch.size : -1;
@@ -145,6 +141,20 @@ CommPtr init_comm(const CommOptions& options) {
   }
   CommPtr comm = make_local_comm();
   comm->set_timeout(options.timeout);
+  return comm;
+}
+}  // namespace
+
+CommPtr init_comm(const CommOptions& options) {
+  using namespace comm_internal;
+  if (options.timeout.count() <= 0) {
+    throw CommError("fsdp: CommOptions::timeout must be positive, got " +
+                    std::to_string(options.timeout.count()) + " ms");
+  }
+  const Launch launch = resolve_launch(
+      options.backend, [](const char* name) { return std::getenv(name); }, mpi_built());
+  CommPtr comm = join(launch, options);
+  comm->set_local_size(launch.size_from_env ? launch.local_size : 1);
   return comm;
 }
 

@@ -79,21 +79,35 @@ Runtime::Runtime(std::shared_ptr<torch::nn::Module> root, CommPtr comm, Sharding
   FSDP_CHECK(find_module_hooks(root_.get()) == nullptr,
              "fully_shard: this module is already sharded");
   check_dtypes(options_);
-  switch (options_.strategy_) {
-    case ShardingStrategy::kFullShard:
-    case ShardingStrategy::kShardGradOp:
-      shard_group_ = world_;
-      replicate_group_ = make_local_comm();
-      break;
-    case ShardingStrategy::kNoShard:
-      shard_group_ = make_local_comm();
-      replicate_group_ = world_;
-      break;
-    default:
-      FSDP_CHECK(false, "sharding strategy ", to_string(options_.strategy_),
-                 " is not supported yet: use FULL_SHARD, SHARD_GRAD_OP or NO_SHARD");
-  }
+  make_groups();
   build_units(select_units(*root_, options_.wrap_));
+}
+
+// A strategy is a (replicate x shard) mesh: see docs/design.md, "Strategies as two groups".
+void Runtime::make_groups() {
+  const ShardingStrategy strategy = options_.strategy_;
+  const bool hybrid =
+      strategy == ShardingStrategy::kHybridShard || strategy == ShardingStrategy::kHybridShardZero2;
+  FSDP_CHECK(hybrid || options_.shard_group_size_ == 0, "shard_group_size (",
+             options_.shard_group_size_,
+             ") applies to HYBRID_SHARD and HYBRID_SHARD_ZERO2 only, not ", to_string(strategy));
+  if (strategy == ShardingStrategy::kNoShard) {
+    shard_group_ = make_local_comm();
+    replicate_group_ = world_;
+  } else if (!hybrid) {
+    shard_group_ = world_;
+    replicate_group_ = make_local_comm();
+  } else {
+    const int per_group =
+        options_.shard_group_size_ > 0 ? options_.shard_group_size_ : world_->local_size();
+    FSDP_CHECK(per_group > 0, to_string(strategy),
+               ": the launcher did not say how many ranks run on this node; set shard_group_size");
+    FSDP_CHECK(world_->size() % per_group == 0, to_string(strategy), ": shard group size ",
+               per_group, " does not divide the world size ", world_->size());
+    const int rank = world_->rank();
+    shard_group_ = world_->split(rank / per_group, rank);
+    replicate_group_ = world_->split(rank % per_group, rank);
+  }
 }
 
 Runtime::~Runtime() {

@@ -136,6 +136,7 @@ class Runtime {
   std::map<std::string, at::Tensor> gather_full_params();
 
  private:
+  void make_groups();
   void build_units(const std::vector<std::pair<std::string, const torch::nn::Module*>>& wrapped);
   void complete_reduce(PendingReduce& pending);
 
