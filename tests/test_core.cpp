@@ -100,17 +100,42 @@ TEST(Memory, NoShardKeepsFullReplicas) {
   EXPECT_EQ(s.fsdp->memory().peak_gathered_param_bytes, 0);
 }
 
-TEST(State, ShardGradOpKeepsBlocksUntilBackward) {
-  Sharded s = shard_small(ShardingStrategy::kShardGradOp);
+// After forward, before backward: FULL_SHARD-like strategies hold only the root's parameters,
+// SHARD_GRAD_OP-like ones hold every unit's.
+void expect_gathered_after_forward(ShardingOptions options, bool all_units) {
   if (test::world()->size() == 1) GTEST_SKIP() << "nothing is gathered with one fp32 shard";
+  GPT2 model(small_config());
+  auto sharded =
+      fully_shard(model.ptr(), test::world(), options.wrap(WrapPolicy::by_type({"GPT2Block"})));
   at::Tensor t = step_tokens(2);
   const int64_t T = small_config().n_positions;
-  at::Tensor loss = gpt2_loss(fsdp::forward(s.model, t.narrow(1, 0, T)), t.narrow(1, 1, T));
-  int64_t all = 0;
-  for (const auto& u : s.fsdp->units()) all += unit_bytes(u);
-  EXPECT_EQ(s.fsdp->memory().gathered_param_bytes, all);
+  at::Tensor loss = gpt2_loss(fsdp::forward(model, t.narrow(1, 0, T)), t.narrow(1, 1, T));
+  const int shards = sharded->shard_group().size();
+  int64_t expected = unit_bytes(sharded->units().back());  // the root
+  if (all_units) {
+    for (const auto& u : sharded->units()) expected += unit_bytes(u);
+    expected -= unit_bytes(sharded->units().back());
+  }
+  EXPECT_EQ(sharded->memory().gathered_param_bytes, shards > 1 ? expected : 0);
   loss.backward();
-  EXPECT_EQ(s.fsdp->memory().gathered_param_bytes, 0);
+  EXPECT_EQ(sharded->memory().gathered_param_bytes, 0);
+}
+
+TEST(State, ShardGradOpKeepsBlocksUntilBackward) {
+  expect_gathered_after_forward(ShardingOptions().strategy(ShardingStrategy::kShardGradOp), true);
+}
+
+TEST(State, FullShardFreesBlocksAfterForward) {
+  expect_gathered_after_forward(ShardingOptions().strategy(ShardingStrategy::kFullShard), false);
+}
+
+TEST(State, HybridStrategiesFollowTheirInnerStrategy) {
+  if (test::world()->size() % 2 != 0) GTEST_SKIP() << "needs an even world size";
+  auto hybrid = [](ShardingStrategy s) {
+    return ShardingOptions().strategy(s).shard_group_size(2);
+  };
+  expect_gathered_after_forward(hybrid(ShardingStrategy::kHybridShard), false);
+  expect_gathered_after_forward(hybrid(ShardingStrategy::kHybridShardZero2), true);
 }
 
 TEST(State, EvalForwardReshardsEverything) {

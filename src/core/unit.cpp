@@ -67,7 +67,9 @@ Unit::Unit(Runtime& runtime, std::string name, const torch::nn::Module* module,
       flat_(std::move(slots), runtime.shard_group().rank(), runtime.shard_group().size(),
             to_scalar_type(runtime.options().param_dtype_)) {
   // The root keeps its parameters from forward to the end of backward, as in PyTorch FSDP.
-  reshard_after_forward_ = !is_root_ && runtime.options().strategy_ == ShardingStrategy::kFullShard;
+  const ShardingStrategy strategy = runtime.options().strategy_;
+  reshard_after_forward_ = !is_root_ && (strategy == ShardingStrategy::kFullShard ||
+                                         strategy == ShardingStrategy::kHybridShard);
   register_grad_hooks();
   // FlatParam starts gathered (it was built from the full parameters); start sharded.
   flat_.free_full();
