@@ -40,6 +40,7 @@ class Launcher {
     start_ = Clock::now();
     pid_ = fork();
     if (pid_ == 0) {
+      signal(SIGINT, SIG_DFL);  // a test run in the background inherits it ignored
       dup2(out[1], 1);
       dup2(err[1], 2);
       std::vector<char*> argv = {const_cast<char*>(FSDP_RUN_EXE)};
@@ -445,22 +446,27 @@ TEST(Launch, RestartsTheGroupUntilItSucceeds) {
   EXPECT_EQ(count(not_enough->err(), "restarting (attempt"), 1u) << not_enough->err();
 }
 
-TEST(Launch, SigtermReachesEveryRankAndLeavesNoOrphans) {
-  Launcher l(
-      {"--nproc-per-node", "3", "--prefix", LAUNCH_CHILD_EXE, "pid", "daemon=60", "sleep=60"});
-  ASSERT_TRUE(l.read_until([&] { return pids_after(l.out(), "orphan").size() == 3; }, 10))
-      << l.all();
-  const auto stopped = Clock::now();
-  kill(l.pid(), SIGTERM);
-  l.finish();
-  std::printf("SIGTERM to fsdp-run: it exited after %.2f s\n", seconds_since(stopped));
-  EXPECT_EQ(l.exit_code(), 128 + SIGTERM);
-  EXPECT_TRUE(contains(l.err(), "got SIGTERM")) << l.err();
-  std::vector<pid_t> pids = pids_after(l.out(), "pid");
-  const std::vector<pid_t> orphans = pids_after(l.out(), "orphan");
-  ASSERT_EQ(pids.size(), 3u);
-  pids.insert(pids.end(), orphans.begin(), orphans.end());
-  EXPECT_TRUE(all_gone(pids, 0.5));
+// SIGTERM and SIGINT (Ctrl-C) to fsdp-run reach every rank; the ranks and the detached processes
+// they started are all gone when it exits.
+TEST(Launch, SignalsReachEveryRankAndLeaveNoOrphans) {
+  for (int sig : {SIGTERM, SIGINT}) {
+    const std::string name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+    Launcher l(
+        {"--nproc-per-node", "3", "--prefix", LAUNCH_CHILD_EXE, "pid", "daemon=60", "sleep=60"});
+    ASSERT_TRUE(l.read_until([&] { return pids_after(l.out(), "orphan").size() == 3; }, 10))
+        << l.all();
+    const auto stopped = Clock::now();
+    kill(l.pid(), sig);
+    l.finish();
+    std::printf("%s to fsdp-run: it exited after %.2f s\n", name.c_str(), seconds_since(stopped));
+    EXPECT_EQ(l.exit_code(), 128 + sig);
+    EXPECT_TRUE(contains(l.err(), "got " + name)) << l.err();
+    std::vector<pid_t> pids = pids_after(l.out(), "pid");
+    const std::vector<pid_t> orphans = pids_after(l.out(), "orphan");
+    ASSERT_EQ(pids.size(), 3u);
+    pids.insert(pids.end(), orphans.begin(), orphans.end());
+    EXPECT_TRUE(all_gone(pids, 0.5)) << name;
+  }
 }
 
 TEST(Launch, RanksIgnoringSigtermAreKilled) {
