@@ -10,6 +10,8 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -43,13 +45,26 @@ void fp16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
   sum(inout, in, inout, static_cast<size_t>(*len), DType::kFloat16);
 }
 
+// Collectives whose deadline passed and that have not completed since. MPI cannot cancel them,
+// and MPI_Finalize waits for the peers that never joined: a process with one left aborts the job
+// at exit instead of hanging there.
+std::atomic<int> g_abandoned{0};
+
 // Finalises MPI when static objects are destroyed at exit, if init() initialised it.
 struct FinalizeAtExit {
   bool ours = false;
   ~FinalizeAtExit() {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (ours && !finalized) MPI_Finalize();
+    if (!ours || finalized) return;
+    if (g_abandoned.load() > 0) {
+      std::fprintf(stderr,
+                   "fsdp: %d collective(s) timed out and never completed; aborting the MPI job "
+                   "(MPI_Finalize would wait forever for the missing ranks)\n",
+                   g_abandoned.load());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    MPI_Finalize();
   }
 };
 
@@ -120,9 +135,15 @@ class MpiWork : public Work {
     if (done_) return;
     const auto deadline = Clock::now() + timeout_;
     for (int polls = 0; !test(); ++polls) {
-      if (Clock::now() >= deadline) throw timeout_error(what_, timeout_);
+      if (Clock::now() >= deadline) {
+        if (!abandoned_) ++g_abandoned;
+        abandoned_ = true;
+        throw timeout_error(what_, timeout_);
+      }
       back_off(polls);
     }
+    if (abandoned_) --g_abandoned;  // the peers caught up after all
+    abandoned_ = false;
     if (finish_) finish_();
     done_ = true;
   }
@@ -158,6 +179,7 @@ class MpiWork : public Work {
   std::string what_;
   std::chrono::milliseconds timeout_;
   bool done_ = false;
+  bool abandoned_ = false;  // counted in g_abandoned
   std::string error_;
 };
 

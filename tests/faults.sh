@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Fault tests: a rank killed mid-step, and a rank that skips a collective, never hang the job.
+# Each case runs fault_child (tests/fault_child.cpp) under fsdp-run and checks that the job ends
+# non-zero within a bound, naming the dead rank or the collective the others waited for.
+#
+# Usage: faults.sh BUILD_BIN_DIR BACKEND(gloo|mpi) PORT
+set -uo pipefail
+BIN=$1 BACKEND=$2 PORT=$3
+failures=0
+
+# run_case NAME MAX_SECONDS PATTERN... -- FAULT_CHILD_ARGS...
+run_case() {
+  local name=$1 max=$2
+  shift 2
+  local patterns=()
+  while [[ $1 != -- ]]; do patterns+=("$1"); shift; done
+  shift
+  local start end out rc
+  start=$(date +%s.%N)
+  out=$(timeout 120 "$BIN/fsdp-run" --nproc-per-node 3 --backend "$BACKEND" --master-port "$PORT" \
+        --prefix "$BIN/fault_child" --backend "$BACKEND" "$@" 2>&1)
+  rc=$?
+  end=$(date +%s.%N)
+  local secs
+  secs=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')
+  local ok=1
+  [[ $rc -ne 0 && $rc -ne 124 ]] || { echo "[$name] expected a non-zero exit (not a hang), got $rc"; ok=0; }
+  awk -v s="$secs" -v m="$max" 'BEGIN { exit !(s <= m) }' || { echo "[$name] took ${secs}s > ${max}s"; ok=0; }
+  for p in "${patterns[@]}"; do
+    grep -qE -- "$p" <<<"$out" || { echo "[$name] output lacks /$p/"; ok=0; }
+  done
+  if ((ok)); then
+    echo "[$name] ok: exit $rc after ${secs}s"
+  else
+    failures=$((failures + 1))
+    echo "----- [$name] output -----"
+    tail -n 40 <<<"$out"
+  fi
+  PORT=$((PORT + 1))
+}
+
+# A rank dies by SIGKILL mid-step: the launcher names it and stops the others well within the
+# collective timeout (20 s), so nobody waits for the dead rank.
+run_case sigkill 15 "rank 1.*SIGKILL|SIGKILL.*rank 1|signal 9" -- \
+  --kill-rank 1 --at-step 2 --timeout-ms 20000
+
+# A rank skips its backward and stalls: its peers time out after 2 s in the first collective of
+# that backward (the last block's all-gather), say which one (kind, bytes, unit, step), and the
+# job ends.
+run_case stall 30 "timed out after 2000 ms waiting for all_gather" "bytes" \
+  "unit 'transformer.h.1' backward all-gather, step 1" -- \
+  --stall-rank 2 --at-step 1 --timeout-ms 2000
+
+if ((failures)); then
+  echo "FAIL: $failures fault case(s) on $BACKEND"
+  exit 1
+fi
+echo "PASS: fault cases on $BACKEND"
