@@ -12,6 +12,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libgloo-dev
   libgtest-dev
+  iproute2                # network namespaces for the two-host test
 )
 
 missing=()
