@@ -178,6 +178,7 @@ void Unit::post_backward() {
 }
 
 void Unit::reduce_gradients() {
+  set_context("backward gradient reduction");
   const at::ScalarType reduce_type = to_scalar_type(runtime_.options().reduce_dtype_);
   at::Tensor full_grad = flat_.full_grad();
   const int64_t held = flat_.full_grad_bytes();
@@ -186,7 +187,6 @@ void Unit::reduce_gradients() {
   pending.source = full_grad.scalar_type() == reduce_type ? full_grad : full_grad.to(reduce_type);
   Comm& group = runtime_.shard_group();
   if (group.size() > 1) {
-    set_context("backward reduce-scatter");
     pending.output = at::empty({flat_.shard_numel()}, reduce_type);
     pending.work = group.reduce_scatter_async(pending.source.data_ptr(), pending.output.data_ptr(),
                                               static_cast<size_t>(flat_.shard_numel()),
