@@ -47,8 +47,14 @@ run_case sigkill 15 "rank 1.*SIGKILL|SIGKILL.*rank 1|signal 9" -- \
 # A rank skips its backward and stalls: its peers time out after 2 s in the first collective of
 # that backward (the last block's all-gather), say which one (kind, bytes, unit, step), and the
 # job ends.
-run_case stall 30 "timed out after 2000 ms waiting for all_gather" "bytes" \
-  "unit 'transformer.h.1' backward all-gather, step 1" -- \
+# On Gloo the rendezvous store also tells which ranks reached the collective and where the
+# missing one stopped.
+stall_patterns=("timed out after 2000 ms waiting for all_gather" "bytes"
+                "unit 'transformer.h.1' backward all-gather, step 1")
+if [[ $BACKEND == gloo ]]; then
+  stall_patterns+=("ranks that issued this collective \(#[0-9]+\): 0, 1; rank 2 last issued #")
+fi
+run_case stall 30 "${stall_patterns[@]}" -- \
   --stall-rank 2 --at-step 1 --timeout-ms 2000
 
 if ((failures)); then

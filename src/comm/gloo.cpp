@@ -46,6 +46,8 @@ class StoreAdapter : public gloo::rendezvous::Store {
     return std::vector<char>(value.begin(), value.end());
   }
   void wait(const std::vector<std::string>& keys) override { store_->wait(keys); }
+  // Whether every key exists, without waiting.
+  bool has(const std::vector<std::string>& keys) { return store_->check(keys); }
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override {
     store_->wait(keys, timeout);
@@ -119,6 +121,8 @@ struct TaskState {
   bool done = false;
   std::string error;  // empty on success
   std::string what;   // describe() at issue time
+  // On a timeout: what the other ranks of the group last posted (see ProgressBoard).
+  std::function<std::string()> diagnose;
 
   void finish(std::string message) {
     {
@@ -138,7 +142,9 @@ class GlooWork : public Work {
   void wait() override {
     std::unique_lock<std::mutex> lock(state_->mu);
     if (!state_->cv.wait_for(lock, timeout_, [&] { return state_->done; })) {
-      throw timeout_error(state_->what, timeout_);
+      lock.unlock();
+      const std::string peers = state_->diagnose ? state_->diagnose() : std::string();
+      throw CommError(timeout_error(state_->what, timeout_).what() + peers);
     }
     if (!state_->error.empty()) throw CommError(state_->error);
   }
@@ -227,6 +233,66 @@ void with_storage(DType dtype, F f) {
   }
 }
 
+// Which collective each rank of a group issued last, kept in the rendezvous store (one key per
+// rank, written before each collective), so that a rank that times out can say which ranks
+// reached the collective it waits for and where the others stopped. One store write per
+// collective: tens of microseconds against collectives of milliseconds.
+class ProgressBoard {
+ public:
+  ProgressBoard(std::shared_ptr<gloo::rendezvous::Store> store, std::string prefix, int rank,
+                int size)
+      : store_(std::move(store)),
+        prefix_(std::move(prefix) + "/progress/"),
+        rank_(rank),
+        size_(size) {}
+
+  // Posts this rank's next collective; returns its sequence number.
+  uint64_t post(const std::string& what) {
+    const std::string entry = std::to_string(++seq_) + " " + what;
+    try {
+      store_->set(prefix_ + std::to_string(rank_), std::vector<char>(entry.begin(), entry.end()));
+    } catch (const std::exception&) {
+      // Diagnostics only: a store that fails here fails loudly in the collective itself.
+    }
+    return seq_;
+  }
+
+  // "; ranks at this collective (#57): 0, 1; rank 2 last issued #41: all_gather of ..."
+  std::string report(uint64_t seq) const {
+    std::string reached, behind;
+    for (int r = 0; r < size_; ++r) {
+      const std::string entry = read(r);
+      const uint64_t theirs = entry.empty() ? 0 : std::stoull(entry);
+      if (theirs >= seq) {
+        reached += (reached.empty() ? "" : ", ") + std::to_string(r);
+      } else {
+        behind += "; rank " + std::to_string(r) +
+                  (entry.empty() ? std::string(" posted no collective") : " last issued #" + entry);
+      }
+    }
+    return "; ranks that issued this collective (#" + std::to_string(seq) +
+           "): " + (reached.empty() ? std::string("none") : reached) + behind;
+  }
+
+ private:
+  std::string read(int rank) const {
+    try {
+      const std::string key = prefix_ + std::to_string(rank);
+      auto* adapter = dynamic_cast<StoreAdapter*>(store_.get());
+      if (adapter == nullptr || !adapter->has({key})) return "";
+      const std::vector<char> value = store_->get(key);
+      return std::string(value.begin(), value.end());
+    } catch (const std::exception&) {
+      return "";  // never posted, or the store (rank 0) is gone
+    }
+  }
+
+  std::shared_ptr<gloo::rendezvous::Store> store_;
+  std::string prefix_;
+  int rank_, size_;
+  uint64_t seq_ = 0;
+};
+
 class GlooComm : public Comm {
  public:
   GlooComm(std::shared_ptr<gloo::rendezvous::Store> store, std::string prefix,
@@ -235,6 +301,7 @@ class GlooComm : public Comm {
         prefix_(std::move(prefix)),
         device_(std::move(device)),
         context_(std::move(context)),
+        board_(std::make_shared<ProgressBoard>(store_, prefix_, context_->rank, context_->size)),
         worker_(std::make_unique<Worker>()) {}
 
   // The worker goes first: it may still be running a collective on the context.
@@ -316,6 +383,10 @@ class GlooComm : public Comm {
   WorkPtr post(std::string what, size_t count, std::function<void()> run) {
     auto state = std::make_shared<TaskState>();
     state->what = std::move(what);
+    if (size() > 1) {
+      const uint64_t seq = board_->post(state->what);
+      state->diagnose = [board = board_, seq] { return board->report(seq); };
+    }
     if (count == 0) {
       state->finish("");
     } else {
@@ -342,6 +413,7 @@ class GlooComm : public Comm {
   std::string prefix_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
+  std::shared_ptr<ProgressBoard> board_;
   int splits_ = 0;
   // reduce_scatter's all-reduce target, kept between calls: fresh pages cost more than the copy.
   // Used by the worker thread only.
