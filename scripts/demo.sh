@@ -5,4 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 source scripts/env.sh
-exec mpirun --oversubscribe --bind-to none -np 2 build/bin/fsdp-demo "$@"
+# fsdp-run is the launcher; MPI is the faster backend on one host (Gloo: fsdp-run's default).
+BIN=${BUILD_DIR:-build}/bin
+exec "$BIN/fsdp-run" --nproc-per-node 2 --backend mpi "$BIN/fsdp-demo" "$@"
