@@ -47,6 +47,12 @@ void train_step(Sharded& s) {
 
 int64_t unit_bytes(const UnitInfo& u) { return u.padded_numel * 4; }
 
+int64_t param_count(GPT2& model) {
+  int64_t count = 0;
+  for (const auto& p : model->parameters()) count += p.numel();
+  return count;
+}
+
 TEST(Memory, FullShardGathersAtMostTwoUnitsPlusRoot) {
   Sharded s = shard_small(ShardingStrategy::kFullShard);
   auto units = s.fsdp->units();
@@ -80,11 +86,7 @@ TEST(Memory, ShardedStateIsAboutOneNth) {
     EXPECT_EQ(u.padded_numel % n, 0);
     EXPECT_LT(u.padded_numel - u.numel, n);
   }
-  EXPECT_EQ(total, s.model->parameters().size() > 0 ? [&] {
-    int64_t c = 0;
-    for (auto& p : s.model->parameters()) c += p.numel();
-    return c;
-  }() : 0);
+  EXPECT_EQ(total, param_count(s.model));
   MemoryStats m = s.fsdp->memory();
   EXPECT_EQ(m.sharded_param_bytes, padded * 4 / n);
   EXPECT_EQ(m.sharded_grad_bytes, padded * 4 / n);
@@ -93,9 +95,7 @@ TEST(Memory, ShardedStateIsAboutOneNth) {
 
 TEST(Memory, NoShardKeepsFullReplicas) {
   Sharded s = shard_small(ShardingStrategy::kNoShard);
-  int64_t total = 0;
-  for (auto& p : s.model->parameters()) total += p.numel();
-  EXPECT_EQ(s.fsdp->memory().sharded_param_bytes, total * 4);
+  EXPECT_EQ(s.fsdp->memory().sharded_param_bytes, param_count(s.model) * 4);
   train_step(s);
   EXPECT_EQ(s.fsdp->memory().peak_gathered_param_bytes, 0);
 }

@@ -171,18 +171,18 @@ void Runtime::ensure_final_callback() {
 
 void Runtime::finish_backward() {
   for (auto& u : units_) u->finish_backward();
-  drain_reduces(0);
+  drain_reduces();
   callback_queued_ = false;
   ++step_;
 }
 
 void Runtime::enqueue_reduce(PendingReduce pending) {
-  drain_reduces(0);
+  drain_reduces();
   pending_.push_back(std::move(pending));
 }
 
-void Runtime::drain_reduces(size_t keep) {
-  while (pending_.size() > keep) {
+void Runtime::drain_reduces() {
+  while (!pending_.empty()) {
     complete_reduce(pending_.front());
     pending_.pop_front();
   }

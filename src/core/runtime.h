@@ -125,7 +125,7 @@ class Runtime {
   // At most one reduction stays in flight: issuing another completes the oldest first, which
   // bounds unsharded-gradient memory to about two units.
   void enqueue_reduce(PendingReduce pending);
-  void drain_reduces(size_t keep);
+  void drain_reduces();
 
   // Memory accounting.
   void track_gathered(int64_t delta);

@@ -10,9 +10,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
-#include <iostream>
-#include <sstream>
 
 #include "fsdp/fsdp.h"
 #include "tools/tool_util.h"
