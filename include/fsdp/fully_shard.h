@@ -62,12 +62,27 @@ struct UnitShard {
 using DecayRule = std::function<bool(const std::string& name, const at::Tensor& param)>;
 bool default_decay_rule(const std::string& name, const at::Tensor& param);
 
+// Where one original parameter lives in its unit's flat parameter: elements
+// [offset, offset + numel) of the unpadded flat buffer, row-major in `shape`.
+struct ParamLayout {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;
+  int64_t numel = 0;
+  std::vector<std::string> aliases;  // other names of the same tensor (tied parameters)
+};
+
+// One unit's layout. Shard r of `shard_count` holds elements [r * shard_numel, (r+1) * shard_numel)
+// of the flat parameter padded (with zeros) to padded_numel = shard_count * shard_numel.
 struct UnitInfo {
   std::string name;          // qualified module name; "" for the root
   int64_t numel = 0;         // parameters in the unit
   int64_t padded_numel = 0;  // numel padded to a multiple of the shard count
   int64_t shard_numel = 0;   // elements this rank holds
   std::vector<std::string> param_names;
+  std::vector<ParamLayout> params;  // same order as param_names
+  int shard_rank = 0;               // this rank's shard index (its rank in shard_group())
+  int shard_count = 1;
 };
 
 class FullyShardedModel {

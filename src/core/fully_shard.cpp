@@ -20,9 +20,18 @@ const ShardingOptions& FullyShardedModel::options() const { return runtime_->opt
 std::vector<UnitInfo> FullyShardedModel::units() const {
   std::vector<UnitInfo> out;
   for (const auto& u : runtime_->units()) {
-    UnitInfo info{
-        u->name(), u->flat().numel(), u->flat().padded_numel(), u->flat().shard_numel(), {}};
-    for (const auto& s : u->flat().slots()) info.param_names.push_back(s.name);
+    const FlatParam& f = u->flat();
+    UnitInfo info;
+    info.name = u->name();
+    info.numel = f.numel();
+    info.padded_numel = f.padded_numel();
+    info.shard_numel = f.shard_numel();
+    info.shard_rank = f.shard_rank();
+    info.shard_count = f.shard_count();
+    for (const auto& s : f.slots()) {
+      info.param_names.push_back(s.name);
+      info.params.push_back({s.name, s.shape, s.offset, s.numel, s.aliases});
+    }
     out.push_back(std::move(info));
   }
   return out;
