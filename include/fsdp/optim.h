@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -64,6 +65,12 @@ class ShardedOptimizer {
   virtual void step() = 0;
   // Bytes of optimizer state (excluding the parameter and gradient shards).
   virtual int64_t state_bytes() const = 0;
+  // The optimizer's name as checkpoints record it ("adamw", "sgd").
+  virtual const char* kind() const = 0;
+  // Shard i's state tensors by name, each with the shard's element count, fp32 (e.g. AdamW's
+  // "exp_avg" and "exp_avg_sq"). The tensors alias the optimizer's state: a checkpoint loader
+  // copies into them. The names are the same for every shard.
+  virtual std::vector<std::pair<std::string, at::Tensor>> state(size_t i) const = 0;
 
   // Zeroes every gradient shard in place (the runtime's gradient storage is never reallocated).
   void zero_grad();
@@ -109,6 +116,8 @@ class AdamW : public ShardedOptimizer {
 
   void step() override;
   int64_t state_bytes() const override;
+  const char* kind() const override { return "adamw"; }
+  std::vector<std::pair<std::string, at::Tensor>> state(size_t i) const override;
 
   const AdamWOptions& options() const { return options_; }
   // Shard i's first and second moments; a checkpoint loader may copy_ into them.
@@ -138,6 +147,9 @@ class SGD : public ShardedOptimizer {
 
   void step() override;
   int64_t state_bytes() const override;
+  const char* kind() const override { return "sgd"; }
+  // "momentum_buffer" when momentum is nonzero, else nothing.
+  std::vector<std::pair<std::string, at::Tensor>> state(size_t i) const override;
 
   const SGDOptions& options() const { return options_; }
   // Shard i's momentum buffer; undefined when momentum is 0.

@@ -47,6 +47,7 @@ std::vector<UnitShard> FullyShardedModel::shards(const DecayRule& rule) const {
 }
 
 Comm& FullyShardedModel::shard_group() const { return runtime_->shard_group(); }
+Comm& FullyShardedModel::replicate_group() const { return runtime_->replicate_group(); }
 Comm& FullyShardedModel::world() const { return runtime_->world(); }
 
 void FullyShardedModel::set_requires_gradient_sync(bool sync) {

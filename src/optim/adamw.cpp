@@ -62,6 +62,10 @@ void AdamW::step_shard(size_t i, double bias_correction1, double bias_correction
   p.addcdiv_(exp_avg, denom, -step_size);
 }
 
+std::vector<std::pair<std::string, at::Tensor>> AdamW::state(size_t i) const {
+  return {{"exp_avg", exp_avg_.at(i)}, {"exp_avg_sq", exp_avg_sq_.at(i)}};
+}
+
 int64_t AdamW::state_bytes() const {
   int64_t bytes = 0;
   for (size_t i = 0; i < exp_avg_.size(); ++i) {

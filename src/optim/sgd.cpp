@@ -60,6 +60,11 @@ void SGD::step_shard(size_t i) {
   p.add_(d_p, -1 * lr_);
 }
 
+std::vector<std::pair<std::string, at::Tensor>> SGD::state(size_t i) const {
+  if (!momentum_buffer_.at(i).defined()) return {};
+  return {{"momentum_buffer", momentum_buffer_[i]}};
+}
+
 int64_t SGD::state_bytes() const {
   int64_t bytes = 0;
   for (const auto& b : momentum_buffer_) bytes += b.defined() ? b.nbytes() : 0;

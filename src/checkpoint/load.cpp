@@ -1,0 +1,197 @@
+// Loading a sharded checkpoint into a live sharded model of any world size and strategy: each
+// rank computes which elements of each unit's flat parameter it holds and reads exactly those from
+// the checkpoint's files (CheckpointReader), then the optimizer's state the same way. Also finding
+// the newest committed checkpoint, and rewriting one for another world size offline.
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <set>
+
+#include "checkpoint/format.h"
+#include "fsdp/checkpoint/checkpoint.h"
+#include "fsdp/optim.h"
+
+namespace fsdp {
+namespace {
+
+using namespace ckpt;
+namespace fs = std::filesystem;
+
+std::string trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  return s;
+}
+
+// A step folder, or a root whose `latest` names one; it must be committed.
+std::string resolve(const std::string& path) {
+  std::string dir = path;
+  if (exists(join(path, kLatestFile))) {
+    const auto latest = latest_checkpoint(path);
+    if (!latest) throw CheckpointError("no committed checkpoint under '" + path + "'");
+    dir = *latest;
+  }
+  if (!exists(join(dir, kMetadataFile)) && !exists(join(dir, kCommitMarker))) {
+    throw CheckpointError("'" + path + "' is not a checkpoint folder (no " + kMetadataFile +
+                          ", no " + kLatestFile + ")");
+  }
+  if (!exists(join(dir, kCommitMarker))) {
+    throw CheckpointError("checkpoint '" + dir + "' has no " + kCommitMarker +
+                          " marker: its save did not finish; not loading it");
+  }
+  return dir;
+}
+
+std::vector<CheckpointParam> target_params(const UnitInfo& u) {
+  std::vector<CheckpointParam> out;
+  for (const auto& p : u.params) out.push_back({p.name, p.shape, p.offset, p.numel, p.aliases});
+  return out;
+}
+
+// The model must have exactly the checkpoint's parameters, with the same shapes.
+void check_same_parameters(const CheckpointMetadata& meta, const std::vector<UnitInfo>& units,
+                           const std::string& dir) {
+  std::map<std::string, std::vector<int64_t>> saved;
+  for (const auto& u : meta.units) {
+    for (const auto& p : u.params) saved[p.name] = p.shape;
+  }
+  const std::string where = "checkpoint '" + dir + "' (" + kMetadataFile + ")";
+  std::set<std::string> model_names;
+  for (const auto& u : units) {
+    for (const auto& p : u.params) {
+      const auto it = saved.find(p.name);
+      if (it == saved.end()) {
+        throw CheckpointError(where + " has no parameter '" + p.name +
+                              "': it was saved from a different model");
+      }
+      if (it->second != p.shape) {
+        throw CheckpointError(where + ": parameter '" + p.name + "' has shape " +
+                              c10::str(at::IntArrayRef(it->second)) + ", the model's is " +
+                              c10::str(at::IntArrayRef(p.shape)));
+      }
+      model_names.insert(p.name);
+    }
+  }
+  for (const auto& [name, shape] : saved) {
+    if (model_names.count(name) == 0) {
+      throw CheckpointError(where + " has parameter '" + name +
+                            "', which the model lacks: it was saved from a different model");
+    }
+  }
+}
+
+void check_optimizer(const CheckpointMetadata& meta, const ShardedOptimizer& optimizer,
+                     const std::string& dir) {
+  if (meta.optimizer != optimizer.kind()) {
+    throw CheckpointError("checkpoint '" + dir + "' holds " +
+                          (meta.optimizer.empty() ? "no optimizer state"
+                                                  : "'" + meta.optimizer + "' optimizer state") +
+                          ", the optimizer to restore is '" + optimizer.kind() + "'");
+  }
+}
+
+// Fills this rank's shard `t` of unit `u` (elements [rank * S, rank * S + S) of the flat tensor).
+void load_shard(CheckpointReader& reader, const UnitInfo& u, const std::string& kind,
+                const at::Tensor& t) {
+  TORCH_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous() && t.numel() == u.shard_numel,
+              "unit '", u.name, "': shard tensor is not a contiguous fp32 tensor of ",
+              u.shard_numel, " elements");
+  read_flat_range(reader, target_params(u), kind, u.shard_rank * u.shard_numel, u.shard_numel,
+                  t.data_ptr<float>());
+}
+
+void load_tensors(const std::string& dir, FullyShardedModel& model, ShardedOptimizer* optimizer,
+                  const CheckpointMetadata& meta) {
+  CheckpointReader reader(dir);
+  const std::vector<UnitInfo> units = model.units();
+  check_same_parameters(meta, units, dir);
+  if (optimizer != nullptr) check_optimizer(meta, *optimizer, dir);
+  const std::vector<UnitShard> shards = model.shards();
+  at::NoGradGuard no_grad;
+  for (size_t u = 0; u < units.size(); ++u) {
+    load_shard(reader, units[u], "param", shards[u].param);
+    if (optimizer == nullptr) continue;
+    for (const auto& [kind, t] : optimizer->state(u)) load_shard(reader, units[u], kind, t);
+  }
+  if (optimizer != nullptr) {
+    optimizer->set_step_count(meta.optimizer_steps);
+    optimizer->set_lr(meta.lr);
+  }
+}
+
+}  // namespace
+
+std::optional<std::string> latest_checkpoint(const std::string& root) {
+  const std::string latest = join(root, kLatestFile);
+  if (!exists(latest)) return std::nullopt;
+  const std::string name = trim(read_small_file(latest));
+  if (name.rfind("step_", 0) != 0 || name.find('/') != std::string::npos) {
+    throw CheckpointError("'" + latest + "' does not name a step folder: '" + name + "'");
+  }
+  const std::string dir = join(root, name);
+  if (!exists(join(dir, kCommitMarker))) {
+    throw CheckpointError("'" + latest + "' names '" + dir + "', which has no " + kCommitMarker +
+                          " marker");
+  }
+  return dir;
+}
+
+LoadedCheckpoint load_checkpoint(const std::string& path, FullyShardedModel& model,
+                                 ShardedOptimizer* optimizer) {
+  Comm& world = model.world();
+  LoadedCheckpoint out;
+  std::string error;
+  try {
+    out.path = resolve(path);
+    const CheckpointMetadata meta = read_checkpoint_metadata(out.path);
+    load_tensors(out.path, model, optimizer, meta);
+    out.step = meta.step;
+    out.train_state = meta.train_state;
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  // A rank that failed (its file was corrupt) must not leave the others training alone.
+  int64_t failed = error.empty() ? 0 : 1;
+  std::vector<int64_t> all(world.size());
+  world.all_gather(&failed, all.data(), 1, DType::kInt64);
+  for (int r = 0; r < world.size(); ++r) {
+    if (all[r] != 0) {
+      throw CheckpointError(
+          error.empty() ? "loading the checkpoint failed on rank " + std::to_string(r) : error);
+    }
+  }
+  return out;
+}
+
+void reshard_checkpoint(const std::string& dir, const std::string& out_dir, int world_size) {
+  if (world_size < 1) throw CheckpointError("reshard: world size must be >= 1");
+  const std::string src = resolve(dir);
+  CheckpointReader reader(src);
+  CheckpointMetadata meta = reader.metadata();
+  if (exists(join(out_dir, kCommitMarker))) {
+    throw CheckpointError("reshard: '" + out_dir + "' already holds a checkpoint");
+  }
+  fs::create_directories(out_dir);
+  lay_out_regions(meta.units, meta.tensor_kinds.size(), world_size);
+  meta.world_size = world_size;
+  meta.replicate_size = 1;
+  meta.shard_count = world_size;
+  meta.files.clear();
+  for (int r = 0; r < world_size; ++r) {
+    ShardFileWriter writer(
+        out_dir,
+        {kFormatVersion, static_cast<uint32_t>(r), static_cast<uint32_t>(world_size), meta.step},
+        meta.block_bytes);
+    for (const auto& u : meta.units) {
+      std::vector<float> buf(static_cast<size_t>(u.shard_numel));
+      for (const auto& kind : meta.tensor_kinds) {
+        read_flat_range(reader, u.params, kind, r * u.shard_numel, u.shard_numel, buf.data());
+        writer.append(buf.data(), buf.size() * sizeof(float));
+      }
+    }
+    meta.files.push_back(writer.finish());
+  }
+  write_file_atomically(join(out_dir, kMetadataFile), metadata_to_json(meta));
+  write_file_atomically(join(out_dir, kCommitMarker), commit_marker(meta.step));
+}
+
+}  // namespace fsdp

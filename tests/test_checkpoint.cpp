@@ -1,0 +1,375 @@
+// Sharded checkpoints, in one process group: save and load at the same world size restore
+// parameters and optimizer state bit for bit; a checkpoint saved by any subset of the ranks loads
+// into any other (resharding), under every strategy; inspection and offline resharding agree with
+// the live model; and every kind of damaged checkpoint is refused with an error naming the file.
+// Resuming in new processes and a rank killed mid-save are in tests/checkpoint_resume.sh.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "fsdp/checkpoint/checkpoint.h"
+#include "fsdp/fsdp.h"
+#include "test_util.h"
+
+namespace fsdp {
+namespace {
+
+namespace fs = std::filesystem;
+
+// World size 3 pads every unit (see tests/test_parity.cpp).
+GPT2Config tiny_config(int64_t n_layer = 2) {
+  GPT2Config c;
+  c.vocab_size = 65;
+  c.n_positions = 16;
+  c.n_embd = 32;
+  c.n_layer = n_layer;
+  c.n_head = 4;
+  return c;
+}
+
+// A folder every rank of `comm` agrees on: rank 0 picks it, the others learn its number.
+std::string shared_dir(Comm& comm, const std::string& tag) {
+  static int64_t counter = 0;
+  int64_t id[2] = {static_cast<int64_t>(::getpid()), ++counter};
+  comm.broadcast(id, 2, DType::kInt64, 0);
+  const std::string dir =
+      (fs::temp_directory_path() /
+       ("fsdp_ckpt_" + tag + "_" + std::to_string(id[0]) + "_" + std::to_string(id[1])))
+          .string();
+  comm.barrier();
+  return dir;
+}
+
+struct Trained {
+  GPT2 model{nullptr};
+  std::shared_ptr<FullyShardedModel> sharded;
+  std::unique_ptr<AdamW> opt;
+};
+
+bool is_hybrid(ShardingStrategy s) {
+  return s == ShardingStrategy::kHybridShard || s == ShardingStrategy::kHybridShardZero2;
+}
+
+// `shard_group_size` applies to the hybrid strategies only.
+Trained make(CommPtr comm, ShardingStrategy strategy, uint64_t seed, int shard_group_size = 0,
+             int64_t n_layer = 2) {
+  Trained t;
+  t.model = GPT2(tiny_config(n_layer));
+  init_gpt2_weights(*t.model, seed);
+  t.sharded = fully_shard(t.model.ptr(), std::move(comm),
+                          ShardingOptions()
+                              .strategy(strategy)
+                              .wrap(WrapPolicy::by_type({"GPT2Block"}))
+                              .shard_group_size(is_hybrid(strategy) ? shard_group_size : 0));
+  AdamWOptions o;
+  o.lr = 1e-2;
+  t.opt = std::make_unique<AdamW>(sharded_params(*t.sharded), o);
+  return t;
+}
+
+// A few steps on a global batch split across the ranks, so that Adam's moments are nonzero.
+void train(Trained& t, int steps) {
+  Comm& world = t.sharded->world();
+  const int64_t rows = 12 / world.size(), T = tiny_config().n_positions;
+  for (int s = 0; s < steps; ++s) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(99 + s);
+    at::Tensor tokens = at::randint(tiny_config().vocab_size, {12, T + 1}, gen, at::kLong);
+    at::Tensor mine = tokens.narrow(0, world.rank() * rows, rows);
+    t.opt->zero_grad();
+    gpt2_loss(fsdp::forward(t.model, mine.narrow(1, 0, T)), mine.narrow(1, 1, T)).backward();
+    t.opt->step();
+  }
+}
+
+void expect_same_params(std::map<std::string, at::Tensor> a, std::map<std::string, at::Tensor> b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, t] : a) {
+    ASSERT_TRUE(b.count(name)) << name;
+    EXPECT_TRUE(at::equal(t, b[name])) << name;
+  }
+}
+
+// This rank's shards, Adam's moments over them, the step count and the learning rate.
+void expect_same_shards(const Trained& a, const Trained& b) {
+  auto sa = a.sharded->shards(), sb = b.sharded->shards();
+  ASSERT_EQ(sa.size(), sb.size());
+  for (size_t u = 0; u < sa.size(); ++u) {
+    EXPECT_TRUE(at::equal(sa[u].param, sb[u].param)) << sa[u].unit_name;
+    EXPECT_TRUE(at::equal(a.opt->exp_avg(u), b.opt->exp_avg(u))) << sa[u].unit_name;
+    EXPECT_TRUE(at::equal(a.opt->exp_avg_sq(u), b.opt->exp_avg_sq(u))) << sa[u].unit_name;
+  }
+  EXPECT_EQ(a.opt->step_count(), b.opt->step_count());
+  EXPECT_EQ(a.opt->lr(), b.opt->lr());
+}
+
+TEST(Checkpoint, SameWorldSizeRestoresEverythingBitForBit) {
+  CommPtr world = test::world();
+  const std::string root = shared_dir(*world, "same");
+  Trained a = make(world, ShardingStrategy::kFullShard, 1);
+  train(a, 3);
+  a.opt->set_lr(3e-3);
+  const std::string path = save_checkpoint(root, 3, *a.sharded, a.opt.get(), R"({"data": 17})");
+  EXPECT_EQ(latest_checkpoint(root).value_or(""), path);
+
+  Trained b = make(world, ShardingStrategy::kFullShard, 2);  // other weights, fresh moments
+  const LoadedCheckpoint loaded = load_checkpoint(root, *b.sharded, b.opt.get());
+  EXPECT_EQ(loaded.step, 3);
+  EXPECT_EQ(loaded.path, path);
+  EXPECT_NE(loaded.train_state.find("\"data\":17"), std::string::npos) << loaded.train_state;
+  expect_same_shards(a, b);
+  // Both continue identically.
+  train(a, 2);
+  train(b, 2);
+  expect_same_params(a.sharded->gather_full_params(), b.sharded->gather_full_params());
+  if (world->rank() == 0) {
+    EXPECT_TRUE(verify_checkpoint(path).empty());
+  }
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(root);
+}
+
+// Ranks [0, saver) save; ranks [0, loader) load into a model sharded with `strategy`: the loaded
+// parameters and moments equal the saved ones, whatever the two world sizes and strategies.
+void reshard_case(int savers, ShardingStrategy save_strategy, int loaders,
+                  ShardingStrategy load_strategy, int shard_group_size = 0) {
+  CommPtr world = test::world();
+  const std::string root = shared_dir(*world, "reshard");
+  const int rank = world->rank();
+  std::map<std::string, at::Tensor> expected;
+  {
+    CommPtr group = world->split(rank < savers ? 0 : 1, rank);
+    if (rank < savers) {
+      Trained a = make(group, save_strategy, 5, shard_group_size);
+      train(a, 2);
+      save_checkpoint(root, 2, *a.sharded, a.opt.get(), "{}");
+      expected = a.sharded->gather_full_params();
+    }
+  }
+  // Rank 0 saved: it broadcasts the parameters it saved, and every loader compares its own.
+  world->barrier();
+  CommPtr group = world->split(rank < loaders ? 0 : 1, rank);
+  std::map<std::string, at::Tensor> got;
+  if (rank < loaders) {
+    Trained b = make(group, load_strategy, 6, shard_group_size);
+    load_checkpoint(root, *b.sharded, b.opt.get());
+    EXPECT_EQ(b.opt->step_count(), 2);
+    got = b.sharded->gather_full_params();
+  }
+  GPT2 names(tiny_config());
+  for (const auto& item : names->named_parameters()) {
+    at::Tensor t = rank == 0 ? expected.at(item.key()) : at::empty_like(item.value());
+    world->broadcast(t.data_ptr(), t.numel(), DType::kFloat32, 0);
+    if (rank < loaders) {
+      EXPECT_TRUE(at::equal(t, got.at(item.key()))) << item.key();
+    }
+  }
+  world->barrier();
+  if (rank == 0) fs::remove_all(root);
+}
+
+TEST(Checkpoint, ReshardsFromEveryWorldSizeToEveryOther) {
+  const int n = test::world()->size();
+  for (int savers = 1; savers <= n; ++savers) {
+    for (int loaders = 1; loaders <= n; ++loaders) {
+      SCOPED_TRACE("save at " + std::to_string(savers) + ", load at " + std::to_string(loaders));
+      reshard_case(savers, ShardingStrategy::kFullShard, loaders, ShardingStrategy::kFullShard);
+    }
+  }
+}
+
+TEST(Checkpoint, LoadsAcrossStrategies) {
+  const int n = test::world()->size();
+  reshard_case(n, ShardingStrategy::kFullShard, n, ShardingStrategy::kNoShard);
+  reshard_case(n, ShardingStrategy::kNoShard, n, ShardingStrategy::kShardGradOp);
+  if (n == 4) {
+    reshard_case(4, ShardingStrategy::kHybridShard, 4, ShardingStrategy::kFullShard, 2);
+    reshard_case(4, ShardingStrategy::kFullShard, 4, ShardingStrategy::kHybridShardZero2, 2);
+  }
+}
+
+// What fsdp-ckpt builds on: the metadata describes the model, the offline reshard writes a
+// checkpoint for another world size that loads into the same parameters.
+TEST(Checkpoint, MetadataAndOfflineReshard) {
+  CommPtr world = test::world();
+  const std::string root = shared_dir(*world, "offline");
+  Trained a = make(world, ShardingStrategy::kFullShard, 7);
+  train(a, 1);
+  const std::string path = save_checkpoint(root, 1, *a.sharded, a.opt.get(), "{}");
+  const CheckpointMetadata meta = read_checkpoint_metadata(path);
+  EXPECT_EQ(meta.world_size, world->size());
+  EXPECT_EQ(meta.shard_count, world->size());
+  EXPECT_EQ(meta.optimizer, "adamw");
+  EXPECT_EQ(meta.tensor_kinds, (std::vector<std::string>{"param", "exp_avg", "exp_avg_sq"}));
+  ASSERT_EQ(meta.units.size(), a.sharded->units().size());
+  for (size_t u = 0; u < meta.units.size(); ++u) {
+    EXPECT_EQ(meta.units[u].name, a.sharded->units()[u].name);
+    EXPECT_EQ(meta.units[u].numel, a.sharded->units()[u].numel);
+  }
+  const std::string resharded = path + "_resharded";
+  if (world->rank() == 0) reshard_checkpoint(path, resharded, world->size() % 3 + 1);
+  world->barrier();
+  EXPECT_TRUE(verify_checkpoint(resharded).empty());
+  EXPECT_EQ(read_checkpoint_metadata(resharded).shard_count, world->size() % 3 + 1);
+  Trained b = make(world, ShardingStrategy::kFullShard, 8);
+  load_checkpoint(resharded, *b.sharded, b.opt.get());
+  expect_same_shards(a, b);
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(root);
+}
+
+// --- damaged checkpoints ---------------------------------------------------------------------
+
+class Damaged : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    world_ = test::world();
+    root_ = shared_dir(*world_, "damaged");
+    Trained a = make(world_, ShardingStrategy::kFullShard, 3);
+    path_ = save_checkpoint(root_, 4, *a.sharded, a.opt.get(), "{}");
+    shard0_ = path_ + "/shard_00000-of-" + pad5(world_->size()) + ".bin";
+  }
+  void TearDown() override {
+    world_->barrier();
+    if (world_->rank() == 0) fs::remove_all(root_);
+  }
+  static std::string pad5(int n) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "%05d", n);
+    return buf;
+  }
+  // Rank 0 damages the checkpoint; then every rank tries to load it.
+  std::string load_error(const std::function<void()>& damage) {
+    if (world_->rank() == 0) damage();
+    world_->barrier();
+    Trained b = make(world_, ShardingStrategy::kFullShard, 4);
+    try {
+      load_checkpoint(path_, *b.sharded, b.opt.get());
+    } catch (const CheckpointError& e) {
+      return e.what();
+    }
+    return "";
+  }
+  CommPtr world_;
+  std::string root_, path_, shard0_;
+};
+
+TEST_F(Damaged, FlippedByteIsAChecksumMismatchNamingTheFile) {
+  const std::string error = load_error([&] {
+    std::fstream f(shard0_, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(100);
+    c = static_cast<char>(c ^ 0x10);
+    f.write(&c, 1);
+  });
+  // Rank 0 reads shard 0; the others learn that rank 0 failed.
+  EXPECT_NE(error.find(world_->rank() == 0 ? "checksum mismatch" : "failed on rank 0"),
+            std::string::npos)
+      << error;
+  if (world_->rank() == 0) {
+    EXPECT_NE(error.find(shard0_), std::string::npos) << error;
+    EXPECT_FALSE(verify_checkpoint(path_).empty());
+  }
+}
+
+TEST_F(Damaged, TruncatedShardNamesTheFile) {
+  const std::string error =
+      load_error([&] { fs::resize_file(shard0_, fs::file_size(shard0_) - 8); });
+  if (world_->rank() == 0) {
+    EXPECT_NE(error.find(shard0_), std::string::npos) << error;
+    EXPECT_NE(error.find("truncated"), std::string::npos) << error;
+  } else {
+    EXPECT_FALSE(error.empty());
+  }
+}
+
+TEST_F(Damaged, MissingShardFileNamesTheFile) {
+  const std::string error = load_error([&] { fs::remove(shard0_); });
+  if (world_->rank() == 0) {
+    EXPECT_NE(error.find(shard0_ + "' is missing"), std::string::npos) << error;
+  }
+  EXPECT_FALSE(error.empty());
+}
+
+TEST_F(Damaged, UncommittedCheckpointIsNeverLoaded) {
+  const std::string error = load_error([&] { fs::remove(path_ + "/COMMITTED"); });
+  EXPECT_NE(error.find("no COMMITTED marker"), std::string::npos) << error;
+  EXPECT_THROW(latest_checkpoint(root_), CheckpointError);
+}
+
+TEST_F(Damaged, MetadataFromAnotherModelIsRefused) {
+  // A three-layer model's checkpoint where the two-layer model's was.
+  const std::string other = root_ + "_other";
+  {
+    Trained big = make(world_, ShardingStrategy::kFullShard, 3, 0, 3);
+    save_checkpoint(other, 4, *big.sharded, big.opt.get(), "{}");
+  }
+  const std::string error = load_error([&] {
+    fs::copy_file(other + "/step_00000004/metadata.json", path_ + "/metadata.json",
+                  fs::copy_options::overwrite_existing);
+  });
+  EXPECT_NE(error.find("metadata.json"), std::string::npos) << error;
+  EXPECT_NE(error.find("transformer.h.2"), std::string::npos) << error;
+  EXPECT_NE(error.find("different model"), std::string::npos) << error;
+  world_->barrier();
+  if (world_->rank() == 0) fs::remove_all(other);
+}
+
+TEST_F(Damaged, WrongFormatVersionIsRefused) {
+  const std::string error = load_error([&] {
+    std::ifstream in(path_ + "/metadata.json");
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    const auto at = text.find("\"version\": 1");
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, 12, "\"version\": 9");
+    std::ofstream(path_ + "/metadata.json") << text;
+  });
+  EXPECT_NE(error.find("format version 9"), std::string::npos) << error;
+}
+
+TEST_F(Damaged, OptimizerOfAnotherKindIsRefused) {
+  Trained b = make(world_, ShardingStrategy::kFullShard, 4);
+  SGDOptions o;
+  o.momentum = 0.9;
+  SGD sgd(sharded_params(*b.sharded), o);
+  EXPECT_THROW(
+      {
+        try {
+          load_checkpoint(path_, *b.sharded, &sgd);
+        } catch (const CheckpointError& e) {
+          EXPECT_NE(std::string(e.what()).find("'adamw' optimizer state"), std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      CheckpointError);
+}
+
+TEST(Checkpoint, TrainStateMustBeAJsonObject) {
+  CommPtr world = test::world();
+  Trained a = make(world, ShardingStrategy::kFullShard, 1);
+  EXPECT_THROW(save_checkpoint("/nonexistent", 1, *a.sharded, a.opt.get(), "[1, 2"),
+               CheckpointError);
+}
+
+TEST(Checkpoint, KeepLastDeletesOlderCheckpoints) {
+  CommPtr world = test::world();
+  const std::string root = shared_dir(*world, "keep");
+  Trained a = make(world, ShardingStrategy::kFullShard, 1);
+  CheckpointOptions options;
+  options.keep_last = 2;
+  for (int step = 1; step <= 4; ++step)
+    save_checkpoint(root, step, *a.sharded, a.opt.get(), "{}", options);
+  EXPECT_FALSE(fs::exists(root + "/step_00000001"));
+  EXPECT_FALSE(fs::exists(root + "/step_00000002"));
+  EXPECT_TRUE(fs::exists(root + "/step_00000003/COMMITTED"));
+  EXPECT_EQ(latest_checkpoint(root).value_or(""), root + "/step_00000004");
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(root);
+}
+
+}  // namespace
+}  // namespace fsdp
