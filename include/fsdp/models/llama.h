@@ -1,0 +1,173 @@
+// Llama as plain LibTorch modules, with Hugging Face's parameter names and layouts.
+//
+// The module tree mirrors transformers' LlamaForCausalLM, so that a state dict converts by name
+// alone: "model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight", ...,
+// "model.norm.weight", "lm_head.weight". Projections are torch::nn::Linear without bias (weight
+// stored (out_features, in_features), as in HF). With tie_embeddings there is no lm_head module:
+// logits use embed_tokens.weight, and parameters() lists it once, as HF's named_parameters() does.
+// Rotary position tables are neither parameters nor buffers (HF registers them non-persistent),
+// so they appear in no state dict and are never sharded.
+//
+// Sharding: LlamaImpl::forward calls every block through fsdp::forward (fsdp/hooks.h), which is a
+// plain call until a sharding runtime registers hooks on the blocks (wrap by type
+// "LlamaDecoderLayer"). The model itself knows nothing of FSDP.
+//
+// Initialisation is deterministic per (seed, parameter name) and independent of the world size or
+// of the other parameters (fsdp::parameter_seed, shared with GPT-2).
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+namespace fsdp {
+
+// Shapes default to HF's LlamaConfig (Llama 2 7B); vocabulary and norm epsilon do not (see there).
+struct LlamaConfig {
+  int64_t vocab_size = 50257;              // GPT-2's BPE, the tokenizer of this project (HF: 32000)
+  int64_t max_position_embeddings = 2048;  // context length: the longest sequence forward accepts
+  int64_t dim = 4096;                      // hidden_size: channels of the residual stream
+  int64_t n_layer = 32;                    // num_hidden_layers: decoder layers
+  int64_t n_head = 32;                     // num_attention_heads (query heads); must divide dim
+  int64_t n_kv_head = 0;                   // num_key_value_heads; 0 means n_head (no grouping)
+  int64_t intermediate_size = 11008;       // channels of the SwiGLU feed-forward
+  double rope_theta = 10000.0;             // base of the rotary frequencies
+  double norm_eps = 1e-5;                  // rms_norm_eps, as Llama 2's checkpoints (HF: 1e-6)
+  bool tie_embeddings = false;             // tie_word_embeddings: logits use embed_tokens.weight
+
+  // Throws std::invalid_argument naming the first bad field: sizes must be positive (n_kv_head
+  // may be 0), n_head must divide dim, the key/value heads must divide n_head, and the head size
+  // must be even (rotary embeddings rotate pairs of channels).
+  void validate() const;
+
+  int64_t kv_heads() const { return n_kv_head == 0 ? n_head : n_kv_head; }
+  int64_t head_dim() const { return dim / n_head; }
+
+  // A small model for tests and examples: vocab 256, context 64, 64 channels, 2 layers, 4 query
+  // heads sharing 2 key/value heads, feed-forward 176, untied.
+  static LlamaConfig tiny();
+};
+
+// Root-mean-square norm (HF's LlamaRMSNorm): computed in fp32 whatever the input's dtype, then
+// cast back and scaled by the weight. No bias, no mean subtraction.
+class LlamaRMSNormImpl : public torch::nn::Module {
+ public:
+  LlamaRMSNormImpl(int64_t dim, double eps);
+  at::Tensor forward(const at::Tensor& x);  // [..., dim] -> [..., dim]
+
+  at::Tensor weight;  // (dim)
+  double eps = 0;
+};
+TORCH_MODULE(LlamaRMSNorm);
+
+// Rotary position embedding tables (HF's LlamaRotaryEmbedding, default rope type): cos and sin
+// of position * theta^(-2i/head_dim), each frequency repeated for both halves of a head, computed
+// once in fp32 for every position up to max_position_embeddings. Shared by all attention layers;
+// not a module, so it holds no parameters or buffers.
+class LlamaRotaryEmbedding {
+ public:
+  explicit LlamaRotaryEmbedding(const LlamaConfig& config);
+  // Rows [0, T) of the tables in `like`'s dtype and device: cos and sin, each [T, head_dim].
+  std::pair<at::Tensor, at::Tensor> tables(int64_t T, const at::Tensor& like) const;
+
+ private:
+  at::Tensor cos_, sin_;  // [max_position_embeddings, head_dim], fp32, CPU
+};
+
+// Causal self-attention with rotary embeddings and grouped-query attention ("self_attn"),
+// written out without fused kernels: each key/value head serves n_head / kv_heads query heads.
+class LlamaAttentionImpl : public torch::nn::Module {
+ public:
+  LlamaAttentionImpl(const LlamaConfig& config, std::shared_ptr<const LlamaRotaryEmbedding> rope);
+  at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
+
+  torch::nn::Linear q_proj{nullptr};  // C -> nh * hs
+  torch::nn::Linear k_proj{nullptr};  // C -> nkv * hs
+  torch::nn::Linear v_proj{nullptr};  // C -> nkv * hs
+  torch::nn::Linear o_proj{nullptr};  // nh * hs -> C
+  int64_t n_head = 0, n_kv_head = 0, head_dim = 0;
+
+ private:
+  std::shared_ptr<const LlamaRotaryEmbedding> rope_;
+};
+TORCH_MODULE(LlamaAttention);
+
+// SwiGLU feed-forward ("mlp"): down_proj(silu(gate_proj(x)) * up_proj(x)).
+class LlamaMLPImpl : public torch::nn::Module {
+ public:
+  explicit LlamaMLPImpl(const LlamaConfig& config);
+  at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
+
+  torch::nn::Linear gate_proj{nullptr};  // C -> intermediate_size
+  torch::nn::Linear up_proj{nullptr};    // C -> intermediate_size
+  torch::nn::Linear down_proj{nullptr};  // intermediate_size -> C
+};
+TORCH_MODULE(LlamaMLP);
+
+// One pre-norm decoder layer: x + self_attn(input_layernorm(x)), then
+// + mlp(post_attention_layernorm(x)). The unit of sharding. Members are registered in HF's order.
+class LlamaDecoderLayerImpl : public torch::nn::Module {
+ public:
+  LlamaDecoderLayerImpl(const LlamaConfig& config,
+                        std::shared_ptr<const LlamaRotaryEmbedding> rope);
+  at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
+
+  LlamaAttention self_attn{nullptr};
+  LlamaMLP mlp{nullptr};
+  LlamaRMSNorm input_layernorm{nullptr};
+  LlamaRMSNorm post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(LlamaDecoderLayer);
+
+// The "model" submodule: a holder of embeddings, layers and the final norm (HF's LlamaModel).
+// It has no forward of its own; LlamaImpl::forward runs its parts.
+class LlamaModelImpl : public torch::nn::Module {
+ public:
+  explicit LlamaModelImpl(const LlamaConfig& config);
+
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};  // LlamaDecoderLayer, n_layer of them
+  LlamaRMSNorm norm{nullptr};
+};
+TORCH_MODULE(LlamaModel);
+
+class LlamaImpl : public torch::nn::Module {
+ public:
+  // Builds the modules and initialises them with init_llama_weights(*this, 0). No default
+  // config: the defaults describe a 7B model.
+  explicit LlamaImpl(LlamaConfig config);
+
+  // idx [B, T] int64 token ids, T <= max_position_embeddings -> logits [B, T, vocab_size], in
+  // the parameters' dtype.
+  at::Tensor forward(const at::Tensor& idx);
+
+  const LlamaConfig& config() const { return config_; }
+  const std::vector<LlamaDecoderLayer>& blocks() const { return blocks_; }
+  LlamaModel& model() { return model_; }
+  // Null when config().tie_embeddings.
+  torch::nn::Linear& lm_head() { return lm_head_; }
+
+ private:
+  LlamaConfig config_;
+  LlamaModel model_{nullptr};
+  torch::nn::Linear lm_head_{nullptr};
+  std::vector<LlamaDecoderLayer> blocks_;  // the same modules as model_->layers, typed
+};
+TORCH_MODULE(Llama);
+
+// Mean cross entropy over all positions, in fp32: logits [B, T, V], targets [B, T] int64. The
+// same function as gpt2_loss (fsdp/models/gpt2.h), under a name tied to no model.
+at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& targets);
+
+// Re-initialises every parameter from (seed, its full name) alone, as HF's LlamaPreTrainedModel
+// does: projection and embedding weights ~ N(0, 0.02) (no residual scaling), RMSNorm weights 1.
+void init_llama_weights(LlamaImpl& model, uint64_t seed);
+
+}  // namespace fsdp

@@ -1,0 +1,276 @@
+// The trainer's configuration: what to train (model, data), how (optimizer, loop) and how to shard
+// it (FSDP), as one plain struct with a documented default per field, loaded from YAML files and
+// `--key value` command-line overrides.
+//
+// Precedence: command-line overrides > the YAML file > the defaults below. Keys are dotted paths
+// that mirror the YAML nesting: `optim.lr` is `lr:` under `optim:`. Besides our own sections
+// (model, data, optim, train) a file may be an Hugging Face Accelerate config as
+// `accelerate config` writes it (top-level `distributed_type`, `mixed_precision`,
+// `num_processes`, ... and an `fsdp_config:` section), and may use TorchAcc's `dist: fsdp:` names.
+// docs/config.md lists every key; `fsdp-train --help` prints the same list, generated from the
+// table the parser reads.
+//
+// A setting this build cannot honour (CPU offload, prefetch, activation checkpointing, fp16, a
+// DeepSpeed section, ...) is an error that says so, never silently ignored. Keys that only matter
+// to other launchers (Accelerate's main_training_function, gpu_ids, tpu_*) are accepted and
+// have no effect; docs/config.md says which.
+//
+// Nothing here reads the environment or touches LibTorch: parsing is pure, so tests and tools call
+// it directly, and every failure is one exception type, ConfigError.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "fsdp/comm.h"
+#include "fsdp/options.h"
+
+namespace fsdp {
+
+enum class ModelType { kGPT2, kLlama };
+const char* to_string(ModelType type);  // "gpt2", "llama"
+// The class the transformer blocks of `type` are named after, which TRANSFORMER_BASED_WRAP wraps
+// when no class is given: "GPT2Block" or "LlamaDecoderLayer".
+const char* block_class_name(ModelType type);
+
+// Architecture. GPT-2 and Llama share the first group; the rest apply to one type only, and
+// setting one of those for the other type is an error.
+struct ModelConfig {
+  ModelType type = ModelType::kGPT2;  // "gpt2" | "llama"
+  // Tokens in the vocabulary. Default 50257: GPT-2's BPE, the tokenizer both model types use.
+  int64_t vocab_size = 50257;
+  int64_t n_layer = 4;  // transformer blocks
+  int64_t n_head = 4;   // attention (query) heads; must divide the width (n_embd or dim)
+  // Longest sequence the model accepts: GPT-2's learned position table, Llama's RoPE table.
+  // Default 0: data.seq_len (see TrainConfig::context_length()).
+  int64_t n_positions = 0;
+  double norm_eps = 1e-5;  // epsilon of every LayerNorm (GPT-2) or RMSNorm (Llama)
+
+  // GPT-2 only. Width of the residual stream. Default 128.
+  int64_t n_embd = 128;
+
+  // Llama only.
+  int64_t dim = 128;      // width of the residual stream
+  int64_t n_kv_head = 0;  // key/value heads (grouped-query attention); 0: n_head (plain MHA)
+  // Hidden width of the SwiGLU feed-forward. Default 352: about 8/3 of the default dim, rounded up
+  // to a multiple of 32; set it together with dim.
+  int64_t intermediate_size = 352;
+  double rope_theta = 10000.0;  // RoPE base frequency (Llama 2's)
+  bool tie_embeddings = false;  // output projection shares the token embedding (HF's default: no)
+
+  // The width of the residual stream of this type: n_embd for GPT-2, dim for Llama.
+  int64_t width() const { return type == ModelType::kGPT2 ? n_embd : dim; }
+  // Key/value heads with the 0 default resolved: n_kv_head, or n_head.
+  int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+};
+
+struct DataConfig {
+  // What to train on: "sotu" (the bundled State of the Union corpus), a text file, a folder of
+  // text files, or a .bin token file in llm.c's layout. Default "sotu".
+  std::string dataset = "sotu";
+  // Held-out data for evaluation, same kinds as `dataset`. Default empty: the last `val_split` of
+  // `dataset`'s tokens.
+  std::string val_dataset;
+  // Fraction of `dataset` held out for evaluation when val_dataset is empty, in [0, 1). Default
+  // 0.1.
+  double val_split = 0.1;
+  int64_t seq_len = 128;  // tokens per training sequence. Default 128
+  // GPT-2's encoder.json and vocab.bpe (scripts/fetch_assets.sh). Default "assets/gpt2".
+  std::string tokenizer_dir = "assets/gpt2";
+  // Tokenized corpora are cached here, keyed by their source. Default "build/data-cache".
+  std::string cache_dir = "build/data-cache";
+};
+
+// AdamW with linear warmup then cosine decay (fsdp::warmup_cosine_lr).
+struct OptimConfig {
+  double lr = 1e-3;           // peak learning rate, reached at the end of warmup
+  double min_lr = 1e-4;       // learning rate at max_steps and after
+  int64_t warmup_steps = 30;  // steps of linear warmup; at most max_steps
+  int64_t max_steps = 300;    // optimizer steps to train for; also the schedule's length
+  double weight_decay = 0.1;  // decoupled decay, on matrices and embeddings only
+  double beta1 = 0.9;         // Adam's first-moment decay
+  double beta2 = 0.95;        // Adam's second-moment decay
+  double eps = 1e-8;          // Adam's denominator epsilon
+  double grad_clip = 1.0;     // max global gradient norm; 0: no clipping
+};
+
+// The training loop.
+struct TrainLoopConfig {
+  int64_t micro_batch_size = 4;             // sequences per rank per forward. Default 4
+  int64_t gradient_accumulation_steps = 1;  // micro-batches per optimizer step
+  int64_t seed = 1337;                      // initialisation and data order, same on every rank
+  int64_t eval_every = 50;                  // steps between evaluations; 0: never
+  int64_t eval_batches = 10;                // micro-batches per rank in one evaluation
+  int64_t log_every = 10;                   // steps between log lines
+  std::string checkpoint_dir = "build/checkpoints";  // root of the sharded checkpoints
+  int64_t checkpoint_every = 100;  // steps between checkpoints, and one after the last; 0: none
+  int checkpoint_keep_last = 0;    // complete checkpoints kept; older ones deleted; 0: all
+  // "" (default): start fresh; "auto": the newest checkpoint under checkpoint_dir if there is one;
+  // otherwise the path of a checkpoint (a step folder, or a root with `latest`).
+  std::string resume;
+  std::string metrics_file;  // one JSON object per logged step (JSONL); empty (default): none
+  int num_threads = 1;       // intra-op threads per rank (at::set_num_threads); 0: LibTorch's
+};
+
+// Accelerate's fsdp_config names (without their `fsdp_` prefix).
+enum class AutoWrapPolicy { kTransformerBased, kSizeBased, kNoWrap };
+enum class BackwardPrefetch { kBackwardPre, kBackwardPost, kNoPrefetch };
+enum class StateDictType { kShardedStateDict, kFullStateDict };
+const char* to_string(AutoWrapPolicy policy);      // "TRANSFORMER_BASED_WRAP", ...
+const char* to_string(BackwardPrefetch prefetch);  // "BACKWARD_PRE", ...
+const char* to_string(StateDictType type);         // "SHARDED_STATE_DICT", ...
+
+// The `fsdp_config:` section. TrainConfig::sharding_options() turns it into the runtime's options.
+struct FsdpConfig {
+  ShardingStrategy sharding_strategy = ShardingStrategy::kFullShard;
+  // Default TRANSFORMER_BASED_WRAP: one unit per transformer block.
+  AutoWrapPolicy auto_wrap_policy = AutoWrapPolicy::kTransformerBased;
+  // Class names TRANSFORMER_BASED_WRAP wraps, case-sensitive ("GPT2Block", "LlamaDecoderLayer",
+  // or a submodule class such as "GPT2MLP"). Default empty: the model type's block class. A name
+  // that matches no module is an error when the model is wrapped.
+  std::vector<std::string> transformer_layer_cls_to_wrap;
+  int64_t min_num_params = 100000000;  // SIZE_BASED_WRAP's threshold. Default 1e8 (Accelerate's)
+  // Only NO_PREFETCH is supported yet.
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::kNoPrefetch;
+  bool forward_prefetch = false;          // true is not supported yet
+  bool offload_params = false;            // true is not supported yet
+  bool activation_checkpointing = false;  // true is not supported yet
+  // How checkpoints are written: sharded, one file per rank (default), or full on rank 0.
+  StateDictType state_dict_type = StateDictType::kShardedStateDict;
+  // Broadcast rank 0's parameters to every rank before training. Default false: initialisation is
+  // already identical on every rank (derived from the seed and each parameter's name).
+  bool sync_module_states = false;
+  // Only rank 0 materialises the full model; the others receive it through sync_module_states,
+  // which must then be true. Default false.
+  bool cpu_ram_efficient_loading = false;
+  // HYBRID strategies: ranks per shard group (ShardingOptions::shard_group_size). Default 0: the
+  // ranks of one node. Not an Accelerate key; TorchAcc's dist.fsdp.size sets it.
+  int shard_group_size = 0;
+};
+
+struct TrainConfig {
+  ModelConfig model;
+  DataConfig data;
+  OptimConfig optim;
+  TrainLoopConfig train;
+  FsdpConfig fsdp;  // YAML: fsdp_config
+
+  // Accelerate's top-level keys that matter here.
+  // Compute dtype of gathered parameters and gradient reduction: kFloat32 (`mixed_precision: no`,
+  // the default) or kBFloat16 (`bf16`). Master weights and optimizer state stay fp32.
+  DType mixed_precision = DType::kFloat32;
+  // Ranks the run expects (all machines together); the trainer checks the launcher started that
+  // many. Default 0: as many as were started.
+  int num_processes = 0;
+  int num_machines = 1;  // nodes the run expects. Default 1
+
+  // The runtime's options: strategy, wrap policy (by_type with the layer classes, by_size, or
+  // none), param_dtype and reduce_dtype from mixed_precision, shard_group_size.
+  ShardingOptions sharding_options() const;
+  // model.n_positions, or data.seq_len when that is 0.
+  int64_t context_length() const {
+    return model.n_positions > 0 ? model.n_positions : data.seq_len;
+  }
+};
+
+bool operator==(const ModelConfig& a, const ModelConfig& b);
+bool operator==(const DataConfig& a, const DataConfig& b);
+bool operator==(const OptimConfig& a, const OptimConfig& b);
+bool operator==(const TrainLoopConfig& a, const TrainLoopConfig& b);
+bool operator==(const FsdpConfig& a, const FsdpConfig& b);
+bool operator==(const TrainConfig& a, const TrainConfig& b);
+inline bool operator!=(const TrainConfig& a, const TrainConfig& b) { return !(a == b); }
+
+// Every configuration failure: bad YAML, an unknown key, a value of the wrong type or out of
+// range, an unsupported setting. what() reads "FILE:LINE: KEY: DETAIL" for a file,
+// "--KEY: DETAIL" for a command-line override, and "KEY: DETAIL" for a default.
+class ConfigError : public std::runtime_error {
+ public:
+  ConfigError(std::string source, int line, std::string key, std::string detail);
+  const std::string& source() const { return source_; }  // the file; empty otherwise
+  int line() const { return line_; }                     // 1-based; 0 when not from a file
+  const std::string& key() const { return key_; }        // as written: "optim.lr", "--optim.lr"
+  const std::string& detail() const { return detail_; }
+
+ private:
+  std::string source_;
+  int line_;
+  std::string key_;
+  std::string detail_;
+};
+
+// One command-line override: `--optim.lr 3e-4` is {"optim.lr", "3e-4"}. List values are
+// comma-separated ("GPT2Block,GPT2MLP") or in brackets ("[GPT2Block, GPT2MLP]").
+struct ConfigOverride {
+  std::string key;
+  std::string value;
+};
+
+// The defaults, then the YAML file at `path` (empty: none), then `overrides` in order; validated.
+TrainConfig load_config(const std::string& path, const std::vector<ConfigOverride>& overrides = {});
+// The same from YAML text; `source_name` stands for the file in error messages.
+TrainConfig parse_config(const std::string& yaml, const std::string& source_name = "<config>",
+                         const std::vector<ConfigOverride>& overrides = {});
+// Checks a config built in code: ranges, relations between keys, unsupported settings.
+void validate_config(const TrainConfig& config);
+
+// The config as YAML (`--print-config`): every setting that applies to the model type, so that
+// parse_config(to_yaml(c)) == c for any c that load_config returned.
+std::string to_yaml(const TrainConfig& config);
+
+// One accepted key, as --help and docs/config.md list it.
+struct ConfigKey {
+  enum class Kind {
+    kSetting,   // a field of TrainConfig
+    kAlias,     // another spelling (Accelerate's older names, TorchAcc's) of one or more settings
+    kAccepted,  // accepted for compatibility; no effect (the help says why)
+    kRejected,  // a section for a feature fsdp.cpp does not have; an error unless empty
+  };
+  std::string key;            // dotted path: "optim.lr", "fsdp_config.fsdp_sharding_strategy"
+  std::string type;           // "int", "number", "bool", "string", "list" or "A|B|C"
+  std::string default_value;  // as to_yaml writes it; empty unless kind is kSetting
+  std::string model_type;     // "gpt2" or "llama" for type-specific model keys; else empty
+  std::string help;           // one line
+  Kind kind = Kind::kSetting;
+};
+// Every key, in the order --help lists them.
+std::vector<ConfigKey> config_keys();
+
+// --- the trainer's command line -------------------------------------------------------------
+
+enum class TrainCommand { kTrain, kSample };
+
+// `fsdp-train sample`: generate text from a checkpoint.
+struct SampleOptions {
+  // A step folder, or a checkpoint root with `latest`. Default: train.checkpoint_dir.
+  std::string checkpoint;
+  std::string prompt;            // text to continue; empty (default): GPT-2's <|endoftext|> token
+  int64_t max_new_tokens = 100;  // tokens generated per sample
+  double temperature = 0.8;      // logits divided by it before sampling; 0: greedy (argmax)
+  int64_t top_k = 200;           // sample among the k most likely tokens; 0: all
+  int64_t num_samples = 1;       // independent samples printed
+  int64_t seed = 1337;           // sampling RNG seed
+};
+
+struct ParsedArgs {
+  TrainCommand command = TrainCommand::kTrain;
+  std::string config_file;  // --config FILE; empty: defaults and overrides only
+  bool help = false;        // --help / -h: print train_usage(command) and exit (nothing else read)
+  bool print_config = false;  // --print-config: print to_yaml(config) and exit
+  TrainConfig config;         // defaults < --config FILE < --KEY VALUE overrides, validated
+  SampleOptions sample;       // command == kSample
+};
+
+// `fsdp-train [train|sample] [--config FILE] [--print-config] [--resume[=DIR]] [--KEY VALUE]...`
+// plus, for `sample`, --checkpoint DIR --prompt TEXT --max-new-tokens N --temperature T --top-k K
+// --num-samples N --seed S. `--KEY=VALUE` works too; a bool key alone (`--fsdp_config.fsdp_sync_
+// module_states`) means true; `--resume` alone is `--train.resume auto`. Throws ConfigError.
+ParsedArgs parse_train_args(int argc, const char* const* argv);
+ParsedArgs parse_train_args(const std::vector<std::string>& args);  // without the program name
+
+// The --help text for `command`, generated from the flag and key tables.
+std::string train_usage(TrainCommand command = TrainCommand::kTrain);
+
+}  // namespace fsdp

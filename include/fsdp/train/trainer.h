@@ -1,0 +1,62 @@
+// The trainer: what `fsdp-train` runs. train() reads top to bottom as the steps of a run: check the
+// world against the config, prepare the corpus, build the model, shard it, build the optimizer,
+// resume from a checkpoint, then loop (accumulate micro-batches, clip, step, log, evaluate, save).
+// sample() loads a checkpoint into a model and generates text from a prompt.
+//
+// Both are collectives over `world`: every rank calls them with the same config. Rank 0 alone
+// writes to `out` (progress, log lines, samples) and to the metrics file; errors are exceptions
+// (ConfigError, CheckpointError, std::invalid_argument, std::runtime_error) that name the key,
+// file or rank at fault, thrown on every rank where a collective decision is involved.
+//
+// What a checkpoint holds besides the tensors (the train state, JSON): the step, the data loader's
+// position, and the whole config as YAML, so that `sample` rebuilds the model from the checkpoint
+// alone and a resumed run can refuse a checkpoint of another model.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "fsdp/comm.h"
+#include "fsdp/train/config.h"
+
+namespace fsdp {
+
+// One logged point of a run; also a line of the metrics file (JSONL).
+struct StepMetrics {
+  int64_t step = 0;           // optimizer steps done (1-based: the first step logs 1)
+  double loss = 0;            // training loss of this step, averaged over ranks and micro-batches
+  double lr = 0;              // learning rate the step used
+  double grad_norm = 0;       // global gradient norm before clipping
+  double tokens_per_s = 0;    // all ranks together, since the previous log line
+  double elapsed_s = 0;       // since the loop began (this process)
+  int64_t peak_rss_bytes = 0;  // the largest peak resident set size over the ranks
+  double val_loss = -1;       // set (>= 0) on steps that evaluated
+};
+
+// What a finished run reports.
+struct TrainSummary {
+  int64_t start_step = 0;  // 0, or the step a resumed run started from
+  int64_t steps = 0;       // the step the run ended at
+  double first_val_loss = -1, last_val_loss = -1;  // -1: never evaluated
+  double last_loss = -1;
+  std::string last_checkpoint;  // empty when none was written
+  std::vector<StepMetrics> history;  // every logged step, in order
+};
+
+// Test seam: called on every rank after each optimizer step (1-based step number).
+using StepCallback = std::function<void(int64_t step)>;
+
+TrainSummary train(const TrainConfig& config, CommPtr world, std::ostream& out,
+                   const StepCallback& after_step = {});
+
+// Generates options.num_samples continuations of options.prompt from the checkpoint at
+// options.checkpoint (a step folder, or a root with `latest`; empty: config.train.checkpoint_dir),
+// with the model the checkpoint's own config describes. Returns the texts (prompt included), also
+// printed to `out` on rank 0.
+std::vector<std::string> sample(const TrainConfig& config, const SampleOptions& options,
+                                CommPtr world, std::ostream& out);
+
+}  // namespace fsdp

@@ -1,0 +1,300 @@
+// Full-state export and import between a sharded model and one safetensors file (see
+// full_state.h). Saving: unit by unit, the ranks of replica 0 all-gather the unit's fp32 flat
+// parameter over their shard group and rank 0 streams each original parameter into a
+// SafetensorsWriter; after each step rank 0 broadcasts whether it is still fine, so that a write
+// error stops every rank at the same point instead of leaving them in the next all-gather.
+// Loading: each rank checks the file against the model, the ranks agree (an all-reduce of
+// failures) that it fits everywhere, then each reads the element ranges of its own shard straight
+// into the shard, and they agree again: a failure anywhere makes the call throw on every rank.
+#include "fsdp/checkpoint/full_state.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <exception>
+#include <set>
+
+#include "fsdp/checkpoint/safetensors.h"
+
+namespace fsdp {
+namespace {
+
+// --- shared -------------------------------------------------------------------------------------
+
+template <typename F>
+std::exception_ptr guarded(F&& f) {
+  try {
+    f();
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+std::string display_name(const UnitInfo& unit) {
+  return unit.name.empty() ? std::string("(root)") : unit.name;
+}
+
+[[noreturn]] void fail_tensor(const std::string& path, const std::string& name,
+                              const std::string& what) {
+  throw SafetensorsError("safetensors '" + path + "': tensor '" + name + "': " + what);
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// --- save ---------------------------------------------------------------------------------------
+
+SafetensorsDType file_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return SafetensorsDType::kF32;
+    case DType::kBFloat16:
+      return SafetensorsDType::kBF16;
+    case DType::kFloat16:
+      return SafetensorsDType::kF16;
+    default:
+      break;
+  }
+  throw std::invalid_argument(std::string("save_full_safetensors: dtype ") + dtype_name(dtype) +
+                              " is not a floating type; use fp32, bf16 or fp16");
+}
+
+// Primary names only: an alias is the same tensor, which Hugging Face also stores once.
+std::vector<SafetensorsTensorSpec> param_specs(const std::vector<UnitInfo>& units,
+                                               SafetensorsDType dtype) {
+  std::vector<SafetensorsTensorSpec> specs;
+  for (const auto& unit : units) {
+    for (const auto& p : unit.params) specs.push_back({p.name, dtype, p.shape});
+  }
+  return specs;
+}
+
+// Rank 0 tells every rank whether it is still fine; all throw together when it is not.
+void agree(Comm& world, const std::exception_ptr& rank0_error, const std::string& path,
+           const std::string& stage) {
+  int64_t failed = rank0_error ? 1 : 0;
+  world.set_context("save_full_safetensors '" + path + "': " + stage);
+  world.broadcast(&failed, 1, DType::kInt64, 0);
+  if (failed == 0) return;
+  if (rank0_error) std::rethrow_exception(rank0_error);
+  throw SafetensorsError("save_full_safetensors: rank 0 failed to write '" + path + "' (" + stage +
+                         "); its error says why");
+}
+
+// The unit's padded fp32 flat parameter, gathered over the shard group (the shard itself when
+// there is one shard: nothing is copied).
+at::Tensor gather_unit(Comm& shard_group, const UnitInfo& unit, const at::Tensor& shard) {
+  if (unit.shard_count == 1) return shard;
+  at::Tensor full = at::empty({unit.padded_numel}, at::kFloat);
+  shard_group.set_context("save_full_safetensors: all-gather of unit '" + display_name(unit) + "'");
+  shard_group.all_gather(shard.data_ptr(), full.data_ptr(), static_cast<size_t>(unit.shard_numel),
+                         DType::kFloat32);
+  return full;
+}
+
+// fp32 goes straight from the gathered buffer; bf16 and fp16 in bounded converted pieces.
+void write_param(SafetensorsWriter& writer, const ParamLayout& p, const at::Tensor& full,
+                 at::ScalarType type) {
+  const at::Tensor src = full.narrow(0, p.offset, p.numel);
+  if (type == at::kFloat) {
+    writer.write_bytes(p.name, 0, src.data_ptr(), p.numel * 4);
+    return;
+  }
+  constexpr int64_t kChunk = int64_t{1} << 22;
+  const int64_t esize = static_cast<int64_t>(c10::elementSize(type));
+  for (int64_t i = 0; i < p.numel; i += kChunk) {
+    const int64_t n = std::min(kChunk, p.numel - i);
+    const at::Tensor piece = src.narrow(0, i, n).to(type);
+    writer.write_bytes(p.name, i * esize, piece.data_ptr(), n * esize);
+  }
+}
+
+std::unique_ptr<SafetensorsWriter> open_writer(FullyShardedModel& model,
+                                               const std::vector<UnitInfo>& units,
+                                               const std::string& path,
+                                               const FullStateSaveOptions& options) {
+  // Rank 0 writes what its shard group gathers, so it must belong to replica 0: true of every
+  // strategy's mesh, checked so that a new one cannot silently break it.
+  if (model.replicate_group().rank() != 0) {
+    throw SafetensorsError("save_full_safetensors: world rank 0 is not in replica 0");
+  }
+  return std::make_unique<SafetensorsWriter>(path, param_specs(units, file_dtype(options.dtype_)),
+                                             options.metadata_);
+}
+
+// --- load ---------------------------------------------------------------------------------------
+
+void check_fits(const std::string& path, const SafetensorsTensorInfo& t, const ParamLayout& p) {
+  if (t.shape != p.shape) {
+    fail_tensor(path, t.name,
+                "shape " + shape_text(t.shape) + " in the file, the model's '" + p.name + "' is " +
+                    shape_text(p.shape));
+  }
+  const std::optional<at::ScalarType> type = to_scalar_type(t.dtype);
+  if (!type || !at::isFloatingType(*type)) {
+    fail_tensor(path, t.name,
+                std::string("dtype ") + safetensors_dtype_name(t.dtype) +
+                    " does not convert to the model's fp32 parameters");
+  }
+}
+
+std::string name_list(const std::vector<std::string>& names) {
+  std::string s;
+  const size_t shown = std::min<size_t>(names.size(), 5);
+  for (size_t i = 0; i < shown; ++i) s += (i ? ", '" : "'") + names[i] + "'";
+  if (names.size() > shown) s += " and " + std::to_string(names.size() - shown) + " more";
+  return s;
+}
+
+// The file's tensor for each parameter of each unit (primary name first, else an alias), after
+// checking the whole file against the model: nothing is read before everything fits.
+using Plan = std::vector<std::vector<const SafetensorsTensorInfo*>>;
+
+Plan plan_load(const SafetensorsReader& reader, const std::vector<UnitInfo>& units, bool strict) {
+  Plan plan;
+  std::set<std::string> known;
+  std::vector<std::string> missing;
+  for (const auto& unit : units) {
+    plan.emplace_back();
+    for (const auto& p : unit.params) {
+      const SafetensorsTensorInfo* t = reader.find(p.name);
+      for (size_t a = 0; t == nullptr && a < p.aliases.size(); ++a) t = reader.find(p.aliases[a]);
+      known.insert(p.name);
+      known.insert(p.aliases.begin(), p.aliases.end());
+      if (t == nullptr) missing.push_back(p.name);
+      if (t != nullptr) check_fits(reader.path(), *t, p);
+      plan.back().push_back(t);
+    }
+  }
+  if (!missing.empty()) {
+    throw SafetensorsError("safetensors '" + reader.path() + "': no tensor for the model's " +
+                           name_list(missing));
+  }
+  std::vector<std::string> unexpected;
+  for (const auto& t : reader.tensors()) {
+    if (known.count(t.name) == 0) unexpected.push_back(t.name);
+  }
+  if (strict && !unexpected.empty()) {
+    throw SafetensorsError("safetensors '" + reader.path() + "': tensor " + name_list(unexpected) +
+                           " names no parameter of the model (load with strict(false) to ignore)");
+  }
+  return plan;
+}
+
+// Elements [r * S, (r + 1) * S) of the unit's flat parameter, read into this rank's shard; the
+// padding past the unit's last element stays zero, as the runtime's shard layout requires.
+void load_unit(const SafetensorsReader& reader, const UnitInfo& unit,
+               const std::vector<const SafetensorsTensorInfo*>& sources, const at::Tensor& shard) {
+  const int64_t lo = static_cast<int64_t>(unit.shard_rank) * unit.shard_numel;
+  const int64_t hi = lo + unit.shard_numel;
+  for (size_t i = 0; i < unit.params.size(); ++i) {
+    const ParamLayout& p = unit.params[i];
+    const int64_t b = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
+    if (e <= b) continue;
+    reader.read_elements(sources[i]->name, b - p.offset, e - b, shard.narrow(0, b - lo, e - b));
+  }
+  const int64_t valid = std::clamp<int64_t>(unit.numel - lo, 0, unit.shard_numel);
+  shard.narrow(0, valid, unit.shard_numel - valid).zero_();
+}
+
+void load_shards(FullyShardedModel& model, const SafetensorsReader& reader,
+                 const std::vector<UnitInfo>& units, const Plan& plan) {
+  const std::vector<UnitShard> shards = model.shards();
+  at::NoGradGuard no_grad;
+  for (size_t u = 0; u < units.size(); ++u) load_unit(reader, units[u], plan[u], shards[u].param);
+}
+
+// Every rank learns how many failed; all throw together when any did, so that none goes on to a
+// collective the others have left.
+void fail_together(Comm& world, const std::exception_ptr& error, const std::string& path,
+                   const std::string& stage) {
+  int64_t failed = error ? 1 : 0;
+  world.set_context("load_full_safetensors '" + path + "': " + stage);
+  world.all_reduce(&failed, 1, DType::kInt64, ReduceOp::kSum);
+  if (error) std::rethrow_exception(error);
+  if (failed > 0) {
+    throw SafetensorsError("load_full_safetensors: " + std::to_string(failed) +
+                           " other rank(s) failed " + stage + " '" + path +
+                           "'; their errors say why");
+  }
+}
+
+}  // namespace
+
+void save_full_safetensors(FullyShardedModel& model, const std::string& path,
+                           const FullStateSaveOptions& options) {
+  const at::ScalarType type = *to_scalar_type(file_dtype(options.dtype_));
+  const std::vector<UnitInfo> units = model.units();
+  Comm& world = model.world();
+  std::unique_ptr<SafetensorsWriter> writer;
+  std::exception_ptr error;
+  if (world.rank() == 0) {
+    error = guarded([&] { writer = open_writer(model, units, path, options); });
+  }
+  agree(world, error, path, "creating the file");
+
+  // Other replicas hold copies of the same shards: they only follow rank 0's progress.
+  const bool gathers = model.replicate_group().rank() == 0;
+  const std::vector<UnitShard> shards = gathers ? model.shards() : std::vector<UnitShard>{};
+  for (size_t u = 0; u < units.size(); ++u) {
+    at::Tensor full;
+    if (gathers) full = gather_unit(model.shard_group(), units[u], shards[u].param);
+    if (writer) {
+      error = guarded([&] {
+        for (const auto& p : units[u].params) write_param(*writer, p, full, type);
+      });
+    }
+    agree(world, error, path, "unit '" + display_name(units[u]) + "'");
+  }
+  if (writer) error = guarded([&] { writer->commit(); });
+  agree(world, error, path, "commit");
+}
+
+void load_full_safetensors(FullyShardedModel& model, const std::string& path,
+                           const FullStateLoadOptions& options) {
+  Comm& world = model.world();
+  const std::vector<UnitInfo> units = model.units();
+  std::unique_ptr<SafetensorsReader> reader;
+  Plan plan;
+  // No rank changes its shards unless the file fits the model on every rank.
+  std::exception_ptr error = guarded([&] {
+    reader = std::make_unique<SafetensorsReader>(path);
+    plan = plan_load(*reader, units, options.strict_);
+  });
+  fail_together(world, error, path, "checking");
+  error = guarded([&] { load_shards(model, *reader, units, plan); });
+  fail_together(world, error, path, "reading");
+}
+
+void consolidate_checkpoint(const std::string& dir, const std::string& out_path, DType dtype,
+                            int64_t chunk_elements) {
+  if (chunk_elements <= 0) throw std::invalid_argument("consolidate_checkpoint: chunk_elements <= 0");
+  CheckpointReader reader(dir);
+  const SafetensorsDType file_type = file_dtype(dtype);
+  const at::ScalarType type = *to_scalar_type(file_type);
+  std::vector<SafetensorsTensorSpec> specs;
+  for (const auto& unit : reader.metadata().units) {
+    for (const auto& p : unit.params) specs.push_back({p.name, file_type, p.shape});
+  }
+  SafetensorsWriter writer(out_path, specs);
+  const int64_t esize = static_cast<int64_t>(c10::elementSize(type));
+  at::Tensor buf = at::empty({chunk_elements}, at::kFloat);
+  for (const auto& unit : reader.metadata().units) {
+    for (const auto& p : unit.params) {
+      for (int64_t i = 0; i < p.numel; i += chunk_elements) {
+        const int64_t n = std::min(chunk_elements, p.numel - i);
+        at::Tensor piece = buf.narrow(0, 0, n);
+        reader.read(p.name, "param", i, n, piece.data_ptr<float>());
+        if (type != at::kFloat) piece = piece.to(type);
+        writer.write_bytes(p.name, i * esize, piece.data_ptr(), n * esize);
+      }
+    }
+  }
+  writer.commit();
+}
+
+}  // namespace fsdp

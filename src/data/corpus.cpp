@@ -1,0 +1,430 @@
+// Corpus preparation (fsdp/data/corpus.h): resolving a source to documents or token files,
+// the validation split, the cache key, and the locked, atomic build of a cache entry. The entry's
+// manifest is its commit marker: it is written (atomically) only after both token files are in
+// place, and a reader trusts an entry only through it.
+#include "fsdp/data/corpus.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "fsdp/data/tokenizer.h"
+
+namespace fsdp::data {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kCacheFormat = "fsdp-data-cache 1";  // bump when the token layout changes
+
+// ---- small file helpers ----------------------------------------------------------------------
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("corpus: cannot read " + path + ": " + std::strerror(errno));
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (in.bad()) throw std::runtime_error("corpus: error reading " + path);
+  return s.str();
+}
+
+void fsync_path(const std::string& path, int flags) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return;  // best effort: the data is already written; this only orders it on disk
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// Writes text to path through a temporary file and a rename, like write_token_file.
+void write_text_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw std::runtime_error("corpus: cannot write " + tmp);
+  }
+  fsync_path(tmp, O_RDONLY);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    throw std::runtime_error("corpus: cannot rename " + tmp + " to " + path + ": " +
+                             std::strerror(errno));
+}
+
+// An exclusive flock held for the object's lifetime.
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0)
+      throw std::runtime_error("corpus: cannot open lock file " + path + ": " +
+                               std::strerror(errno));
+    while (::flock(fd_, LOCK_EX) != 0) {
+      if (errno == EINTR) continue;
+      ::close(fd_);
+      throw std::runtime_error("corpus: cannot lock " + path + ": " + std::strerror(errno));
+    }
+  }
+  ~FileLock() { ::close(fd_); }  // closing releases the lock
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+uint64_t fnv1a(const char* p, size_t n, uint64_t h = 0xCBF29CE484222325ull) {
+  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 0x100000001B3ull;
+  return h;
+}
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Regular files in `dir` whose names end in `ext`, sorted by name (byte order).
+std::vector<std::string> list_files(const std::string& dir, const std::string& ext) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && ends_with(name, ext)) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// The last component of a path ("data/books/" -> "books"), without its extension for a file.
+std::string source_name(const std::string& path, bool is_file) {
+  fs::path p = fs::absolute(path).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return (is_file ? p.stem() : p.filename()).string();
+}
+
+// A cache-entry name made of the source's name: letters, digits, '-', '_' and '.' kept.
+std::string safe_name(const std::string& name) {
+  std::string out;
+  for (char c : name)
+    out +=
+        (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+  return out.empty() ? "corpus" : out;
+}
+
+void check_options(const CorpusOptions& o) {
+  if (!(o.val_fraction >= 0.0 && o.val_fraction < 1.0))
+    throw std::invalid_argument("CorpusOptions: val_fraction " + std::to_string(o.val_fraction) +
+                                " outside [0, 1)");
+  if (o.threads < 0)
+    throw std::invalid_argument("CorpusOptions: threads " + std::to_string(o.threads) +
+                                " must be >= 0");
+}
+
+// ---- text corpora: the plan ------------------------------------------------------------------
+
+// A text corpus before tokenization: its documents in stream order and where validation starts.
+struct TextPlan {
+  std::string name;
+  std::vector<std::string> files;  // one document per file
+  size_t first_val_doc = 0;        // documents [first_val_doc, end) are validation
+  bool split_by_tokens = false;    // one file: the last val_fraction of tokens instead
+  double val_fraction = 0;
+  std::string split;  // in words; also part of the cache key
+};
+
+// <year>_..., as the SOTU files are named.
+int year_of(const std::string& name, const std::string& dir) {
+  const bool ok =
+      name.size() > 5 && name[4] == '_' &&
+      std::all_of(name.begin(), name.begin() + 4, [](char c) { return std::isdigit(c); });
+  if (!ok)
+    throw std::runtime_error("corpus sotu: " + dir + "/" + name +
+                             " is not named <year>_<president>_<party>.txt");
+  return std::stoi(name.substr(0, 4));
+}
+
+TextPlan plan_sotu(const CorpusOptions& o) {
+  if (!fs::is_directory(o.sotu_dir))
+    throw std::invalid_argument("corpus sotu: no folder " + o.sotu_dir +
+                                " (scripts/fetch_assets.sh fetches the addresses)");
+  TextPlan p{
+      "sotu", {}, 0,
+      false,  0,  "addresses from " + std::to_string(o.sotu_val_from_year) + " on are validation"};
+  const auto names = list_files(o.sotu_dir, ".txt");
+  for (const auto& name : names) {
+    if (year_of(name, o.sotu_dir) < o.sotu_val_from_year) ++p.first_val_doc;
+    p.files.push_back((fs::path(o.sotu_dir) / name).string());
+  }
+  // Names start with the year, so name order is year order and validation is a suffix.
+  if (p.first_val_doc == 0 || p.first_val_doc == names.size())
+    throw std::invalid_argument(
+        "corpus sotu: sotu_val_from_year " + std::to_string(o.sotu_val_from_year) + " leaves " +
+        (p.first_val_doc == 0 ? "no training" : "no validation") + " address among the " +
+        std::to_string(names.size()) + " in " + o.sotu_dir);
+  return p;
+}
+
+TextPlan plan_text_folder(const std::string& dir, const CorpusOptions& o) {
+  TextPlan p{safe_name(source_name(dir, false)), {}, 0, false, 0, ""};
+  for (const auto& name : list_files(dir, ".txt"))
+    p.files.push_back((fs::path(dir) / name).string());
+  const size_t n = p.files.size();
+  if (n == 0) throw std::invalid_argument("corpus " + dir + ": no .txt or .bin files in it");
+  size_t n_val = o.val_fraction > 0
+                     ? std::max<size_t>(1, static_cast<size_t>(std::llround(o.val_fraction * n)))
+                     : 0;
+  if (n_val >= n)
+    throw std::invalid_argument("corpus " + dir + ": val_fraction " +
+                                std::to_string(o.val_fraction) + " of its " + std::to_string(n) +
+                                " documents leaves none for training");
+  p.first_val_doc = n - n_val;
+  p.split = "the last " + std::to_string(n_val) + " of " + std::to_string(n) +
+            " documents (val_fraction " + std::to_string(o.val_fraction) + ") are validation";
+  return p;
+}
+
+TextPlan plan_text_file(const std::string& path, const CorpusOptions& o) {
+  TextPlan p{safe_name(source_name(path, true)),
+             {path},
+             1,
+             true,
+             o.val_fraction,
+             "the last " + std::to_string(o.val_fraction) + " of the tokens are validation"};
+  return p;
+}
+
+// ---- text corpora: the cache -----------------------------------------------------------------
+
+// Everything the tokens depend on, one line each; its hash names the cache entry.
+std::string cache_key_text(const TextPlan& p, const std::string& encoder,
+                           const std::string& merges) {
+  std::ostringstream k;
+  k << kCacheFormat << "\nsplit " << p.split << "\nfirst_val_doc " << p.first_val_doc
+    << "\nencoder.json " << hex64(hash_file(encoder)) << "\nvocab.bpe " << hex64(hash_file(merges))
+    << "\n";
+  for (const auto& f : p.files)
+    k << "document " << fs::path(f).filename().string() << " " << fs::file_size(f) << " "
+      << hex64(hash_file(f)) << "\n";
+  return k.str();
+}
+
+std::vector<std::vector<int32_t>> tokenize(const GPT2Tokenizer& tok,
+                                           const std::vector<std::string>& files, int threads) {
+  std::vector<std::vector<int32_t>> out(files.size());
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mu;
+  auto work = [&] {
+    for (size_t i; (i = next++) < files.size();) {
+      try {
+        out[i].push_back(tok.eot());
+        const auto ids = tok.encode(read_file(files[i]));
+        out[i].insert(out[i].end(), ids.begin(), ids.end());
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        if (!error) error = std::current_exception();
+        next = files.size();
+      }
+    }
+  };
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const size_t n = std::min<size_t>(files.size(), threads > 0 ? threads : hw);
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+  return out;
+}
+
+std::vector<int32_t> concat(std::vector<std::vector<int32_t>>& docs, size_t begin, size_t end) {
+  std::vector<int32_t> out;
+  for (size_t i = begin; i < end; ++i) {
+    out.insert(out.end(), docs[i].begin(), docs[i].end());
+    std::vector<int32_t>().swap(docs[i]);
+  }
+  return out;
+}
+
+using Manifest = std::map<std::string, std::string>;
+
+Manifest read_manifest(const std::string& path) {
+  Manifest m;
+  std::istringstream in(read_file(path));
+  for (std::string line; std::getline(in, line);) {
+    const size_t sp = line.find(' ');
+    if (sp != std::string::npos) m[line.substr(0, sp)] = line.substr(sp + 1);
+  }
+  return m;
+}
+
+int64_t manifest_int(const Manifest& m, const std::string& key, const std::string& path) {
+  auto it = m.find(key);
+  if (it == m.end())
+    throw std::runtime_error("corpus cache: " + path + " has no '" + key +
+                             "' line; delete its folder to rebuild it");
+  return std::stoll(it->second);
+}
+
+// Tokenizes the plan's documents and writes train.bin, val.bin and (last) the manifest.
+void build_entry(const TextPlan& p, const std::string& entry, const std::string& key_text,
+                 const CorpusOptions& o) {
+  for (const auto& e : fs::directory_iterator(entry))  // leftovers of a killed build
+    if (e.path().filename().string().find(".tmp-") != std::string::npos) fs::remove(e.path());
+  const auto tok =
+      GPT2Tokenizer::load(o.tokenizer_dir + "/encoder.json", o.tokenizer_dir + "/vocab.bpe");
+  auto docs = tokenize(tok, p.files, o.threads);
+  std::vector<int32_t> train = concat(docs, 0, p.first_val_doc);
+  std::vector<int32_t> val = concat(docs, p.first_val_doc, docs.size());
+  if (p.split_by_tokens) {
+    const auto n_val = static_cast<size_t>(std::floor(p.val_fraction * train.size()));
+    val.assign(train.end() - n_val, train.end());
+    train.resize(train.size() - n_val);
+  }
+  write_token_file(entry + "/train.bin", train);
+  write_token_file(entry + "/val.bin", val);
+  std::ostringstream m;
+  m << "train_tokens " << train.size() << "\nval_tokens " << val.size() << "\ntrain_documents "
+    << (p.split_by_tokens ? 1 : p.first_val_doc) << "\nval_documents "
+    << (p.split_by_tokens ? 0 : p.files.size() - p.first_val_doc) << "\nsplit " << p.split
+    << "\n# inputs\n"
+    << key_text;
+  write_text_atomic(entry + "/manifest.txt", m.str());
+  fsync_path(entry, O_RDONLY | O_DIRECTORY);
+}
+
+// Reads a committed entry, checking the token files against the manifest.
+Corpus read_entry(const TextPlan& p, const std::string& entry) {
+  const std::string mpath = entry + "/manifest.txt";
+  const Manifest m = read_manifest(mpath);
+  Corpus c;
+  c.name = p.name;
+  c.cache_entry = entry;
+  c.split = p.split;
+  c.train_tokens = manifest_int(m, "train_tokens", mpath);
+  c.val_tokens = manifest_int(m, "val_tokens", mpath);
+  c.train_documents = manifest_int(m, "train_documents", mpath);
+  c.val_documents = manifest_int(m, "val_documents", mpath);
+  const std::pair<const char*, int64_t> expected[] = {{"/train.bin", c.train_tokens},
+                                                      {"/val.bin", c.val_tokens}};
+  for (const auto& [file, count] : expected) {
+    const TokenFile f = TokenFile::open(entry + file);
+    if (f.size() != count)
+      throw std::runtime_error("corpus cache: " + f.path() + " holds " + std::to_string(f.size()) +
+                               " tokens but " + mpath + " says " + std::to_string(count) +
+                               "; delete " + entry + " to rebuild it");
+  }
+  c.train.push_back({entry + "/train.bin", 0, c.train_tokens});
+  if (c.val_tokens > 0) c.val.push_back({entry + "/val.bin", 0, c.val_tokens});
+  return c;
+}
+
+Corpus prepare_text(const TextPlan& p, const CorpusOptions& o) {
+  const std::string encoder = o.tokenizer_dir + "/encoder.json";
+  const std::string merges = o.tokenizer_dir + "/vocab.bpe";
+  for (const auto& f : {encoder, merges})
+    if (!fs::is_regular_file(f))
+      throw std::invalid_argument("corpus " + p.name + ": tokenizer file " + f +
+                                  " missing (scripts/fetch_assets.sh fetches it)");
+  const std::string key_text = cache_key_text(p, encoder, merges);
+  const std::string entry_name = p.name + "-" + hex64(fnv1a(key_text.data(), key_text.size()));
+  const std::string entry = o.cache_dir + "/" + entry_name;
+  fs::create_directories(entry);
+  FileLock lock(entry + "/.lock");
+  bool built = false;
+  if (!fs::exists(entry + "/manifest.txt")) {
+    build_entry(p, entry, key_text, o);
+    built = true;
+  }
+  Corpus c = read_entry(p, entry);
+  c.built = built;
+  return c;
+}
+
+// ---- token files -----------------------------------------------------------------------------
+
+Corpus prepare_bin_file(const std::string& path, const CorpusOptions& o) {
+  const TokenFile f = TokenFile::open(path);
+  const auto n_val = static_cast<int64_t>(std::floor(o.val_fraction * f.size()));
+  Corpus c;
+  c.name = source_name(path, true);
+  c.train_tokens = f.size() - n_val;
+  c.val_tokens = n_val;
+  c.train.push_back({path, 0, c.train_tokens});
+  if (n_val > 0) c.val.push_back({path, c.train_tokens, f.size()});
+  c.split = "the last " + std::to_string(o.val_fraction) + " of the tokens are validation";
+  return c;
+}
+
+Corpus prepare_shard_folder(const std::string& dir, const std::vector<std::string>& bins) {
+  Corpus c;
+  c.name = source_name(dir, false);
+  for (const auto& name : bins) {
+    const bool train = name.find("_train") != std::string::npos;
+    const bool val = name.find("_val") != std::string::npos;
+    if (train == val)
+      throw std::invalid_argument("corpus " + dir + ": shard " + name +
+                                  " is named neither *_train*.bin nor *_val*.bin");
+    const TokenFile f = TokenFile::open((fs::path(dir) / name).string());
+    (train ? c.train : c.val).push_back({f.path(), 0, f.size()});
+    (train ? c.train_tokens : c.val_tokens) += f.size();
+  }
+  if (c.train.empty())
+    throw std::invalid_argument("corpus " + dir + ": no *_train*.bin shard among its .bin files");
+  c.split = "*_val*.bin shards are validation";
+  return c;
+}
+
+}  // namespace
+
+uint64_t hash_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("corpus: cannot read " + path + ": " + std::strerror(errno));
+  std::vector<char> buf(1 << 20);
+  uint64_t h = fnv1a(nullptr, 0);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    h = fnv1a(buf.data(), static_cast<size_t>(in.gcount()), h);
+  }
+  if (in.bad()) throw std::runtime_error("corpus: error reading " + path);
+  return h;
+}
+
+Corpus prepare_corpus(const std::string& source, const CorpusOptions& options) {
+  check_options(options);
+  if (source == "sotu") return prepare_text(plan_sotu(options), options);
+  if (fs::is_directory(source)) {
+    const auto bins = list_files(source, ".bin");
+    if (!bins.empty()) return prepare_shard_folder(source, bins);
+    return prepare_text(plan_text_folder(source, options), options);
+  }
+  if (fs::is_regular_file(source)) {
+    if (ends_with(source, ".bin")) return prepare_bin_file(source, options);
+    return prepare_text(plan_text_file(source, options), options);
+  }
+  throw std::invalid_argument("corpus " + source +
+                              ": no such file or folder (a source is 'sotu', a text file, a "
+                              "folder of .txt files, a .bin token file or a folder of llm.c "
+                              "*_train*.bin/*_val*.bin shards)");
+}
+
+}  // namespace fsdp::data

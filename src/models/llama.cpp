@@ -1,0 +1,258 @@
+// Llama: configuration checks, the modules' forward passes and the deterministic initialisation.
+// A reference path meant to be read in one sitting, transcribing HF's modeling_llama (eager
+// attention, default rotary embeddings); no fused kernels, no dropout, no KV cache.
+//
+// Shape legend (as in llm.c):
+//   B   batch size              T   time (sequence length, <= max_position_embeddings)
+//   C   channels (dim)          V   vocabulary size
+//   nh  query heads (n_head)    nkv key/value heads (kv_heads()), dividing nh
+//   hs  head size, C / nh       F   feed-forward channels (intermediate_size)
+#include "fsdp/models/llama.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "fsdp/hooks.h"
+#include "fsdp/models/gpt2.h"  // parameter_seed, gpt2_loss
+
+namespace fsdp {
+
+// --- configuration ------------------------------------------------------------------------------
+
+namespace {
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw std::invalid_argument("LlamaConfig." + message);
+}
+
+void require_positive(const char* field, int64_t value) {
+  require(value > 0, std::string(field) + " must be positive, got " + std::to_string(value));
+}
+
+}  // namespace
+
+void LlamaConfig::validate() const {
+  require_positive("vocab_size", vocab_size);
+  require_positive("max_position_embeddings", max_position_embeddings);
+  require_positive("dim", dim);
+  require_positive("n_layer", n_layer);
+  require_positive("n_head", n_head);
+  require(n_kv_head >= 0,
+          "n_kv_head must be positive, or 0 for n_head, got " + std::to_string(n_kv_head));
+  require_positive("intermediate_size", intermediate_size);
+  require(dim % n_head == 0, "dim (" + std::to_string(dim) + ") must be divisible by n_head (" +
+                                 std::to_string(n_head) + ")");
+  require(n_head % kv_heads() == 0, "n_head (" + std::to_string(n_head) +
+                                        ") must be divisible by n_kv_head (" +
+                                        std::to_string(kv_heads()) + ")");
+  require(head_dim() % 2 == 0, "dim / n_head (the head size, " + std::to_string(head_dim()) +
+                                   ") must be even for rotary embeddings");
+  require(rope_theta > 0, "rope_theta must be positive, got " + std::to_string(rope_theta));
+  require(norm_eps > 0, "norm_eps must be positive, got " + std::to_string(norm_eps));
+}
+
+LlamaConfig LlamaConfig::tiny() {
+  LlamaConfig c;
+  c.vocab_size = 256;
+  c.max_position_embeddings = 64;
+  c.dim = 64;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.intermediate_size = 176;
+  return c;
+}
+
+// --- modules ------------------------------------------------------------------------------------
+
+LlamaRMSNormImpl::LlamaRMSNormImpl(int64_t dim, double eps) : eps(eps) {
+  weight = register_parameter("weight", at::ones({dim}));
+}
+
+at::Tensor LlamaRMSNormImpl::forward(const at::Tensor& x) {
+  // HF's order exactly: normalise in fp32, cast back to the input dtype, then scale.
+  at::Tensor h = x.to(at::kFloat);
+  h = h * at::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight * h.to(x.scalar_type());
+}
+
+LlamaRotaryEmbedding::LlamaRotaryEmbedding(const LlamaConfig& config) {
+  const int64_t hs = config.head_dim();
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  // inv_freq[i] = 1 / theta^(2i / hs), in fp32 as HF computes it.
+  at::Tensor exponent = at::arange(0, hs, 2, at::kLong).to(at::kFloat) / static_cast<double>(hs);
+  at::Tensor inv_freq = 1.0 / at::pow(config.rope_theta, exponent);
+  at::Tensor t = at::arange(config.max_position_embeddings, f32);
+  at::Tensor freqs = at::outer(t, inv_freq);     // [max_pos, hs / 2]
+  at::Tensor emb = at::cat({freqs, freqs}, -1);  // [max_pos, hs]: both halves of each head
+  cos_ = emb.cos();
+  sin_ = emb.sin();
+}
+
+std::pair<at::Tensor, at::Tensor> LlamaRotaryEmbedding::tables(int64_t T,
+                                                               const at::Tensor& like) const {
+  // A no-op conversion for fp32 on the CPU; otherwise rounded to the compute dtype, as HF does.
+  return {cos_.narrow(0, 0, T).to(like.options()), sin_.narrow(0, 0, T).to(like.options())};
+}
+
+namespace {
+
+torch::nn::Linear linear(int64_t in_features, int64_t out_features) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in_features, out_features).bias(false));
+}
+
+// [..., hs] -> [..., hs]: (x1, x2) -> (-x2, x1) over the two halves of the last dimension.
+at::Tensor rotate_half(const at::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+// [B, nkv, T, hs] -> [B, nkv * n_rep, T, hs]: key/value head j serves query heads
+// j * n_rep ... (j + 1) * n_rep - 1 (HF's repeat_kv).
+at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
+  if (n_rep == 1) return x;
+  const int64_t B = x.size(0), nkv = x.size(1), T = x.size(2), hs = x.size(3);
+  return x.unsqueeze(2).expand({B, nkv, n_rep, T, hs}).reshape({B, nkv * n_rep, T, hs});
+}
+
+}  // namespace
+
+LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& config,
+                                       std::shared_ptr<const LlamaRotaryEmbedding> rope)
+    : n_head(config.n_head),
+      n_kv_head(config.kv_heads()),
+      head_dim(config.head_dim()),
+      rope_(std::move(rope)) {
+  q_proj = register_module("q_proj", linear(config.dim, n_head * head_dim));
+  k_proj = register_module("k_proj", linear(config.dim, n_kv_head * head_dim));
+  v_proj = register_module("v_proj", linear(config.dim, n_kv_head * head_dim));
+  o_proj = register_module("o_proj", linear(n_head * head_dim, config.dim));
+}
+
+at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), hs = head_dim;
+  auto heads = [&](const at::Tensor& t, int64_t n) {
+    return t.view({B, T, n, hs}).transpose(1, 2);
+  };
+  at::Tensor q = heads(q_proj->forward(x), n_head);     // [B, nh, T, hs]
+  at::Tensor k = heads(k_proj->forward(x), n_kv_head);  // [B, nkv, T, hs]
+  at::Tensor v = heads(v_proj->forward(x), n_kv_head);
+  // Rotate queries and keys by their position; cos/sin [T, hs] broadcast over B and heads.
+  auto [cos, sin] = rope_->tables(T, x);
+  q = q * cos + rotate_half(q) * sin;
+  k = k * cos + rotate_half(k) * sin;
+  k = repeat_kv(k, n_head / n_kv_head);
+  v = repeat_kv(v, n_head / n_kv_head);
+  // [B, nh, T, T]: position t attends to positions <= t only; softmax in fp32, as HF's eager path.
+  at::Tensor att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hs)));
+  at::Tensor future = at::ones({T, T}, x.options().dtype(at::kBool)).triu(1);
+  att = att.masked_fill(future, -std::numeric_limits<double>::infinity());
+  att = at::softmax(att, -1, at::kFloat).to(q.scalar_type());
+  // [B, nh, T, hs] -> [B, T, nh * hs]
+  at::Tensor y = at::matmul(att, v).transpose(1, 2).contiguous().view({B, T, n_head * hs});
+  return o_proj->forward(y);
+}
+
+LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& config) {
+  gate_proj = register_module("gate_proj", linear(config.dim, config.intermediate_size));
+  up_proj = register_module("up_proj", linear(config.dim, config.intermediate_size));
+  down_proj = register_module("down_proj", linear(config.intermediate_size, config.dim));
+}
+
+at::Tensor LlamaMLPImpl::forward(const at::Tensor& x) {
+  return down_proj->forward(at::silu(gate_proj->forward(x)) * up_proj->forward(x));
+}
+
+LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& config,
+                                             std::shared_ptr<const LlamaRotaryEmbedding> rope) {
+  self_attn = register_module("self_attn", LlamaAttention(config, std::move(rope)));
+  mlp = register_module("mlp", LlamaMLP(config));
+  input_layernorm = register_module("input_layernorm", LlamaRMSNorm(config.dim, config.norm_eps));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", LlamaRMSNorm(config.dim, config.norm_eps));
+}
+
+at::Tensor LlamaDecoderLayerImpl::forward(const at::Tensor& x) {
+  at::Tensor h = x + self_attn->forward(input_layernorm->forward(x));
+  return h + mlp->forward(post_attention_layernorm->forward(h));
+}
+
+LlamaModelImpl::LlamaModelImpl(const LlamaConfig& config) {
+  embed_tokens =
+      register_module("embed_tokens", torch::nn::Embedding(config.vocab_size, config.dim));
+  layers = register_module("layers", torch::nn::ModuleList());
+  auto rope = std::make_shared<const LlamaRotaryEmbedding>(config);
+  for (int64_t i = 0; i < config.n_layer; ++i) layers->push_back(LlamaDecoderLayer(config, rope));
+  norm = register_module("norm", LlamaRMSNorm(config.dim, config.norm_eps));
+}
+
+LlamaImpl::LlamaImpl(LlamaConfig config) : config_(config) {
+  config_.validate();
+  model_ = register_module("model", LlamaModel(config_));
+  if (!config_.tie_embeddings)
+    lm_head_ = register_module("lm_head", linear(config_.dim, config_.vocab_size));
+  for (const auto& layer : *model_->layers) {
+    blocks_.emplace_back(std::dynamic_pointer_cast<LlamaDecoderLayerImpl>(layer));
+  }
+  init_llama_weights(*this, 0);
+}
+
+at::Tensor LlamaImpl::forward(const at::Tensor& idx) {
+  if (idx.dim() != 2 || idx.scalar_type() != at::kLong) {
+    throw std::invalid_argument("Llama::forward expects token ids [B, T] of type int64, got " +
+                                std::to_string(idx.dim()) + "-D " +
+                                std::string(c10::toString(idx.scalar_type())));
+  }
+  const int64_t T = idx.size(1);
+  if (T > config_.max_position_embeddings) {
+    throw std::invalid_argument(
+        "Llama::forward: sequence length " + std::to_string(T) +
+        " exceeds max_position_embeddings = " + std::to_string(config_.max_position_embeddings));
+  }
+  at::Tensor x = model_->embed_tokens->forward(idx);        // [B, T, C]
+  for (auto& block : blocks_) x = fsdp::forward(block, x);  // the runtime's interception point
+  x = model_->norm->forward(x);
+  if (config_.tie_embeddings) return at::matmul(x, model_->embed_tokens->weight.t());
+  return lm_head_->forward(x);  // [B, T, V]
+}
+
+at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& targets) {
+  return gpt2_loss(logits, targets);
+}
+
+// --- initialisation -----------------------------------------------------------------------------
+
+namespace {
+
+// input_layernorm, post_attention_layernorm and model.norm: every RMSNorm weight, nothing else.
+bool is_norm_weight(const std::string& name) {
+  const std::string suffix = "norm.weight";
+  return name.size() >= suffix.size() &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+void init_llama_weights(LlamaImpl& model, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : model.named_parameters()) {
+    const std::string& name = item.key();
+    at::Tensor& p = item.value();
+    if (is_norm_weight(name)) {
+      p.fill_(1.0);
+      continue;
+    }
+    // Drawn in fp32 from the parameter's own generator whatever its dtype, so that a bf16 model
+    // gets the rounded fp32 values.
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(parameter_seed(name, seed));
+    at::Tensor values = at::empty(p.sizes(), at::TensorOptions().dtype(at::kFloat));
+    values.normal_(0.0, 0.02, gen);
+    p.copy_(values);
+  }
+}
+
+}  // namespace fsdp

@@ -1,0 +1,397 @@
+// Loading a TrainConfig: defaults, then a YAML file walked key by key against the option table,
+// then command-line overrides, then validation. Every setting records where it came from (file and
+// line, or flag), which is what lets a validation error point at the line to fix. Also the way
+// back out (to_yaml), the key list for --help and docs, and the conversion to ShardingOptions.
+#include "fsdp/train/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <tuple>
+
+#include "train/config_schema.h"
+
+namespace fsdp {
+namespace {
+
+using config::Option;
+using config::Origin;
+using config::RawValue;
+using config::ValueError;
+
+std::string parent_of(const std::string& key) {
+  const size_t dot = key.rfind('.');
+  return dot == std::string::npos ? "" : key.substr(0, dot);
+}
+
+std::string format_error(const std::string& source, int line, const std::string& key,
+                         const std::string& detail) {
+  std::string out;
+  if (!source.empty()) out += source + (line > 0 ? ":" + std::to_string(line) : "") + ": ";
+  if (!key.empty()) out += key + ": ";
+  return out + detail;
+}
+
+// `key` is unknown: the closest known key, else the keys of its section.
+std::string unknown_key_detail(const std::string& key, const std::string& dashes,
+                               bool is_map = false) {
+  const std::string close = config::closest_key(key, is_map);
+  if (!close.empty()) return "unknown key; did you mean " + dashes + close + "?";
+  const std::string parent = parent_of(key);
+  if (!parent.empty() && config::is_section(parent)) {
+    return "unknown key; " + parent + " has " + config::join(config::keys_under(parent), ", ");
+  }
+  return "unknown key (fsdp-train --help and docs/config.md list them all)";
+}
+
+RawValue to_raw(const YAML::Node& node) {
+  RawValue v;
+  switch (node.Type()) {
+    case YAML::NodeType::Scalar:
+      return RawValue::scalar(node.Scalar());
+    case YAML::NodeType::Sequence:
+      v.kind = RawValue::Kind::kList;
+      for (const auto& item : node) {
+        if (!item.IsScalar()) throw ValueError("expected a list of plain values");
+        v.items.push_back(item.Scalar());
+      }
+      return v;
+    case YAML::NodeType::Map:
+      v.kind = RawValue::Kind::kMap;
+      v.map_size = node.size();
+      return v;
+    default:
+      return v;  // null
+  }
+}
+
+// Applies sources in order of precedence and remembers where each setting came from.
+class Builder {
+ public:
+  void apply_yaml(const std::string& text, const std::string& source);
+  void apply_override(const ConfigOverride& o);
+  TrainConfig finish() const {
+    config::validate(config_, origins_);
+    return config_;
+  }
+
+ private:
+  void walk(const YAML::Node& map, const std::string& prefix, const std::string& source);
+  void apply(const Option& option, const RawValue& value, const Origin& where, bool in_file);
+  void check_same_source(const std::string& target, const std::string& before, const Origin& where);
+
+  TrainConfig config_;
+  config::Origins origins_;
+  config::Origins this_file_;  // settings made by the file being read
+  int order_ = 0;
+};
+
+void Builder::apply_yaml(const std::string& text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(source, e.mark.line + 1, "", "invalid YAML: " + e.msg);
+  }
+  this_file_.clear();
+  if (root.IsNull()) return;  // an empty file sets nothing
+  if (!root.IsMap()) throw ConfigError(source, 1, "", "expected a mapping of keys to values");
+  walk(root, "", source);
+}
+
+void Builder::walk(const YAML::Node& map, const std::string& prefix, const std::string& source) {
+  for (const auto& entry : map) {
+    const int line = entry.first.Mark().line + 1;
+    if (!entry.first.IsScalar()) throw ConfigError(source, line, prefix, "keys must be names");
+    const std::string key = (prefix.empty() ? "" : prefix + ".") + entry.first.Scalar();
+    if (const Option* option = config::find_option(key)) {
+      RawValue value;
+      try {
+        value = to_raw(entry.second);
+      } catch (const ValueError& e) {
+        throw ConfigError(source, line, key, e.what());
+      }
+      apply(*option, value, Origin{source, line, key, 0}, /*in_file=*/true);
+    } else if (config::is_section(key)) {
+      if (entry.second.IsNull()) continue;  // "fsdp_config:" with nothing under it
+      if (!entry.second.IsMap()) {
+        throw ConfigError(source, line, key, "expected a section (keys under it), got a value");
+      }
+      walk(entry.second, key, source);
+    } else {
+      throw ConfigError(source, line, key, unknown_key_detail(key, "", entry.second.IsMap()));
+    }
+  }
+}
+
+void Builder::apply_override(const ConfigOverride& o) {
+  const std::string flag = "--" + o.key;
+  const Option* option = config::find_option(o.key);
+  if (!option) {
+    if (config::is_section(o.key)) {
+      throw ConfigError("", 0, flag,
+                        "is a section; set one of its keys, e.g. --" + o.key + "." +
+                            config::keys_under(o.key).front());
+    }
+    throw ConfigError("", 0, flag, unknown_key_detail(o.key, "--"));
+  }
+  apply(*option, RawValue::scalar(o.value), Origin{"", 0, flag, 0}, /*in_file=*/false);
+}
+
+void Builder::apply(const Option& option, const RawValue& value, const Origin& where,
+                    bool in_file) {
+  std::vector<std::string> before;
+  for (const auto& t : option.targets) before.push_back(config::find_option(t)->get(config_));
+  try {
+    option.set(config_, value);
+  } catch (const ValueError& e) {
+    throw ConfigError(where.source, where.line, where.written, e.what());
+  }
+  for (size_t i = 0; i < option.targets.size(); ++i) {
+    const std::string& target = option.targets[i];
+    if (in_file) check_same_source(target, before[i], where);
+    Origin recorded = where;
+    recorded.order = ++order_;
+    origins_[target] = recorded;
+    if (in_file) this_file_[target] = recorded;
+  }
+}
+
+// Within one file a setting is written once: a repeated key, or two spellings of one setting that
+// disagree (mixed_precision and train.dtype), is an error rather than a silent winner. Across
+// sources the later one wins, which is what overrides are for.
+void Builder::check_same_source(const std::string& target, const std::string& before,
+                                const Origin& where) {
+  const auto previous = this_file_.find(target);
+  if (previous == this_file_.end()) return;
+  const Origin& first = previous->second;
+  const std::string at = "line " + std::to_string(first.line);
+  if (first.written == where.written) {
+    throw ConfigError(where.source, where.line, where.written, "set twice (first at " + at + ")");
+  }
+  const std::string now = config::find_option(target)->get(config_);
+  if (now != before) {
+    throw ConfigError(
+        where.source, where.line, where.written,
+        "conflicts with " + first.written + " (" + at + "), which set " + target + " to " + before);
+  }
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path, 0, "", std::string("cannot open: ") + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Scalars a YAML reader could take for something else (booleans, numbers, nulls) or that hold
+// YAML's special characters are double-quoted; plain names stay plain.
+bool needs_quotes(const std::string& s) {
+  if (s.empty()) return true;
+  for (const char* word : {"y", "n", "yes", "no", "true", "false", "on", "off", "null", "~"}) {
+    if (config::same_name(s, word)) return true;
+  }
+  char* end = nullptr;
+  std::strtod(s.c_str(), &end);
+  if (*end == '\0') return true;
+  if (s.find_first_of(":#[]{}&*!|>'\"%@`\n\t") != std::string::npos) return true;
+  return s.front() == ' ' || s.back() == ' ' || s.front() == '-' || s.front() == '?';
+}
+
+bool written_plain(const Option& option, const std::string& text) {
+  const bool typed = option.type == "int" || option.type == "number" || option.type == "bool";
+  return typed || !needs_quotes(text);
+}
+
+void emit_value(YAML::Emitter& out, const Option& option, const std::string& text) {
+  if (written_plain(option, text)) {
+    out << text;
+  } else {
+    out << YAML::DoubleQuoted << text;
+  }
+}
+
+std::vector<std::string> split_key(const std::string& key) {
+  std::vector<std::string> parts;
+  std::istringstream in(key);
+  for (std::string part; std::getline(in, part, '.');) parts.push_back(part);
+  return parts;
+}
+
+}  // namespace
+
+ConfigError::ConfigError(std::string source, int line, std::string key, std::string detail)
+    : std::runtime_error(format_error(source, line, key, detail)),
+      source_(std::move(source)),
+      line_(line),
+      key_(std::move(key)),
+      detail_(std::move(detail)) {}
+
+const char* to_string(ModelType type) { return type == ModelType::kGPT2 ? "gpt2" : "llama"; }
+
+const char* block_class_name(ModelType type) {
+  return type == ModelType::kGPT2 ? "GPT2Block" : "LlamaDecoderLayer";
+}
+
+const char* to_string(AutoWrapPolicy policy) {
+  switch (policy) {
+    case AutoWrapPolicy::kTransformerBased:
+      return "TRANSFORMER_BASED_WRAP";
+    case AutoWrapPolicy::kSizeBased:
+      return "SIZE_BASED_WRAP";
+    case AutoWrapPolicy::kNoWrap:
+      return "NO_WRAP";
+  }
+  return "?";
+}
+
+const char* to_string(BackwardPrefetch prefetch) {
+  switch (prefetch) {
+    case BackwardPrefetch::kBackwardPre:
+      return "BACKWARD_PRE";
+    case BackwardPrefetch::kBackwardPost:
+      return "BACKWARD_POST";
+    case BackwardPrefetch::kNoPrefetch:
+      return "NO_PREFETCH";
+  }
+  return "?";
+}
+
+const char* to_string(StateDictType type) {
+  return type == StateDictType::kShardedStateDict ? "SHARDED_STATE_DICT" : "FULL_STATE_DICT";
+}
+
+bool operator==(const ModelConfig& a, const ModelConfig& b) {
+  return std::tie(a.type, a.vocab_size, a.n_layer, a.n_head, a.n_positions, a.norm_eps, a.n_embd,
+                  a.dim, a.n_kv_head, a.intermediate_size, a.rope_theta, a.tie_embeddings) ==
+         std::tie(b.type, b.vocab_size, b.n_layer, b.n_head, b.n_positions, b.norm_eps, b.n_embd,
+                  b.dim, b.n_kv_head, b.intermediate_size, b.rope_theta, b.tie_embeddings);
+}
+
+bool operator==(const DataConfig& a, const DataConfig& b) {
+  return std::tie(a.dataset, a.val_dataset, a.val_split, a.seq_len, a.tokenizer_dir, a.cache_dir) ==
+         std::tie(b.dataset, b.val_dataset, b.val_split, b.seq_len, b.tokenizer_dir, b.cache_dir);
+}
+
+bool operator==(const OptimConfig& a, const OptimConfig& b) {
+  return std::tie(a.lr, a.min_lr, a.warmup_steps, a.max_steps, a.weight_decay, a.beta1, a.beta2,
+                  a.eps, a.grad_clip) == std::tie(b.lr, b.min_lr, b.warmup_steps, b.max_steps,
+                                                  b.weight_decay, b.beta1, b.beta2, b.eps,
+                                                  b.grad_clip);
+}
+
+bool operator==(const TrainLoopConfig& a, const TrainLoopConfig& b) {
+  return std::tie(a.micro_batch_size, a.gradient_accumulation_steps, a.seed, a.eval_every,
+                  a.eval_batches, a.log_every, a.checkpoint_dir, a.checkpoint_every,
+                  a.checkpoint_keep_last, a.resume, a.metrics_file, a.num_threads) ==
+         std::tie(b.micro_batch_size, b.gradient_accumulation_steps, b.seed, b.eval_every,
+                  b.eval_batches, b.log_every, b.checkpoint_dir, b.checkpoint_every,
+                  b.checkpoint_keep_last, b.resume, b.metrics_file, b.num_threads);
+}
+
+bool operator==(const FsdpConfig& a, const FsdpConfig& b) {
+  return std::tie(a.sharding_strategy, a.auto_wrap_policy, a.transformer_layer_cls_to_wrap,
+                  a.min_num_params, a.backward_prefetch, a.forward_prefetch, a.offload_params,
+                  a.activation_checkpointing, a.state_dict_type, a.sync_module_states,
+                  a.cpu_ram_efficient_loading, a.shard_group_size) ==
+         std::tie(b.sharding_strategy, b.auto_wrap_policy, b.transformer_layer_cls_to_wrap,
+                  b.min_num_params, b.backward_prefetch, b.forward_prefetch, b.offload_params,
+                  b.activation_checkpointing, b.state_dict_type, b.sync_module_states,
+                  b.cpu_ram_efficient_loading, b.shard_group_size);
+}
+
+bool operator==(const TrainConfig& a, const TrainConfig& b) {
+  return a.model == b.model && a.data == b.data && a.optim == b.optim && a.train == b.train &&
+         a.fsdp == b.fsdp && a.mixed_precision == b.mixed_precision &&
+         a.num_processes == b.num_processes && a.num_machines == b.num_machines;
+}
+
+ShardingOptions TrainConfig::sharding_options() const {
+  ShardingOptions options;
+  options.strategy(fsdp.sharding_strategy)
+      .param_dtype(mixed_precision)
+      .reduce_dtype(mixed_precision)
+      .shard_group_size(fsdp.shard_group_size);
+  switch (fsdp.auto_wrap_policy) {
+    case AutoWrapPolicy::kTransformerBased: {
+      std::vector<std::string> classes = fsdp.transformer_layer_cls_to_wrap;
+      if (classes.empty()) classes.push_back(block_class_name(model.type));
+      options.wrap(WrapPolicy::by_type(classes));
+      break;
+    }
+    case AutoWrapPolicy::kSizeBased:
+      options.wrap(WrapPolicy::by_size(fsdp.min_num_params));
+      break;
+    case AutoWrapPolicy::kNoWrap:
+      options.wrap(WrapPolicy::none());
+      break;
+  }
+  return options;
+}
+
+TrainConfig parse_config(const std::string& yaml, const std::string& source_name,
+                         const std::vector<ConfigOverride>& overrides) {
+  Builder builder;
+  builder.apply_yaml(yaml, source_name);
+  for (const auto& o : overrides) builder.apply_override(o);
+  return builder.finish();
+}
+
+TrainConfig load_config(const std::string& path, const std::vector<ConfigOverride>& overrides) {
+  Builder builder;
+  if (!path.empty()) builder.apply_yaml(read_file(path), path);
+  for (const auto& o : overrides) builder.apply_override(o);
+  return builder.finish();
+}
+
+void validate_config(const TrainConfig& config) { config::validate(config, {}); }
+
+std::string to_yaml(const TrainConfig& config) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  std::vector<std::string> open;  // the sections the emitter is inside
+  for (const Option& option : config::options()) {
+    if (option.kind != ConfigKey::Kind::kSetting) continue;
+    if (option.type_specific && option.model_type != config.model.type) continue;
+    const std::vector<std::string> parts = split_key(option.key);
+    size_t shared = 0;
+    while (shared < open.size() && shared + 1 < parts.size() && open[shared] == parts[shared]) {
+      ++shared;
+    }
+    for (; open.size() > shared; open.pop_back()) out << YAML::EndMap;
+    for (; open.size() + 1 < parts.size(); open.push_back(parts[open.size()])) {
+      out << YAML::Key << parts[open.size()] << YAML::Value << YAML::BeginMap;
+    }
+    out << YAML::Key << parts.back() << YAML::Value;
+    emit_value(out, option, option.get(config));
+  }
+  for (; !open.empty(); open.pop_back()) out << YAML::EndMap;
+  out << YAML::EndMap;
+  return "# fsdp-train configuration (fsdp-train --config FILE reads it back)\n" +
+         std::string(out.c_str()) + "\n";
+}
+
+std::vector<ConfigKey> config_keys() {
+  const TrainConfig defaults;
+  std::vector<ConfigKey> keys;
+  for (const Option& option : config::options()) {
+    ConfigKey k;
+    k.key = option.key;
+    k.type = option.type;
+    k.help = option.help;
+    k.kind = option.kind;
+    if (option.kind == ConfigKey::Kind::kSetting) {
+      const std::string text = option.get(defaults);  // defaults hold no quotes to escape
+      k.default_value = written_plain(option, text) ? text : "\"" + text + "\"";
+    }
+    if (option.type_specific) k.model_type = to_string(option.model_type);
+    keys.push_back(k);
+  }
+  return keys;
+}
+
+}  // namespace fsdp

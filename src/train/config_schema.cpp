@@ -1,0 +1,617 @@
+// The option table. Adding a key is one row here (and a line in docs/config.md, which a test
+// checks); the loader, --help, to_yaml and config_keys() pick it up. Order is --help's order.
+#include "train/config_schema.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <stdexcept>
+#include <utility>
+
+namespace fsdp {
+namespace config {
+namespace {
+
+using Kind = ConfigKey::Kind;
+
+// A reference to one field of a TrainConfig, const or not: FIELD(optim.lr).
+#define FIELD(path) \
+  [](auto& c) -> auto& { return c.path; }
+
+void assign(int64_t& field, int64_t v) { field = v; }
+void assign(int& field, int64_t v) {
+  if (v < INT_MIN || v > INT_MAX) throw ValueError(std::to_string(v) + " is too large");
+  field = static_cast<int>(v);
+}
+
+Option setting(const std::string& key, const std::string& type, const std::string& help) {
+  Option o;
+  o.key = key;
+  o.type = type;
+  o.help = help;
+  o.kind = Kind::kSetting;
+  o.targets = {key};
+  return o;
+}
+
+template <typename Ref>
+Option int_setting(const std::string& key, Ref ref, const std::string& help) {
+  Option o = setting(key, "int", help);
+  o.set = [ref](TrainConfig& c, const RawValue& v) { assign(ref(c), to_int(v)); };
+  o.get = [ref](const TrainConfig& c) { return std::to_string(ref(c)); };
+  return o;
+}
+
+template <typename Ref>
+Option number_setting(const std::string& key, Ref ref, const std::string& help) {
+  Option o = setting(key, "number", help);
+  o.set = [ref](TrainConfig& c, const RawValue& v) { ref(c) = to_number(v); };
+  o.get = [ref](const TrainConfig& c) { return format_number(ref(c)); };
+  return o;
+}
+
+template <typename Ref>
+Option bool_setting(const std::string& key, Ref ref, const std::string& help) {
+  Option o = setting(key, "bool", help);
+  o.set = [ref](TrainConfig& c, const RawValue& v) { ref(c) = to_bool(v); };
+  o.get = [ref](const TrainConfig& c) { return std::string(ref(c) ? "true" : "false"); };
+  return o;
+}
+
+template <typename Ref>
+Option string_setting(const std::string& key, Ref ref, const std::string& help) {
+  Option o = setting(key, "string", help);
+  o.set = [ref](TrainConfig& c, const RawValue& v) { ref(c) = to_text(v); };
+  o.get = [ref](const TrainConfig& c) { return ref(c); };
+  return o;
+}
+
+template <typename Ref>
+Option list_setting(const std::string& key, Ref ref, const std::string& help) {
+  Option o = setting(key, "list", help);
+  o.set = [ref](TrainConfig& c, const RawValue& v) { ref(c) = to_list(v); };
+  o.get = [ref](const TrainConfig& c) { return format_list(ref(c)); };
+  return o;
+}
+
+template <typename E>
+using Names = std::vector<std::pair<std::string, E>>;
+
+template <typename E>
+std::vector<std::string> names_of(const Names<E>& names) {
+  std::vector<std::string> out;
+  for (const auto& n : names) out.push_back(n.first);
+  return out;
+}
+
+template <typename E>
+E choose(const Names<E>& names, const RawValue& v) {
+  return names[to_choice(v, names_of(names))].second;
+}
+
+template <typename E, typename Ref>
+Option choice_setting(const std::string& key, Ref ref, Names<E> names, const std::string& help) {
+  Option o = setting(key, join(names_of(names), "|"), help);
+  o.set = [ref, names](TrainConfig& c, const RawValue& v) { ref(c) = choose(names, v); };
+  o.get = [ref, names](const TrainConfig& c) {
+    for (const auto& n : names) {
+      if (n.second == ref(c)) return n.first;
+    }
+    return std::string("?");
+  };
+  return o;
+}
+
+Option only_for(ModelType type, Option o) {
+  o.type_specific = true;
+  o.model_type = type;
+  return o;
+}
+
+Option alias(const std::string& key, const std::string& type, const std::string& help,
+             std::vector<std::string> targets,
+             std::function<void(TrainConfig&, const RawValue&)> set) {
+  Option o;
+  o.key = key;
+  o.type = type;
+  o.help = help;
+  o.kind = Kind::kAlias;
+  o.targets = std::move(targets);
+  o.set = std::move(set);
+  return o;
+}
+
+// Accepted for compatibility, stored nowhere; `check` (optional) rejects values that would mean
+// something this build does not do.
+Option accepted(const std::string& key, const std::string& type, const std::string& help,
+                std::function<void(const RawValue&)> check = nullptr) {
+  Option o;
+  o.key = key;
+  o.type = type;
+  o.help = help;
+  o.kind = Kind::kAccepted;
+  o.set = [check](TrainConfig&, const RawValue& v) {
+    if (check) check(v);
+  };
+  return o;
+}
+
+bool is_empty(const RawValue& v) {
+  switch (v.kind) {
+    case RawValue::Kind::kNull:
+      return true;
+    case RawValue::Kind::kScalar:
+      return v.text.empty();
+    case RawValue::Kind::kList:
+      return v.items.empty();
+    case RawValue::Kind::kMap:
+      return v.map_size == 0;
+  }
+  return false;
+}
+
+// A section of another launcher's feature: an error unless empty (Accelerate writes `{}`).
+Option rejected(const std::string& key, const std::string& help, const std::string& reason) {
+  Option o;
+  o.key = key;
+  o.type = "section";
+  o.help = help;
+  o.kind = Kind::kRejected;
+  o.set = [reason](TrainConfig&, const RawValue& v) {
+    if (!is_empty(v)) throw ValueError(reason);
+  };
+  return o;
+}
+
+// Accepted keys' checks.
+void check_int(const RawValue& v) {
+  if (v.kind != RawValue::Kind::kNull) to_int(v);
+}
+void check_bool(const RawValue& v) {
+  if (v.kind != RawValue::Kind::kNull) to_bool(v);
+}
+void check_scalar(const RawValue& v) {
+  if (v.kind != RawValue::Kind::kNull) to_text(v);
+}
+std::function<void(const RawValue&)> only_value(std::string expected, std::string reason) {
+  return [expected, reason](const RawValue& v) {
+    const std::string text = to_text(v);
+    if (!same_name(text, expected)) throw ValueError(reason + "; got '" + text + "'");
+  };
+}
+
+const Names<ModelType> kModelTypes = {{"gpt2", ModelType::kGPT2}, {"llama", ModelType::kLlama}};
+const Names<AutoWrapPolicy> kWrapPolicies = {
+    {"TRANSFORMER_BASED_WRAP", AutoWrapPolicy::kTransformerBased},
+    {"SIZE_BASED_WRAP", AutoWrapPolicy::kSizeBased},
+    {"NO_WRAP", AutoWrapPolicy::kNoWrap}};
+const Names<BackwardPrefetch> kPrefetches = {{"BACKWARD_PRE", BackwardPrefetch::kBackwardPre},
+                                             {"BACKWARD_POST", BackwardPrefetch::kBackwardPost},
+                                             {"NO_PREFETCH", BackwardPrefetch::kNoPrefetch}};
+const char* kStrategyType = "FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD|HYBRID_SHARD_ZERO2|1-5";
+
+ShardingStrategy to_strategy(const RawValue& v) {
+  try {
+    return parse_sharding_strategy(to_text(v));
+  } catch (const std::invalid_argument& e) {
+    throw ValueError(e.what());
+  }
+}
+
+StateDictType to_state_dict_type(const RawValue& v) {
+  const size_t i = to_choice(v, {"SHARDED_STATE_DICT", "FULL_STATE_DICT", "LOCAL_STATE_DICT"});
+  if (i == 2) {
+    throw ValueError(
+        "LOCAL_STATE_DICT is not supported: checkpoints are SHARDED_STATE_DICT (loadable at any "
+        "world size) or FULL_STATE_DICT");
+  }
+  return i == 0 ? StateDictType::kShardedStateDict : StateDictType::kFullStateDict;
+}
+
+// Accelerate's mixed_precision ("no", "bf16") and train.dtype ("fp32", "bf16") share one setting.
+DType to_compute_dtype(const RawValue& v, const std::vector<std::string>& full_names) {
+  std::vector<std::string> names = full_names;
+  names.insert(names.end(), {"bf16", "fp16", "fp8"});
+  const size_t i = to_choice(v, names);
+  if (i < full_names.size()) return DType::kFloat32;
+  if (names[i] == "bf16") return DType::kBFloat16;
+  if (names[i] == "fp16") {
+    throw ValueError(
+        "fp16 is not supported on CPU (LibTorch has no fp16 CPU kernels); use bf16, which keeps "
+        "fp32's exponent range and needs no loss scaling");
+  }
+  throw ValueError("fp8 is not supported on CPU; use bf16");
+}
+
+Option mixed_precision_option() {
+  Option o = setting("mixed_precision", "no|bf16",
+                     "compute dtype of gathered parameters and gradient reduction; master weights "
+                     "and optimizer state stay fp32 (fp16 and fp8 are not supported on CPU)");
+  o.set = [](TrainConfig& c, const RawValue& v) {
+    c.mixed_precision = to_compute_dtype(v, {"no", "false"});
+  };
+  o.get = [](const TrainConfig& c) {
+    return std::string(c.mixed_precision == DType::kBFloat16 ? "bf16" : "no");
+  };
+  return o;
+}
+
+Option strategy_option() {
+  Option o = setting("fsdp_config.fsdp_sharding_strategy", kStrategyType,
+                     "what is sharded: FULL_SHARD (parameters, gradients, optimizer state), "
+                     "SHARD_GRAD_OP (parameters stay gathered through backward), NO_SHARD (DDP), "
+                     "HYBRID_SHARD[_ZERO2] (shard within groups of shard_group_size, replicate "
+                     "across)");
+  o.set = [](TrainConfig& c, const RawValue& v) { c.fsdp.sharding_strategy = to_strategy(v); };
+  o.get = [](const TrainConfig& c) { return std::string(to_string(c.fsdp.sharding_strategy)); };
+  return o;
+}
+
+std::vector<Option> accelerate_top_level() {
+  const std::string launcher = "accepted; the launcher's business (fsdp-run ";
+  return {
+      accepted("compute_environment", "LOCAL_MACHINE", "accepted when LOCAL_MACHINE",
+               only_value("LOCAL_MACHINE",
+                          "only LOCAL_MACHINE is supported: fsdp.cpp runs on the machines "
+                          "fsdp-run starts it on")),
+      accepted("distributed_type", "FSDP", "accepted when FSDP",
+               only_value("FSDP",
+                          "fsdp.cpp trains with FSDP only: distributed_type must be FSDP (or left "
+                          "out)")),
+      mixed_precision_option(),
+      int_setting("num_processes", FIELD(num_processes),
+                  "ranks the run expects, all machines together; the trainer checks the launcher "
+                  "started that many; 0: as many as were started"),
+      int_setting("num_machines", FIELD(num_machines), "nodes the run expects"),
+      accepted("machine_rank", "int", launcher + "--node-rank)", check_int),
+      accepted("main_process_ip", "string", launcher + "--master-addr)", check_scalar),
+      accepted("main_process_port", "int", launcher + "--master-port)", check_int),
+      accepted("rdzv_backend", "string", launcher + "rendezvous is static)", check_scalar),
+      accepted("same_network", "bool", "accepted; no effect", check_bool),
+      accepted("main_training_function", "string", "accepted; no effect (C++ has main)",
+               check_scalar),
+      accepted("use_cpu", "bool", "accepted; fsdp.cpp always runs on CPU", check_bool),
+      accepted("debug", "bool", "accepted; no effect", check_bool),
+      accepted("downcast_bf16", "string", "accepted; TPU only, no effect", check_scalar),
+      accepted("gpu_ids", "string", "accepted; no effect on CPU", check_scalar),
+      accepted("enable_cpu_affinity", "bool", "accepted; no effect (NVIDIA only)", check_bool),
+      accepted("tpu_env", "list", "accepted; TPU only, no effect"),
+      accepted("tpu_use_cluster", "bool", "accepted; TPU only, no effect", check_bool),
+      accepted("tpu_use_sudo", "bool", "accepted; TPU only, no effect", check_bool),
+      accepted("tpu_name", "string", "accepted; TPU only, no effect"),
+      accepted("tpu_zone", "string", "accepted; TPU only, no effect"),
+      accepted("tpu_vm", "list", "accepted; TPU only, no effect"),
+      accepted("commands", "list", "accepted; TPU only, no effect"),
+      accepted("command_file", "string", "accepted; TPU only, no effect"),
+  };
+}
+
+std::vector<Option> fsdp_section() {
+  const std::string p = "fsdp_config.";
+  return {
+      strategy_option(),
+      alias(p + "fsdp_reshard_after_forward", "bool|" + std::string(kStrategyType),
+            "Accelerate's newer spelling: true is FULL_SHARD, false SHARD_GRAD_OP, or a strategy "
+            "name",
+            {p + "fsdp_sharding_strategy"},
+            [](TrainConfig& c, const RawValue& v) {
+              try {
+                c.fsdp.sharding_strategy =
+                    to_bool(v) ? ShardingStrategy::kFullShard : ShardingStrategy::kShardGradOp;
+              } catch (const ValueError&) {
+                try {
+                  c.fsdp.sharding_strategy = to_strategy(v);
+                } catch (const ValueError&) {
+                  throw ValueError("expected true, false or a sharding strategy (" +
+                                   std::string(kStrategyType) + "), got " + describe(v));
+                }
+              }
+            }),
+      choice_setting(p + "fsdp_auto_wrap_policy", FIELD(fsdp.auto_wrap_policy), kWrapPolicies,
+                     "which modules become FSDP units: the layer classes below, every module "
+                     "reaching fsdp_min_num_params, or none (the whole model is one unit)"),
+      list_setting(p + "fsdp_transformer_layer_cls_to_wrap",
+                   FIELD(fsdp.transformer_layer_cls_to_wrap),
+                   "comma-separated class names for TRANSFORMER_BASED_WRAP (GPT2Block, "
+                   "LlamaDecoderLayer, ...); empty: the model type's block class"),
+      int_setting(p + "fsdp_min_num_params", FIELD(fsdp.min_num_params),
+                  "SIZE_BASED_WRAP: a module with at least this many parameters not yet in a unit "
+                  "becomes one"),
+      choice_setting(p + "fsdp_backward_prefetch", FIELD(fsdp.backward_prefetch), kPrefetches,
+                     "when backward gathers the next unit; only NO_PREFETCH is supported yet"),
+      alias(p + "fsdp_backward_prefetch_policy", "BACKWARD_PRE|BACKWARD_POST|NO_PREFETCH",
+            "Accelerate's older spelling of fsdp_backward_prefetch", {p + "fsdp_backward_prefetch"},
+            [](TrainConfig& c, const RawValue& v) {
+              c.fsdp.backward_prefetch = choose(kPrefetches, v);
+            }),
+      bool_setting(p + "fsdp_forward_prefetch", FIELD(fsdp.forward_prefetch),
+                   "gather the next unit during this unit's forward; true is not supported yet"),
+      bool_setting(p + "fsdp_offload_params", FIELD(fsdp.offload_params),
+                   "offload parameters and gradients; true is not supported yet"),
+      bool_setting(p + "fsdp_activation_checkpointing", FIELD(fsdp.activation_checkpointing),
+                   "recompute each unit's activations in backward; true is not supported yet"),
+      [p] {
+        Option o = setting(p + "fsdp_state_dict_type", "SHARDED_STATE_DICT|FULL_STATE_DICT",
+                           "checkpoints: one file per rank (loadable at any world size), or the "
+                           "full model written by rank 0");
+        o.set = [](TrainConfig& c, const RawValue& v) {
+          c.fsdp.state_dict_type = to_state_dict_type(v);
+        };
+        o.get = [](const TrainConfig& c) { return std::string(to_string(c.fsdp.state_dict_type)); };
+        return o;
+      }(),
+      bool_setting(p + "fsdp_sync_module_states", FIELD(fsdp.sync_module_states),
+                   "broadcast rank 0's parameters before training (initialisation is already "
+                   "identical on every rank)"),
+      bool_setting(p + "fsdp_cpu_ram_efficient_loading", FIELD(fsdp.cpu_ram_efficient_loading),
+                   "only rank 0 materialises the full model; needs fsdp_sync_module_states"),
+      accepted(p + "fsdp_use_orig_params", "bool",
+               "accepted, true or false; the model always keeps its original parameters and the "
+               "optimizer steps flat shards with a weight-decay mask",
+               check_bool),
+      accepted(p + "fsdp_version", "1|2",
+               "accepted, 1 or 2; the same runtime either way (FSDP2 configs set "
+               "fsdp_reshard_after_forward)",
+               [](const RawValue& v) {
+                 to_choice(v, {"1", "2"});
+               }),
+      int_setting(p + "shard_group_size", FIELD(fsdp.shard_group_size),
+                  "HYBRID strategies: ranks per shard group, must divide the world size; 0: the "
+                  "ranks of one node (fsdp.cpp's key, not Accelerate's)"),
+  };
+}
+
+std::vector<Option> model_section() {
+  const ModelType gpt2 = ModelType::kGPT2, llama = ModelType::kLlama;
+  return {
+      choice_setting("model.type", FIELD(model.type), kModelTypes, "architecture"),
+      int_setting("model.vocab_size", FIELD(model.vocab_size),
+                  "tokens in the vocabulary (GPT-2's BPE, used by both types: 50257)"),
+      int_setting("model.n_layer", FIELD(model.n_layer), "transformer blocks"),
+      int_setting("model.n_head", FIELD(model.n_head),
+                  "attention (query) heads; must divide the width (n_embd or dim)"),
+      int_setting("model.n_positions", FIELD(model.n_positions),
+                  "longest sequence the model accepts (position or RoPE table); 0: data.seq_len"),
+      number_setting("model.norm_eps", FIELD(model.norm_eps),
+                     "epsilon of every LayerNorm (GPT-2) or RMSNorm (Llama)"),
+      only_for(gpt2,
+               int_setting("model.n_embd", FIELD(model.n_embd), "width of the residual stream")),
+      only_for(llama, int_setting("model.dim", FIELD(model.dim), "width of the residual stream")),
+      only_for(llama, int_setting("model.n_kv_head", FIELD(model.n_kv_head),
+                                  "key/value heads (grouped-query attention), must divide "
+                                  "n_head; 0: n_head")),
+      only_for(llama, int_setting("model.intermediate_size", FIELD(model.intermediate_size),
+                                  "hidden width of the SwiGLU feed-forward")),
+      only_for(llama,
+               number_setting("model.rope_theta", FIELD(model.rope_theta), "RoPE base frequency")),
+      only_for(llama, bool_setting("model.tie_embeddings", FIELD(model.tie_embeddings),
+                                   "the output projection shares the token embedding "
+                                   "(GPT-2 always does)")),
+  };
+}
+
+std::vector<Option> data_section() {
+  return {
+      string_setting("data.dataset", FIELD(data.dataset),
+                     "\"sotu\" (the bundled corpus), a text file, a folder of text files, or an "
+                     "llm.c .bin token file"),
+      string_setting("data.val_dataset", FIELD(data.val_dataset),
+                     "held-out data, same kinds as data.dataset; empty: the last val_split of "
+                     "data.dataset"),
+      number_setting("data.val_split", FIELD(data.val_split),
+                     "fraction of data.dataset held out when val_dataset is empty, in [0, 1)"),
+      int_setting("data.seq_len", FIELD(data.seq_len), "tokens per training sequence"),
+      string_setting("data.tokenizer_dir", FIELD(data.tokenizer_dir),
+                     "folder with GPT-2's encoder.json and vocab.bpe"),
+      string_setting("data.cache_dir", FIELD(data.cache_dir), "where tokenized corpora are cached"),
+  };
+}
+
+std::vector<Option> optim_section() {
+  return {
+      number_setting("optim.lr", FIELD(optim.lr), "peak learning rate, reached after warmup"),
+      number_setting("optim.min_lr", FIELD(optim.min_lr),
+                     "learning rate at the end of the cosine decay, at most optim.lr"),
+      int_setting("optim.warmup_steps", FIELD(optim.warmup_steps),
+                  "steps of linear warmup, at most optim.max_steps"),
+      int_setting("optim.max_steps", FIELD(optim.max_steps),
+                  "optimizer steps to train for; the cosine schedule's length"),
+      number_setting("optim.weight_decay", FIELD(optim.weight_decay),
+                     "AdamW's decoupled weight decay (matrices and embeddings only)"),
+      number_setting("optim.beta1", FIELD(optim.beta1), "Adam's first-moment decay, in [0, 1)"),
+      number_setting("optim.beta2", FIELD(optim.beta2), "Adam's second-moment decay, in [0, 1)"),
+      number_setting("optim.eps", FIELD(optim.eps), "Adam's denominator epsilon"),
+      number_setting("optim.grad_clip", FIELD(optim.grad_clip),
+                     "clip the global gradient norm to this; 0: no clipping"),
+  };
+}
+
+std::vector<Option> train_section() {
+  return {
+      int_setting("train.micro_batch_size", FIELD(train.micro_batch_size),
+                  "sequences per rank per forward"),
+      int_setting("train.gradient_accumulation_steps", FIELD(train.gradient_accumulation_steps),
+                  "micro-batches per optimizer step"),
+      int_setting("train.seed", FIELD(train.seed),
+                  "seed of initialisation and data order (the same on every rank)"),
+      int_setting("train.eval_every", FIELD(train.eval_every),
+                  "steps between evaluations on the held-out data; 0: never"),
+      int_setting("train.eval_batches", FIELD(train.eval_batches),
+                  "micro-batches per rank in one evaluation"),
+      int_setting("train.log_every", FIELD(train.log_every), "steps between log lines"),
+      string_setting("train.checkpoint_dir", FIELD(train.checkpoint_dir),
+                     "root folder of the sharded checkpoints"),
+      int_setting("train.checkpoint_every", FIELD(train.checkpoint_every),
+                  "steps between checkpoints (one more after the last step); 0: none"),
+      int_setting("train.checkpoint_keep_last", FIELD(train.checkpoint_keep_last),
+                  "complete checkpoints kept, older ones deleted; 0: all"),
+      string_setting("train.resume", FIELD(train.resume),
+                     "\"\": start fresh; \"auto\": the newest checkpoint in checkpoint_dir if any; "
+                     "or a checkpoint's path"),
+      string_setting("train.metrics_file", FIELD(train.metrics_file),
+                     "append one JSON object per logged step here (JSONL); empty: none"),
+      int_setting("train.num_threads", FIELD(train.num_threads),
+                  "intra-op threads per rank; 0: LibTorch's default"),
+      alias("train.dtype", "fp32|bf16", "another spelling of mixed_precision (fp32 is \"no\")",
+            {"mixed_precision"},
+            [](TrainConfig& c, const RawValue& v) {
+              c.mixed_precision = to_compute_dtype(v, {"fp32", "float32"});
+            }),
+  };
+}
+
+std::vector<Option> torchacc_section() {
+  const std::string p = "dist.fsdp.";
+  const std::string f = "fsdp_config.";
+  return {
+      alias(p + "size", "int",
+            "TorchAcc: shard over this many ranks, replicate across groups; sets HYBRID_SHARD "
+            "with shard_group_size (with the world size, that is FULL_SHARD)",
+            {f + "fsdp_sharding_strategy", f + "shard_group_size"},
+            [](TrainConfig& c, const RawValue& v) {
+              const int64_t size = to_int(v);
+              if (size < 1) throw ValueError("must be at least 1, got " + std::to_string(size));
+              c.fsdp.sharding_strategy = ShardingStrategy::kHybridShard;
+              assign(c.fsdp.shard_group_size, size);
+            }),
+      alias(p + "wrap_layer_cls", "list",
+            "TorchAcc: class names, each module of which becomes a unit (TRANSFORMER_BASED_WRAP); "
+            "empty: NO_WRAP",
+            {f + "fsdp_auto_wrap_policy", f + "fsdp_transformer_layer_cls_to_wrap"},
+            [](TrainConfig& c, const RawValue& v) {
+              c.fsdp.transformer_layer_cls_to_wrap = to_list(v);
+              c.fsdp.auto_wrap_policy = c.fsdp.transformer_layer_cls_to_wrap.empty()
+                                            ? AutoWrapPolicy::kNoWrap
+                                            : AutoWrapPolicy::kTransformerBased;
+            }),
+      accepted(p + "flatten_parameters", "bool", "TorchAcc: accepted when true (units are flat)",
+               [](const RawValue& v) {
+                 if (!to_bool(v)) {
+                   throw ValueError(
+                       "false is not supported: every unit's parameters are flattened into one "
+                       "buffer (original parameters are views into it)");
+                 }
+               }),
+      alias(p + "sync_module_states", "bool", "TorchAcc: fsdp_config.fsdp_sync_module_states",
+            {f + "fsdp_sync_module_states"},
+            [](TrainConfig& c, const RawValue& v) { c.fsdp.sync_module_states = to_bool(v); }),
+  };
+}
+
+std::vector<Option> foreign_sections() {
+  const std::string dynamo = "accepted; no effect (dynamo_backend must be NO or EAGER)";
+  return {
+      accepted("dynamo_config.dynamo_backend", "NO|EAGER",
+               "accepted when NO or EAGER (torch.compile does not exist for LibTorch C++)",
+               [](const RawValue& v) {
+                 const std::string backend = to_text(v);
+                 if (!same_name(backend, "NO") && !same_name(backend, "EAGER")) {
+                   throw ValueError(
+                       "torch.compile (dynamo) is not available to LibTorch C++ "
+                       "programs; use NO (got '" +
+                       backend + "')");
+                 }
+               }),
+      accepted("dynamo_config.dynamo_mode", "string", dynamo),
+      accepted("dynamo_config.dynamo_use_fullgraph", "bool", dynamo),
+      accepted("dynamo_config.dynamo_use_dynamic", "bool", dynamo),
+      accepted("dynamo_config.dynamo_use_regional_compilation", "bool", dynamo),
+      rejected("deepspeed_config", "an error unless empty: DeepSpeed is not supported",
+               "DeepSpeed is not supported: fsdp.cpp is its own ZeRO-3 (use fsdp_config)"),
+      rejected("megatron_lm_config", "an error unless empty: Megatron-LM is not supported",
+               "Megatron-LM (tensor and pipeline parallelism) is not supported"),
+      rejected("tp_config", "an error unless empty: tensor parallelism is not supported",
+               "tensor parallelism is not supported"),
+      rejected("fp8_config", "an error unless empty: fp8 is not supported",
+               "fp8 training is not supported on CPU"),
+      rejected("ipex_config", "an error unless empty: IPEX is not used",
+               "Intel Extension for PyTorch is not used by fsdp.cpp"),
+      rejected("mpirun_config", "an error unless empty: use fsdp-run --backend mpi",
+               "mpirun settings belong to the launcher: fsdp-run --backend mpi"),
+  };
+}
+
+#undef FIELD
+
+std::vector<Option> build_options() {
+  std::vector<Option> all;
+  for (auto part : {accelerate_top_level(), fsdp_section(), model_section(), data_section(),
+                    optim_section(), train_section(), torchacc_section(), foreign_sections()}) {
+    for (auto& o : part) all.push_back(std::move(o));
+  }
+  return all;
+}
+
+std::string parent_of(const std::string& key) {
+  const size_t dot = key.rfind('.');
+  return dot == std::string::npos ? "" : key.substr(0, dot);
+}
+
+std::string leaf_of(const std::string& key) { return key.substr(key.rfind('.') + 1); }
+
+std::vector<std::string> sections() {
+  std::vector<std::string> out;
+  for (const auto& o : options()) {
+    for (std::string s = parent_of(o.key); !s.empty(); s = parent_of(s)) {
+      if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<Option>& options() {
+  static const std::vector<Option> all = build_options();
+  return all;
+}
+
+const Option* find_option(const std::string& key) {
+  for (const auto& o : options()) {
+    if (o.key == key) return &o;
+  }
+  return nullptr;
+}
+
+bool is_section(const std::string& key) {
+  static const std::vector<std::string> all = sections();
+  return std::find(all.begin(), all.end(), key) != all.end();
+}
+
+std::string closest_key(const std::string& key, bool want_section) {
+  std::vector<std::string> candidates;
+  if (want_section) candidates = sections();
+  for (const auto& o : options()) {
+    if (want_section == (o.kind == ConfigKey::Kind::kRejected)) candidates.push_back(o.key);
+  }
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, leaf_of(key).size() / 3) + 1;
+  for (const auto& candidate : candidates) {
+    // A known name under the wrong section ("lr" for "optim.lr"), or a longer or shorter form of
+    // one ("optimizer" for "optim"), counts as one edit.
+    const bool prefix = candidate.rfind(key, 0) == 0 || key.rfind(candidate, 0) == 0;
+    const size_t d = std::min({edit_distance(key, candidate),
+                               edit_distance(leaf_of(key), leaf_of(candidate)) + 1,
+                               prefix ? size_t{1} : SIZE_MAX});
+    if (d < best_distance) {
+      best = candidate;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+std::vector<std::string> keys_under(const std::string& section) {
+  std::vector<std::string> out;
+  for (const auto& o : options()) {
+    std::string k = o.key;
+    while (!k.empty() && parent_of(k) != section) k = parent_of(k);
+    if (!k.empty() && std::find(out.begin(), out.end(), leaf_of(k)) == out.end()) {
+      out.push_back(leaf_of(k));
+    }
+  }
+  return out;
+}
+
+}  // namespace config
+}  // namespace fsdp

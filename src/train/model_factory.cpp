@@ -1,0 +1,71 @@
+// Model construction for the trainer: ModelConfig -> GPT-2 or Llama, with seeded initialisation.
+#include "train/model_factory.h"
+
+#include <torch/nn/module.h>
+
+#include <unordered_set>
+
+#include "fsdp/hooks.h"
+#include "fsdp/models/gpt2.h"
+#include "fsdp/models/llama.h"
+
+namespace fsdp {
+
+namespace {
+
+CausalLM build_gpt2(const TrainConfig& config) {
+  const ModelConfig& m = config.model;
+  GPT2Config c;
+  c.vocab_size = m.vocab_size;
+  c.n_positions = config.context_length();
+  c.n_embd = m.n_embd;
+  c.n_layer = m.n_layer;
+  c.n_head = m.n_head;
+  c.layer_norm_eps = m.norm_eps;
+  GPT2 model(c);
+  init_gpt2_weights(*model, static_cast<uint64_t>(config.train.seed));
+  return {model.ptr(), [model](const at::Tensor& idx) mutable { return fsdp::forward(model, idx); },
+          c.n_positions};
+}
+
+CausalLM build_llama(const TrainConfig& config) {
+  const ModelConfig& m = config.model;
+  LlamaConfig c;
+  c.vocab_size = m.vocab_size;
+  c.max_position_embeddings = config.context_length();
+  c.dim = m.dim;
+  c.n_layer = m.n_layer;
+  c.n_head = m.n_head;
+  c.n_kv_head = m.n_kv_head;
+  c.intermediate_size = m.intermediate_size;
+  c.rope_theta = m.rope_theta;
+  c.norm_eps = m.norm_eps;
+  c.tie_embeddings = m.tie_embeddings;
+  Llama model(c);
+  init_llama_weights(*model, static_cast<uint64_t>(config.train.seed));
+  return {model.ptr(), [model](const at::Tensor& idx) mutable { return fsdp::forward(model, idx); },
+          c.max_position_embeddings};
+}
+
+}  // namespace
+
+CausalLM build_model(const TrainConfig& config) {
+  switch (config.model.type) {
+    case ModelType::kGPT2:
+      return build_gpt2(config);
+    case ModelType::kLlama:
+      return build_llama(config);
+  }
+  throw std::invalid_argument("model.type: unknown model type");
+}
+
+int64_t count_parameters(const torch::nn::Module& module) {
+  std::unordered_set<const void*> seen;
+  int64_t n = 0;
+  for (const auto& p : module.parameters()) {
+    if (seen.insert(p.unsafeGetTensorImpl()).second) n += p.numel();
+  }
+  return n;
+}
+
+}  // namespace fsdp

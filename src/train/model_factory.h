@@ -1,0 +1,36 @@
+// The trainer's view of a model: a root module and how to call it, built from ModelConfig. This is
+// the one place that knows which model types exist; the loop and the sampler see only CausalLM.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "fsdp/train/config.h"
+
+namespace torch {
+namespace nn {
+class Module;
+}
+}  // namespace torch
+
+namespace fsdp {
+
+struct CausalLM {
+  std::shared_ptr<torch::nn::Module> module;  // the root, for fully_shard
+  // idx [B, T] int64 -> logits [B, T, V], through fsdp::forward so that units run their hooks.
+  std::function<at::Tensor(const at::Tensor&)> forward;
+  int64_t context_length = 0;  // the longest T forward accepts
+};
+
+// Builds the model `config.model` describes with context config.context_length(), every
+// parameter drawn from (config.train.seed, its name), so every rank builds the same values.
+// Throws std::invalid_argument for sizes the model rejects.
+CausalLM build_model(const TrainConfig& config);
+
+// Parameters in the model (tied ones once).
+int64_t count_parameters(const torch::nn::Module& module);
+
+}  // namespace fsdp

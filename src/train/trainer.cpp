@@ -1,0 +1,420 @@
+// The training run, as a story: train() calls one function per step of it, in order. The pieces
+// (data, model, sharding, optimizer, checkpoints) come from the layers below; this file only
+// decides how they are put together, and what a checkpoint's train state holds.
+#include "fsdp/train/trainer.h"
+
+#include <ATen/Parallel.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <iostream>
+
+#include "fsdp/checkpoint/checkpoint.h"
+#include "fsdp/checkpoint/full_state.h"
+#include "fsdp/data/corpus.h"
+#include "fsdp/data/loader.h"
+#include "fsdp/data/tokenizer.h"
+#include "fsdp/fully_shard.h"
+#include "fsdp/models/gpt2.h"
+#include "fsdp/optim.h"
+#include "train/model_factory.h"
+#include "train/run_log.h"
+
+namespace fsdp {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// --- the world and the data ---------------------------------------------------------------------
+
+void check_world(const TrainConfig& c, const Comm& world) {
+  if (c.num_processes > 0 && c.num_processes != world.size()) {
+    throw std::invalid_argument(
+        "num_processes: the config expects " + std::to_string(c.num_processes) +
+        " processes but " + std::to_string(world.size()) +
+        " were started (start it with fsdp-run --nproc-per-node N, or set num_processes: 0)");
+  }
+  // The launcher tells the ranks per node; a lone process or a split group does not (0).
+  const int local = world.local_size();
+  if (local > 0 && c.num_machines * local != world.size()) {
+    throw std::invalid_argument("num_machines: the config expects " +
+                                std::to_string(c.num_machines) + " machines but the launcher "
+                                "started " + std::to_string(world.size()) + " ranks, " +
+                                std::to_string(local) + " per node");
+  }
+}
+
+struct Data {
+  data::Corpus corpus;
+  std::vector<data::TokenRange> val;
+};
+
+Data prepare_data(const TrainConfig& c, RunLog& log) {
+  data::CorpusOptions options;
+  options.cache_dir = c.data.cache_dir;
+  options.tokenizer_dir = c.data.tokenizer_dir;
+  options.val_fraction = c.data.val_dataset.empty() ? c.data.val_split : 0.0;
+  Data d{data::prepare_corpus(c.data.dataset, options), {}};
+  d.val = d.corpus.val;
+  if (!c.data.val_dataset.empty()) {
+    data::Corpus held_out = data::prepare_corpus(c.data.val_dataset, options);
+    d.val = held_out.train;
+  }
+  log.info("data: " + d.corpus.name + ": " + std::to_string(d.corpus.train_tokens) +
+           " training tokens, " + std::to_string(d.corpus.val_tokens) + " validation (" +
+           d.corpus.split + ")" + (d.corpus.built ? ", tokenized now" : ", from the cache"));
+  if (c.train.eval_every > 0 && d.val.empty()) {
+    throw std::invalid_argument("train.eval_every: data.dataset '" + c.data.dataset +
+                                "' has no validation data; set data.val_split or "
+                                "data.val_dataset, or train.eval_every: 0");
+  }
+  return d;
+}
+
+data::LoaderOptions loader_options(const TrainConfig& c, const Comm& world) {
+  data::LoaderOptions o;
+  o.seq_len = c.data.seq_len;
+  o.batch_size = c.train.micro_batch_size;
+  o.rank = world.rank();
+  o.world_size = world.size();
+  o.seed = static_cast<uint64_t>(c.train.seed);
+  o.vocab_size = c.model.vocab_size;
+  return o;
+}
+
+// --- the model ----------------------------------------------------------------------------------
+
+// fsdp_sync_module_states: every parameter takes rank 0's values before sharding.
+void broadcast_parameters(torch::nn::Module& module, Comm& world) {
+  at::NoGradGuard no_grad;
+  for (auto& p : module.parameters()) {
+    at::Tensor t = p.detach().contiguous();
+    world.broadcast(t.data_ptr(), static_cast<size_t>(t.numel()), DType::kFloat32, 0);
+    if (!t.is_same(p)) p.detach().copy_(t);
+  }
+}
+
+AdamWOptions adamw_options(const OptimConfig& o) {
+  AdamWOptions a;
+  a.lr = o.lr;
+  a.beta1 = o.beta1;
+  a.beta2 = o.beta2;
+  a.eps = o.eps;
+  a.weight_decay = o.weight_decay;
+  return a;
+}
+
+// --- checkpoints and their train state ----------------------------------------------------------
+
+std::string train_state_json(const TrainConfig& c, const data::LoaderState& loader) {
+  nlohmann::json j;
+  j["loader"] = {{"epoch", loader.epoch}, {"position", loader.position}};
+  j["config"] = to_yaml(c);
+  return j.dump();
+}
+
+// The config a checkpoint was trained with, from its train state.
+TrainConfig saved_config(const std::string& train_state, const std::string& where) {
+  const auto j = nlohmann::json::parse(train_state, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("config") || !j["config"].is_string()) {
+    throw CheckpointError(where + ": the train state holds no trainer config (was it written by "
+                                  "fsdp-train?)");
+  }
+  return parse_config(j["config"].get<std::string>(), where + " (saved config)");
+}
+
+data::LoaderState saved_loader_state(const std::string& train_state, const std::string& where) {
+  const auto j = nlohmann::json::parse(train_state, nullptr, false);
+  const auto* l = j.is_object() && j.contains("loader") ? &j["loader"] : nullptr;
+  if (!l || !l->is_object() || !l->contains("epoch") || !l->contains("position")) {
+    throw CheckpointError(where + ": the train state has no data loader position");
+  }
+  return {(*l)["epoch"].get<int64_t>(), (*l)["position"].get<int64_t>()};
+}
+
+// train.resume: "" none, "auto" the newest under checkpoint_dir if any, else a path. A fresh run
+// never writes over another run's checkpoints.
+std::optional<std::string> resume_path(const TrainLoopConfig& t) {
+  if (t.resume.empty()) {
+    if (t.checkpoint_every > 0) {
+      if (auto existing = latest_checkpoint(t.checkpoint_dir)) {
+        throw std::invalid_argument(
+            "train.checkpoint_dir: '" + t.checkpoint_dir + "' already holds a run (latest " +
+            *existing + "); continue it with --resume, or choose another train.checkpoint_dir");
+      }
+    }
+    return std::nullopt;
+  }
+  if (t.resume == "auto") return latest_checkpoint(t.checkpoint_dir);
+  return t.resume;
+}
+
+// Loads the checkpoint into model and optimizer, checks it holds the same model, and moves the
+// loader to where the saved run was. Returns the step to continue from.
+int64_t resume(const std::string& path, const TrainConfig& c, FullyShardedModel& model,
+               AdamW& opt, data::TrainLoader& loader, RunLog& log) {
+  LoadedCheckpoint loaded = load_checkpoint(path, model, &opt);
+  const TrainConfig saved = saved_config(loaded.train_state, loaded.path);
+  if (!(saved.model == c.model)) {
+    throw CheckpointError("train.resume: checkpoint '" + loaded.path +
+                          "' holds another model; its model section is:\n" +
+                          to_yaml(saved).substr(to_yaml(saved).find("model:")));
+  }
+  loader.set_state(saved_loader_state(loaded.train_state, loaded.path));
+  log.info("resumed from " + loaded.path + " at step " + std::to_string(loaded.step));
+  return loaded.step;
+}
+
+std::string save(const TrainConfig& c, int64_t step, FullyShardedModel& model, const AdamW& opt,
+                 const data::TrainLoader& loader, RunLog& log) {
+  CheckpointOptions options;
+  options.keep_last = c.train.checkpoint_keep_last;
+  const auto t0 = Clock::now();
+  const std::string dir = save_checkpoint(c.train.checkpoint_dir, step, model, &opt,
+                                          train_state_json(c, loader.state()), options);
+  if (c.fsdp.state_dict_type == StateDictType::kFullStateDict) {
+    save_full_safetensors(model, dir + "/model.safetensors");
+  }
+  log.info("checkpoint " + dir + " (" +
+           std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()).substr(0, 5) +
+           " s)");
+  return dir;
+}
+
+// --- the loop -----------------------------------------------------------------------------------
+
+int64_t peak_rss_over_ranks(Comm& world) {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  const int64_t mine = static_cast<int64_t>(usage.ru_maxrss) * 1024;
+  std::vector<int64_t> all(static_cast<size_t>(world.size()));
+  world.all_gather(&mine, all.data(), 1, DType::kInt64);
+  return *std::max_element(all.begin(), all.end());
+}
+
+double average_over_ranks(double value, Comm& world) {
+  float v = static_cast<float>(value);
+  world.all_reduce(&v, 1, DType::kFloat32, ReduceOp::kAvg);
+  return v;
+}
+
+double evaluate(const CausalLM& lm, const data::EvalLoader& loader, Comm& world) {
+  at::NoGradGuard no_grad;
+  const int64_t T = loader.windows().seq_len();
+  double sum = 0;
+  for (int64_t i = 0; i < loader.num_batches(); ++i) {
+    at::Tensor b = loader.batch(i);
+    sum += gpt2_loss(lm.forward(b.narrow(1, 0, T)), b.narrow(1, 1, T)).item<double>();
+  }
+  return average_over_ranks(sum / static_cast<double>(loader.num_batches()), world);
+}
+
+// One optimizer step: accumulate gradient_accumulation_steps micro-batches (gradients reduced
+// only on the last), clip, update. Returns this rank's mean loss and the global gradient norm.
+std::pair<double, double> train_step(const TrainConfig& c, const CausalLM& lm,
+                                     FullyShardedModel& model, AdamW& opt,
+                                     data::TrainLoader& loader) {
+  const int64_t accum = c.train.gradient_accumulation_steps, T = c.data.seq_len;
+  opt.zero_grad();
+  double loss_sum = 0;
+  for (int64_t micro = 0; micro < accum; ++micro) {
+    model.set_requires_gradient_sync(micro + 1 == accum);
+    at::Tensor b = loader.next();
+    at::Tensor loss = gpt2_loss(lm.forward(b.narrow(1, 0, T)), b.narrow(1, 1, T));
+    (loss / static_cast<double>(accum)).backward();
+    loss_sum += loss.item<double>();
+  }
+  const double max_norm =
+      c.optim.grad_clip > 0 ? c.optim.grad_clip : std::numeric_limits<double>::infinity();
+  const double norm = clip_grad_norm(opt.params(), max_norm, model.shard_group());
+  return {loss_sum / static_cast<double>(accum), norm};
+}
+
+}  // namespace
+
+TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
+                   const StepCallback& after_step) {
+  // 1. The world, threads and output.
+  check_world(c, *world);
+  if (c.train.num_threads > 0) at::set_num_threads(c.train.num_threads);
+  const bool rank0 = world->rank() == 0;
+  // A progress bar only when rank 0 writes straight to a terminal: mpirun gives its ranks a
+  // pseudo-terminal even when its own output goes to a file or a pipe, so not under MPI.
+  const bool tty = &out == &std::cout && isatty(STDOUT_FILENO) && world->backend() != "mpi";
+  RunLog log(out, rank0, tty, c.train.metrics_file, c.optim.max_steps);
+
+  // 2. Data: the corpus is tokenized once (cached), then each rank reads its windows.
+  Data d = prepare_data(c, log);
+  data::TrainLoader loader(d.corpus.train, loader_options(c, *world));
+  std::optional<data::EvalLoader> eval_loader;
+  if (c.train.eval_every > 0) {
+    eval_loader.emplace(d.val, loader_options(c, *world), c.train.eval_batches);
+  }
+
+  // 3. The model, every value drawn from (seed, parameter name): the same on every rank.
+  CausalLM lm = build_model(c);
+  const int64_t n_params = count_parameters(*lm.module);
+  if (c.fsdp.sync_module_states) broadcast_parameters(*lm.module, *world);
+
+  // 4. Shard it, and give the optimizer this rank's shards only.
+  auto model = fully_shard(lm.module, world, c.sharding_options());
+  AdamW opt(sharded_params(*model), adamw_options(c.optim));
+  log.info("model: " + std::string(to_string(c.model.type)) + ", " + std::to_string(n_params) +
+           " parameters in " + std::to_string(model->units().size()) + " units; " +
+           to_string(c.fsdp.sharding_strategy) + " over " + std::to_string(world->size()) +
+           " ranks (" + world->backend() + "); this rank holds " +
+           format_bytes(model->memory().sharded_param_bytes) + " of parameters");
+
+  // 5. Resume where a checkpoint left off.
+  TrainSummary summary;
+  if (auto path = resume_path(c.train)) {
+    summary.start_step = resume(*path, c, *model, opt, loader, log);
+  }
+
+  // 6. The loop.
+  const int64_t tokens_per_step =
+      c.train.micro_batch_size * c.train.gradient_accumulation_steps * c.data.seq_len * world->size();
+  const auto t0 = Clock::now();
+  auto last_log = t0;
+  int64_t last_log_step = summary.start_step;
+  auto maybe_eval = [&](int64_t step) {
+    if (!eval_loader) return;
+    const double v = evaluate(lm, *eval_loader, *world);
+    log.eval(step, v);
+    if (summary.first_val_loss < 0) summary.first_val_loss = v;
+    summary.last_val_loss = v;
+    if (!summary.history.empty() && summary.history.back().step == step) {
+      summary.history.back().val_loss = v;
+    }
+  };
+  if (summary.start_step < c.optim.max_steps) maybe_eval(summary.start_step);
+  last_log = Clock::now();
+
+  for (int64_t step = summary.start_step; step < c.optim.max_steps; ++step) {
+    const double lr = warmup_cosine_lr(step, c.optim.warmup_steps, c.optim.max_steps, c.optim.lr,
+                                       c.optim.min_lr);
+    opt.set_lr(lr);
+    auto [local_loss, norm] = train_step(c, lm, *model, opt, loader);
+    if (!std::isfinite(norm)) {
+      throw std::runtime_error("step " + std::to_string(step + 1) + ": the gradient norm is " +
+                               std::to_string(norm) + "; training diverged (lower optim.lr?)");
+    }
+    opt.step();
+
+    const int64_t done = step + 1;
+    const bool last = done == c.optim.max_steps;
+    const bool logged = done % c.train.log_every == 0 || step == summary.start_step || last;
+    StepMetrics m;
+    m.step = done;
+    m.loss = average_over_ranks(local_loss, *world);
+    m.lr = lr;
+    m.grad_norm = norm;
+    m.peak_rss_bytes = peak_rss_over_ranks(*world);
+    const auto now = Clock::now();
+    m.elapsed_s = std::chrono::duration<double>(now - t0).count();
+    m.tokens_per_s = static_cast<double>(tokens_per_step * (done - last_log_step)) /
+                     std::max(1e-9, std::chrono::duration<double>(now - last_log).count());
+    log.step(m, logged);
+    if (logged) {
+      summary.history.push_back(m);
+      last_log_step = done;
+    }
+    summary.last_loss = m.loss;
+    summary.steps = done;
+
+    if (c.train.eval_every > 0 && (done % c.train.eval_every == 0 || last)) maybe_eval(done);
+    if (c.train.checkpoint_every > 0 && (done % c.train.checkpoint_every == 0 || last)) {
+      summary.last_checkpoint = save(c, done, *model, opt, loader, log);
+    }
+    if (logged) last_log = Clock::now();  // tokens/s counts training, not evaluation or saving
+    if (after_step) after_step(done);
+  }
+  if (summary.steps == 0) summary.steps = summary.start_step;
+  return summary;
+}
+
+// --- sampling -----------------------------------------------------------------------------------
+
+namespace {
+
+// A step folder, or the newest checkpoint under a root.
+std::string checkpoint_folder(const std::string& path) {
+  if (auto latest = latest_checkpoint(path)) return *latest;
+  return path;
+}
+
+// The next token after `logits` [V] (fp32): greedy when temperature is 0, else drawn from the
+// top-k tokens' softmax at that temperature.
+int64_t next_token(at::Tensor logits, const SampleOptions& o, at::Generator& gen) {
+  if (o.temperature <= 0) return logits.argmax().item<int64_t>();
+  logits = logits / o.temperature;
+  if (o.top_k > 0 && o.top_k < logits.numel()) {
+    const double kth = std::get<0>(logits.topk(o.top_k)).min().item<double>();
+    logits = logits.masked_fill(logits < kth, -std::numeric_limits<float>::infinity());
+  }
+  return at::multinomial(logits.softmax(0), 1, false, gen).item<int64_t>();
+}
+
+std::vector<int64_t> generate(const CausalLM& lm, std::vector<int64_t> ids, const SampleOptions& o,
+                              uint64_t seed, Comm& world) {
+  at::NoGradGuard no_grad;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  for (int64_t i = 0; i < o.max_new_tokens; ++i) {
+    const int64_t n = std::min<int64_t>(static_cast<int64_t>(ids.size()), lm.context_length);
+    at::Tensor idx = at::tensor(std::vector<int64_t>(ids.end() - n, ids.end()), at::kLong);
+    at::Tensor logits = lm.forward(idx.unsqueeze(0)).select(0, 0).select(0, n - 1);
+    int64_t token = next_token(logits.to(at::kFloat), o, gen);
+    // Rank 0 decides, so that every rank feeds the same sequence to the next (collective) forward.
+    world.broadcast(&token, 1, DType::kInt64, 0);
+    ids.push_back(token);
+  }
+  return ids;
+}
+
+}  // namespace
+
+std::vector<std::string> sample(const TrainConfig& config, const SampleOptions& options,
+                                CommPtr world, std::ostream& out) {
+  if (config.train.num_threads > 0) at::set_num_threads(config.train.num_threads);
+  const std::string dir = checkpoint_folder(
+      options.checkpoint.empty() ? config.train.checkpoint_dir : options.checkpoint);
+  const CheckpointMetadata meta = read_checkpoint_metadata(dir);
+  TrainConfig saved = saved_config(meta.train_state, dir);
+  saved.train.seed = options.seed;
+
+  CausalLM lm = build_model(saved);
+  // Any world size can sample: one shard group over every rank started.
+  ShardingOptions sharding = saved.sharding_options();
+  sharding.strategy(ShardingStrategy::kFullShard).shard_group_size(0);
+  auto model = fully_shard(lm.module, world, sharding);
+  load_checkpoint(dir, *model, nullptr);
+
+  const auto tokenizer = data::GPT2Tokenizer::load(saved.data.tokenizer_dir + "/encoder.json",
+                                                   saved.data.tokenizer_dir + "/vocab.bpe");
+  std::vector<int64_t> prompt;
+  for (int32_t id : tokenizer.encode(options.prompt)) prompt.push_back(id);
+  if (prompt.empty()) prompt.push_back(tokenizer.eot());
+
+  std::vector<std::string> texts;
+  for (int64_t s = 0; s < options.num_samples; ++s) {
+    const auto ids = generate(lm, prompt, options, static_cast<uint64_t>(options.seed + s), *world);
+    std::vector<int32_t> narrow(ids.begin(), ids.end());
+    texts.push_back(tokenizer.decode(narrow));
+    if (world->rank() == 0) {
+      out << "--- sample " << s + 1 << " of " << options.num_samples << " (" << dir << ", step "
+          << meta.step << ")\n"
+          << texts.back() << "\n";
+    }
+  }
+  return texts;
+}
+
+}  // namespace fsdp

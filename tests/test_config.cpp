@@ -1,0 +1,798 @@
+// The trainer's configuration layer: defaults, precedence (overrides > file > defaults), every
+// Accelerate and TorchAcc key, the error messages (file, line, key, suggestion), the settings that
+// are not supported yet, the YAML round trip, the command line, and that --help, docs/config.md
+// and the files in configs/ agree with the parser.
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fsdp/train/config.h"
+
+namespace {
+
+using fsdp::AutoWrapPolicy;
+using fsdp::ConfigError;
+using fsdp::ConfigKey;
+using fsdp::ConfigOverride;
+using fsdp::DType;
+using fsdp::ModelType;
+using fsdp::ShardingStrategy;
+using fsdp::TrainConfig;
+using fsdp::WrapPolicy;
+
+TrainConfig parse(const std::string& yaml, const std::vector<ConfigOverride>& overrides = {}) {
+  return fsdp::parse_config(yaml, "test.yaml", overrides);
+}
+
+// The error parsing `yaml` with `overrides` raises; a test failure when there is none.
+ConfigError parse_error(const std::string& yaml,
+                        const std::vector<ConfigOverride>& overrides = {}) {
+  try {
+    parse(yaml, overrides);
+  } catch (const ConfigError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no ConfigError for:\n" << yaml;
+  return ConfigError("", 0, "", "(none)");
+}
+
+::testing::AssertionResult contains(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "'" << part << "' not in:\n" << text;
+}
+
+std::string temp_file(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::vector<std::string> yaml_files(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.size() > 5 && name.substr(name.size() - 5) == ".yaml")
+        out.push_back(dir + "/" + name);
+    }
+    closedir(d);
+  }
+  return out;
+}
+
+// --- defaults --------------------------------------------------------------------------------
+
+TEST(ConfigDefaults, SmallGpt2FullShardOnTheBundledCorpus) {
+  const TrainConfig c;
+  EXPECT_EQ(c.model.type, ModelType::kGPT2);
+  EXPECT_EQ(c.model.vocab_size, 50257);
+  EXPECT_EQ(c.model.n_layer, 4);
+  EXPECT_EQ(c.model.n_head, 4);
+  EXPECT_EQ(c.model.n_embd, 128);
+  EXPECT_EQ(c.data.seq_len, 128);
+  EXPECT_EQ(c.context_length(), 128);
+  EXPECT_EQ(c.data.dataset, "sotu");
+  EXPECT_EQ(c.optim.max_steps, 300);
+  EXPECT_LE(c.optim.warmup_steps, c.optim.max_steps);
+  EXPECT_EQ(c.train.micro_batch_size, 4);
+  EXPECT_EQ(c.fsdp.sharding_strategy, ShardingStrategy::kFullShard);
+  EXPECT_EQ(c.fsdp.auto_wrap_policy, AutoWrapPolicy::kTransformerBased);
+  EXPECT_EQ(c.fsdp.backward_prefetch, fsdp::BackwardPrefetch::kNoPrefetch);
+  EXPECT_EQ(c.mixed_precision, DType::kFloat32);
+  EXPECT_NO_THROW(fsdp::validate_config(c));
+}
+
+TEST(ConfigDefaults, AnEmptyFileAndNoFileGiveTheDefaults) {
+  EXPECT_EQ(parse(""), TrainConfig{});
+  EXPECT_EQ(parse("# only a comment\n"), TrainConfig{});
+  EXPECT_EQ(fsdp::load_config(""), TrainConfig{});
+}
+
+// The default run must train in a few minutes on 2 cores with one thread per rank. Counted from the
+// architecture, independently of any model code: 6 FLOP per parameter per token for forward and
+// backward, the tied output projection (vocab x width) counted as a matmul, at the slow end of this
+// machine's fp32 speed (30 GFLOP/s per core, OpenBLAS's generic kernel).
+TEST(ConfigDefaults, DefaultRunFitsInAFewMinutesOnTwoCores) {
+  const TrainConfig c;
+  const double C = static_cast<double>(c.model.n_embd);
+  const double block = 12 * C * C + 13 * C;  // attention 4C^2+4C, MLP 8C^2+5C, two LayerNorms 4C
+  const double matmul_params = c.model.n_layer * block + c.model.vocab_size * C;
+  const double tokens_per_rank_step =
+      c.train.micro_batch_size * c.train.gradient_accumulation_steps * c.data.seq_len;
+  const double train_flop = 6 * matmul_params * tokens_per_rank_step * c.optim.max_steps;
+  const double evals = c.optim.max_steps / c.train.eval_every;
+  const double eval_flop =
+      2 * matmul_params * c.train.eval_batches * c.train.micro_batch_size * c.data.seq_len * evals;
+  const double seconds = (train_flop + eval_flop) / 30e9;
+  EXPECT_LT(seconds, 300) << "the default run needs about " << seconds << " s at 30 GFLOP/s";
+  EXPECT_GT(seconds, 10) << "too small to show anything";
+}
+
+TEST(ConfigDefaults, ShardingOptionsWrapEachBlockInFp32) {
+  const fsdp::ShardingOptions o = TrainConfig{}.sharding_options();
+  EXPECT_EQ(o.strategy_, ShardingStrategy::kFullShard);
+  EXPECT_EQ(o.wrap_.kind, WrapPolicy::Kind::kModuleType);
+  EXPECT_EQ(o.wrap_.module_types, std::vector<std::string>{"GPT2Block"});
+  EXPECT_EQ(o.param_dtype_, DType::kFloat32);
+  EXPECT_EQ(o.reduce_dtype_, DType::kFloat32);
+  EXPECT_EQ(o.shard_group_size_, 0);
+
+  const TrainConfig llama = parse("model:\n  type: llama\n");
+  EXPECT_EQ(llama.sharding_options().wrap_.module_types,
+            std::vector<std::string>{"LlamaDecoderLayer"});
+}
+
+// --- precedence ------------------------------------------------------------------------------
+
+TEST(ConfigPrecedence, OverridesBeatTheFileWhichBeatsTheDefaults) {
+  const std::string yaml = "optim:\n  lr: 0.002\n  max_steps: 50\n";
+  const TrainConfig file_only = parse(yaml);
+  EXPECT_EQ(file_only.optim.lr, 0.002);
+  EXPECT_EQ(file_only.optim.max_steps, 50);
+  EXPECT_EQ(file_only.optim.min_lr, TrainConfig{}.optim.min_lr);
+
+  const TrainConfig overridden = parse(yaml, {{"optim.lr", "3e-4"}});
+  EXPECT_EQ(overridden.optim.lr, 3e-4);
+  EXPECT_EQ(overridden.optim.max_steps, 50);  // the file's, not overridden
+
+  EXPECT_EQ(parse(yaml, {{"optim.lr", "3e-4"}, {"optim.lr", "5e-4"}}).optim.lr, 5e-4);
+}
+
+TEST(ConfigPrecedence, LoadConfigReadsTheFileThenTheOverrides) {
+  const std::string path = temp_file("precedence.yaml", "train:\n  seed: 7\n  log_every: 3\n");
+  const TrainConfig c = fsdp::load_config(path, {{"train.seed", "9"}});
+  EXPECT_EQ(c.train.seed, 9);
+  EXPECT_EQ(c.train.log_every, 3);
+}
+
+// Validation runs after every source: an override can repair a value the file got wrong.
+TEST(ConfigPrecedence, AnOverrideRepairsAFileValue) {
+  const std::string yaml = "fsdp_config:\n  fsdp_offload_params: true\n";
+  EXPECT_TRUE(contains(parse_error(yaml).what(), "not supported yet"));
+  EXPECT_FALSE(parse(yaml, {{"fsdp_config.fsdp_offload_params", "false"}}).fsdp.offload_params);
+}
+
+// --- Accelerate ------------------------------------------------------------------------------
+
+TEST(ConfigAccelerate, StrategiesByNameAndNumber) {
+  const std::vector<std::pair<std::string, ShardingStrategy>> cases = {
+      {"FULL_SHARD", ShardingStrategy::kFullShard},
+      {"SHARD_GRAD_OP", ShardingStrategy::kShardGradOp},
+      {"NO_SHARD", ShardingStrategy::kNoShard},
+      {"HYBRID_SHARD", ShardingStrategy::kHybridShard},
+      {"HYBRID_SHARD_ZERO2", ShardingStrategy::kHybridShardZero2},
+      {"1", ShardingStrategy::kFullShard},
+      {"2", ShardingStrategy::kShardGradOp},
+      {"3", ShardingStrategy::kNoShard},
+      {"4", ShardingStrategy::kHybridShard},
+      {"5", ShardingStrategy::kHybridShardZero2},
+      {"shard_grad_op", ShardingStrategy::kShardGradOp},
+  };
+  for (const auto& [name, strategy] : cases) {
+    const TrainConfig c = parse("fsdp_config:\n  fsdp_sharding_strategy: " + name + "\n");
+    EXPECT_EQ(c.fsdp.sharding_strategy, strategy) << name;
+    EXPECT_EQ(c.sharding_options().strategy_, strategy) << name;
+  }
+  EXPECT_TRUE(contains(parse_error("fsdp_config:\n  fsdp_sharding_strategy: 6\n").what(),
+                       "HYBRID_SHARD_ZERO2"));
+}
+
+TEST(ConfigAccelerate, ReshardAfterForwardIsFsdp2sSpellingOfTheStrategy) {
+  const std::string key = "fsdp_config:\n  fsdp_version: 2\n  fsdp_reshard_after_forward: ";
+  EXPECT_EQ(parse(key + "true\n").fsdp.sharding_strategy, ShardingStrategy::kFullShard);
+  EXPECT_EQ(parse(key + "false\n").fsdp.sharding_strategy, ShardingStrategy::kShardGradOp);
+  EXPECT_EQ(parse(key + "NO_SHARD\n").fsdp.sharding_strategy, ShardingStrategy::kNoShard);
+  EXPECT_TRUE(contains(parse_error(key + "sometimes\n").what(), "expected true, false or"));
+  EXPECT_TRUE(contains(parse_error("fsdp_config:\n  fsdp_version: 3\n").what(), "1, 2"));
+}
+
+TEST(ConfigAccelerate, WrapPolicies) {
+  const TrainConfig by_size =
+      parse("fsdp_config:\n  fsdp_auto_wrap_policy: SIZE_BASED_WRAP\n  fsdp_min_num_params: 1e6\n");
+  EXPECT_EQ(by_size.sharding_options().wrap_.kind, WrapPolicy::Kind::kSize);
+  EXPECT_EQ(by_size.sharding_options().wrap_.min_num_params, 1000000);
+
+  const TrainConfig none = parse("fsdp_config:\n  fsdp_auto_wrap_policy: NO_WRAP\n");
+  EXPECT_EQ(none.sharding_options().wrap_.kind, WrapPolicy::Kind::kNone);
+
+  const TrainConfig classes = parse(
+      "fsdp_config:\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+      "  fsdp_transformer_layer_cls_to_wrap: GPT2Block, GPT2MLP\n");
+  const std::vector<std::string> expected = {"GPT2Block", "GPT2MLP"};
+  EXPECT_EQ(classes.fsdp.transformer_layer_cls_to_wrap, expected);
+  EXPECT_EQ(classes.sharding_options().wrap_.module_types, expected);
+  // A YAML list says the same.
+  EXPECT_EQ(parse("fsdp_config:\n  fsdp_transformer_layer_cls_to_wrap: [GPT2Block, GPT2MLP]\n")
+                .fsdp.transformer_layer_cls_to_wrap,
+            expected);
+
+  EXPECT_TRUE(contains(parse_error("fsdp_config:\n  fsdp_auto_wrap_policy: LAMBDA_WRAP\n").what(),
+                       "TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP"));
+}
+
+TEST(ConfigAccelerate, StateDictTypes) {
+  EXPECT_EQ(parse("fsdp_config:\n  fsdp_state_dict_type: FULL_STATE_DICT\n").fsdp.state_dict_type,
+            fsdp::StateDictType::kFullStateDict);
+  EXPECT_EQ(
+      parse("fsdp_config:\n  fsdp_state_dict_type: SHARDED_STATE_DICT\n").fsdp.state_dict_type,
+      fsdp::StateDictType::kShardedStateDict);
+  const ConfigError e = parse_error("fsdp_config:\n  fsdp_state_dict_type: LOCAL_STATE_DICT\n");
+  EXPECT_TRUE(contains(e.what(), "LOCAL_STATE_DICT is not supported"));
+  EXPECT_EQ(e.line(), 2);
+}
+
+TEST(ConfigAccelerate, SyncModuleStatesAndRamEfficientLoading) {
+  EXPECT_TRUE(parse("fsdp_config:\n  fsdp_sync_module_states: true\n").fsdp.sync_module_states);
+  // Parsed, then refused until meta-device initialisation lets rank 0 alone build the model.
+  const ConfigError unsupported = parse_error(
+      "fsdp_config:\n  fsdp_sync_module_states: true\n  fsdp_cpu_ram_efficient_loading: true\n");
+  EXPECT_TRUE(contains(unsupported.what(), "not supported yet"));
+  EXPECT_EQ(unsupported.line(), 3);
+  const ConfigError e = parse_error(
+      "fsdp_config:\n  fsdp_sync_module_states: false\n  fsdp_cpu_ram_efficient_loading: true\n");
+  EXPECT_TRUE(contains(e.what(), "needs fsdp_sync_module_states: true"));
+  EXPECT_EQ(e.line(), 3);
+}
+
+TEST(ConfigAccelerate, UseOrigParamsIsAcceptedEitherWay) {
+  EXPECT_EQ(parse("fsdp_config:\n  fsdp_use_orig_params: true\n"), TrainConfig{});
+  EXPECT_EQ(parse("fsdp_config:\n  fsdp_use_orig_params: false\n"), TrainConfig{});
+  EXPECT_TRUE(contains(parse_error("fsdp_config:\n  fsdp_use_orig_params: sure\n").what(),
+                       "expected true or false, got 'sure'"));
+}
+
+TEST(ConfigAccelerate, MixedPrecision) {
+  EXPECT_EQ(parse("mixed_precision: 'no'\n").mixed_precision, DType::kFloat32);
+  const TrainConfig bf16 = parse("mixed_precision: bf16\n");
+  EXPECT_EQ(bf16.mixed_precision, DType::kBFloat16);
+  EXPECT_EQ(bf16.sharding_options().param_dtype_, DType::kBFloat16);
+  EXPECT_EQ(bf16.sharding_options().reduce_dtype_, DType::kBFloat16);
+  EXPECT_EQ(parse("train:\n  dtype: bf16\n").mixed_precision, DType::kBFloat16);
+
+  const ConfigError fp16 = parse_error("num_processes: 2\nmixed_precision: fp16\n");
+  EXPECT_TRUE(contains(fp16.what(), "test.yaml:2: mixed_precision: fp16 is not supported on CPU"));
+  EXPECT_TRUE(contains(fp16.what(), "use bf16"));
+  EXPECT_TRUE(contains(parse_error("train:\n  dtype: fp16\n").what(), "use bf16"));
+}
+
+TEST(ConfigAccelerate, TopLevelKeys) {
+  const TrainConfig c = parse(
+      "compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nnum_processes: 4\n"
+      "num_machines: 2\nmachine_rank: 1\nmain_training_function: main\nuse_cpu: true\n"
+      "debug: false\ndowncast_bf16: 'no'\ngpu_ids: all\nmain_process_ip: 10.0.0.1\n"
+      "main_process_port: 29500\nrdzv_backend: static\nsame_network: true\n"
+      "enable_cpu_affinity: false\ntpu_env: []\ntpu_use_cluster: false\ntpu_use_sudo: false\n"
+      "dynamo_config:\n  dynamo_backend: 'NO'\n");
+  TrainConfig expected;
+  expected.num_processes = 4;
+  expected.num_machines = 2;
+  EXPECT_EQ(c, expected);
+}
+
+TEST(ConfigAccelerate, SettingsThatWouldChangeBehaviourAreRejected) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"distributed_type: MULTI_GPU\n", "distributed_type must be FSDP"},
+      {"compute_environment: AMAZON_SAGEMAKER\n", "only LOCAL_MACHINE"},
+      {"dynamo_config:\n  dynamo_backend: INDUCTOR\n", "torch.compile"},
+      {"deepspeed_config:\n  zero_stage: 3\n", "DeepSpeed is not supported"},
+      {"megatron_lm_config:\n  megatron_lm_tp_degree: 2\n", "Megatron-LM"},
+      {"mixed_precision: fp8\n", "fp8"},
+      {"num_processes: 3\nnum_machines: 2\n", "multiple of num_machines"},
+  };
+  for (const auto& [yaml, message] : cases) {
+    EXPECT_TRUE(contains(parse_error(yaml).what(), message)) << yaml;
+  }
+  EXPECT_EQ(parse("deepspeed_config: {}\n"), TrainConfig{});  // Accelerate's empty section
+}
+
+// Every key of the Accelerate file in configs/, read as Accelerate means it.
+TEST(ConfigAccelerate, ExampleFile) {
+  const TrainConfig c = fsdp::load_config(FSDP_CONFIGS_DIR "/accelerate-example.yaml");
+  EXPECT_EQ(c.mixed_precision, DType::kBFloat16);
+  EXPECT_EQ(c.num_processes, 2);
+  EXPECT_EQ(c.num_machines, 1);
+  EXPECT_EQ(c.fsdp.sharding_strategy, ShardingStrategy::kFullShard);
+  EXPECT_EQ(c.fsdp.auto_wrap_policy, AutoWrapPolicy::kTransformerBased);
+  EXPECT_EQ(c.fsdp.transformer_layer_cls_to_wrap, std::vector<std::string>{"GPT2Block"});
+  EXPECT_EQ(c.fsdp.state_dict_type, fsdp::StateDictType::kShardedStateDict);
+  EXPECT_TRUE(c.fsdp.sync_module_states);
+  EXPECT_FALSE(c.fsdp.cpu_ram_efficient_loading);
+  EXPECT_EQ(c.model, fsdp::ModelConfig{});  // no model section: the defaults
+}
+
+// --- TorchAcc --------------------------------------------------------------------------------
+
+TEST(ConfigTorchAcc, FsdpSizeShardsWithinGroupsAndReplicatesAcross) {
+  const TrainConfig c = parse("dist:\n  fsdp:\n    size: 2\n");
+  EXPECT_EQ(c.fsdp.sharding_strategy, ShardingStrategy::kHybridShard);
+  EXPECT_EQ(c.fsdp.shard_group_size, 2);
+  EXPECT_EQ(c.sharding_options().shard_group_size_, 2);
+  EXPECT_TRUE(contains(parse_error("dist:\n  fsdp:\n    size: 0\n").what(), "at least 1"));
+  EXPECT_TRUE(contains(parse_error("num_processes: 3\ndist:\n  fsdp:\n    size: 2\n").what(),
+                       "must divide num_processes"));
+}
+
+TEST(ConfigTorchAcc, WrapLayerClsFlattenAndSync) {
+  const TrainConfig c = parse(
+      "dist:\n  fsdp:\n    wrap_layer_cls: [GPT2Block]\n    flatten_parameters: true\n"
+      "    sync_module_states: true\n");
+  EXPECT_EQ(c.fsdp.auto_wrap_policy, AutoWrapPolicy::kTransformerBased);
+  EXPECT_EQ(c.fsdp.transformer_layer_cls_to_wrap, std::vector<std::string>{"GPT2Block"});
+  EXPECT_TRUE(c.fsdp.sync_module_states);
+  EXPECT_EQ(parse("dist:\n  fsdp:\n    wrap_layer_cls: []\n").fsdp.auto_wrap_policy,
+            AutoWrapPolicy::kNoWrap);
+  EXPECT_TRUE(
+      contains(parse_error("dist:\n  fsdp:\n    flatten_parameters: false\n").what(), "flattened"));
+}
+
+TEST(ConfigTorchAcc, TwoSpellingsInOneFileMustAgree) {
+  EXPECT_EQ(parse("fsdp_config:\n  fsdp_sharding_strategy: HYBRID_SHARD\n"
+                  "dist:\n  fsdp:\n    size: 2\n")
+                .fsdp.shard_group_size,
+            2);
+  const ConfigError e = parse_error(
+      "fsdp_config:\n  fsdp_sharding_strategy: FULL_SHARD\ndist:\n  fsdp:\n    size: 2\n");
+  EXPECT_EQ(e.line(), 5);
+  EXPECT_TRUE(contains(e.what(), "conflicts with fsdp_config.fsdp_sharding_strategy (line 2)"));
+}
+
+// --- errors ----------------------------------------------------------------------------------
+
+TEST(ConfigErrors, UnknownKeyNamesFileLineAndTheClosestKey) {
+  const ConfigError e = parse_error("model:\n  n_layer: 2\n  n_embed: 64\n");
+  EXPECT_EQ(e.source(), "test.yaml");
+  EXPECT_EQ(e.line(), 3);
+  EXPECT_EQ(e.key(), "model.n_embed");
+  EXPECT_EQ(std::string(e.what()),
+            "test.yaml:3: model.n_embed: unknown key; did you mean model.n_embd?");
+}
+
+TEST(ConfigErrors, KnownNameInTheWrongSection) {
+  EXPECT_TRUE(contains(parse_error("lr: 0.1\n").what(), "did you mean optim.lr?"));
+  EXPECT_TRUE(contains(parse_error("fsdp_sharding_strategy: FULL_SHARD\n").what(),
+                       "did you mean fsdp_config.fsdp_sharding_strategy?"));
+  EXPECT_TRUE(contains(parse_error("optimizer:\n  lr: 1\n").what(), "did you mean optim?"));
+}
+
+TEST(ConfigErrors, FarFromAnyKeyListsTheSection) {
+  const ConfigError e = parse_error("optim:\n  learning_rate: 0.1\n");
+  EXPECT_TRUE(contains(e.what(), "optim has lr, min_lr, warmup_steps"));
+}
+
+TEST(ConfigErrors, WrongTypes) {
+  EXPECT_EQ(std::string(parse_error("optim:\n  lr: abc\n").what()),
+            "test.yaml:2: optim.lr: expected a number, got 'abc'");
+  EXPECT_TRUE(contains(parse_error("train:\n  micro_batch_size: 2.5\n").what(),
+                       "train.micro_batch_size: expected an integer, got '2.5'"));
+  EXPECT_TRUE(contains(parse_error("model:\n  type: bert\n").what(),
+                       "expected one of gpt2, llama, got 'bert'"));
+  EXPECT_TRUE(contains(parse_error("optim:\n  lr: [1, 2]\n").what(), "got a list"));
+  EXPECT_TRUE(contains(parse_error("optim:\n  lr:\n    a: 1\n").what(), "got a mapping"));
+  EXPECT_TRUE(contains(parse_error("optim: 3\n").what(), "expected a section"));
+  EXPECT_TRUE(contains(parse_error("optim:\n  lr: 0x10\n").what(), "expected a number"));
+  EXPECT_TRUE(contains(parse_error("- a\n- b\n").what(), "expected a mapping"));
+}
+
+TEST(ConfigErrors, OutOfRangeValuesPointAtTheirLine) {
+  const ConfigError lr = parse_error("optim:\n  min_lr: 0\n  lr: 0\n");
+  EXPECT_EQ(std::string(lr.what()), "test.yaml:3: optim.lr: must be > 0, got 0");
+
+  const ConfigError batch = parse_error("train:\n  micro_batch_size: 0\n");
+  EXPECT_EQ(batch.line(), 2);
+  EXPECT_TRUE(contains(batch.what(), "must be at least 1, got 0"));
+
+  const ConfigError beta = parse_error("optim:\n  beta2: 1\n");
+  EXPECT_TRUE(contains(beta.what(), "optim.beta2: must be in [0, 1), got 1"));
+}
+
+TEST(ConfigErrors, RelationsBetweenKeys) {
+  const ConfigError warmup = parse_error("optim:\n  warmup_steps: 500\n");
+  EXPECT_EQ(warmup.line(), 2);
+  EXPECT_TRUE(
+      contains(warmup.what(), "optim.warmup_steps (500) must not exceed optim.max_steps (300)"));
+  // The default warmup (30) against a file's max_steps: the file's line is the one to fix.
+  const ConfigError steps = parse_error("train:\n  seed: 1\noptim:\n  max_steps: 10\n");
+  EXPECT_EQ(steps.line(), 4);
+  EXPECT_EQ(steps.key(), "optim.max_steps");
+
+  EXPECT_TRUE(contains(parse_error("model:\n  n_embd: 130\n").what(),
+                       "model.n_embd (130) must be divisible by model.n_head (4)"));
+  EXPECT_TRUE(contains(
+      parse_error("model:\n  type: llama\n  dim: 256\n  n_head: 8\n  n_kv_head: 3\n").what(),
+      "model.n_head (8) must be divisible by model.n_kv_head (3)"));
+  EXPECT_TRUE(contains(parse_error("model:\n  type: llama\n  dim: 12\n  n_head: 4\n").what(),
+                       "must be even"));
+  EXPECT_TRUE(contains(parse_error("model:\n  n_positions: 64\n").what(),
+                       "data.seq_len (128) exceeds model.n_positions (64)"));
+  EXPECT_TRUE(contains(parse_error("data:\n  val_split: 0\n").what(), "evaluation needs"));
+  EXPECT_TRUE(contains(parse_error("fsdp_config:\n  shard_group_size: 2\n").what(),
+                       "applies to HYBRID_SHARD and HYBRID_SHARD_ZERO2 only"));
+}
+
+TEST(ConfigErrors, ModelKeysOfTheOtherType) {
+  const ConfigError e = parse_error("model:\n  type: gpt2\n  dim: 256\n");
+  EXPECT_EQ(e.line(), 3);
+  EXPECT_TRUE(contains(e.what(), "model.dim: applies to model.type llama only"));
+  EXPECT_TRUE(contains(parse_error("model:\n  type: llama\n  n_embd: 64\n").what(),
+                       "applies to model.type gpt2 only"));
+}
+
+TEST(ConfigErrors, CommandLineOverridesNameTheFlag) {
+  EXPECT_EQ(std::string(parse_error("", {{"optim.lr", "abc"}}).what()),
+            "--optim.lr: expected a number, got 'abc'");
+  EXPECT_EQ(std::string(parse_error("", {{"optim.lrr", "1"}}).what()),
+            "--optim.lrr: unknown key; did you mean --optim.lr?");
+  const ConfigError range = parse_error("optim:\n  lr: 0.1\n", {{"optim.lr", "-1"}});
+  EXPECT_EQ(range.line(), 0);
+  EXPECT_EQ(std::string(range.what()), "--optim.lr: must be > 0, got -1");
+  EXPECT_TRUE(contains(parse_error("", {{"optim", "1"}}).what(), "is a section"));
+}
+
+TEST(ConfigErrors, OneFileSetsASettingOnce) {
+  EXPECT_TRUE(contains(parse_error("optim:\n  lr: 0.1\n  lr: 0.2\n").what(),
+                       "test.yaml:3: optim.lr: set twice (first at line 2)"));
+  EXPECT_TRUE(contains(parse_error("mixed_precision: bf16\ntrain:\n  dtype: fp32\n").what(),
+                       "conflicts with mixed_precision (line 1)"));
+  // Two spellings that agree are fine.
+  EXPECT_EQ(parse("mixed_precision: bf16\ntrain:\n  dtype: bf16\n").mixed_precision,
+            DType::kBFloat16);
+}
+
+TEST(ConfigErrors, BadYamlAndMissingFiles) {
+  const ConfigError yaml = parse_error("optim:\n  lr: [1\n  max_steps: 3\n");
+  EXPECT_TRUE(contains(yaml.what(), "invalid YAML"));
+  EXPECT_GT(yaml.line(), 1);
+  try {
+    fsdp::load_config("/nonexistent/dir/x.yaml");
+    ADD_FAILURE() << "no error for a missing file";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "/nonexistent/dir/x.yaml: cannot open"));
+  }
+}
+
+// --- not supported yet -----------------------------------------------------------------------
+
+TEST(ConfigUnsupported, EachIsAnErrorThatSaysSo) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"fsdp_offload_params: true", "fsdp_config.fsdp_offload_params: true is not supported yet"},
+      {"fsdp_backward_prefetch: BACKWARD_PRE",
+       "fsdp_config.fsdp_backward_prefetch: BACKWARD_PRE is not supported yet"},
+      {"fsdp_backward_prefetch: BACKWARD_POST", "BACKWARD_POST is not supported yet"},
+      {"fsdp_backward_prefetch_policy: BACKWARD_PRE",
+       "fsdp_config.fsdp_backward_prefetch_policy: BACKWARD_PRE is not supported yet"},
+      {"fsdp_forward_prefetch: true", "fsdp_forward_prefetch: true is not supported yet"},
+      {"fsdp_activation_checkpointing: true",
+       "fsdp_activation_checkpointing: true is not supported yet"},
+  };
+  for (const auto& [line, message] : cases) {
+    const ConfigError e = parse_error("num_processes: 2\nfsdp_config:\n  " + line + "\n");
+    EXPECT_TRUE(contains(e.what(), message));
+    EXPECT_EQ(e.line(), 3) << line;
+  }
+  EXPECT_EQ(parse("fsdp_config:\n  fsdp_backward_prefetch: NO_PREFETCH\n"), TrainConfig{});
+}
+
+TEST(ConfigUnsupported, CodeBuiltConfigsAreCheckedToo) {
+  TrainConfig c;
+  c.fsdp.activation_checkpointing = true;
+  EXPECT_THROW(fsdp::validate_config(c), ConfigError);
+  c = TrainConfig{};
+  c.mixed_precision = DType::kFloat16;
+  EXPECT_THROW(fsdp::validate_config(c), ConfigError);
+}
+
+// --- every setting: equality, YAML, round trip -------------------------------------------------
+
+// One change per setting key, each away from the default, each valid alone (on a Llama base for
+// Llama keys). The test below fails when a key has none, so a new setting must come with one.
+struct Change {
+  std::function<void(TrainConfig&)> apply;
+  bool llama = false;
+};
+std::map<std::string, Change> changes() {
+  return {
+      {"mixed_precision", {[](TrainConfig& c) { c.mixed_precision = DType::kBFloat16; }}},
+      {"num_processes", {[](TrainConfig& c) { c.num_processes = 4; }}},
+      {"num_machines", {[](TrainConfig& c) { c.num_machines = 2; }}},
+      {"fsdp_config.fsdp_sharding_strategy",
+       {[](TrainConfig& c) { c.fsdp.sharding_strategy = ShardingStrategy::kNoShard; }}},
+      {"fsdp_config.fsdp_auto_wrap_policy",
+       {[](TrainConfig& c) { c.fsdp.auto_wrap_policy = AutoWrapPolicy::kSizeBased; }}},
+      {"fsdp_config.fsdp_transformer_layer_cls_to_wrap", {[](TrainConfig& c) {
+         c.fsdp.transformer_layer_cls_to_wrap = {"GPT2Block", "GPT2MLP"};
+       }}},
+      {"fsdp_config.fsdp_min_num_params", {[](TrainConfig& c) { c.fsdp.min_num_params = 1000; }}},
+      {"fsdp_config.fsdp_backward_prefetch",
+       {[](TrainConfig& c) { c.fsdp.backward_prefetch = fsdp::BackwardPrefetch::kBackwardPre; }}},
+      {"fsdp_config.fsdp_forward_prefetch",
+       {[](TrainConfig& c) { c.fsdp.forward_prefetch = true; }}},
+      {"fsdp_config.fsdp_offload_params", {[](TrainConfig& c) { c.fsdp.offload_params = true; }}},
+      {"fsdp_config.fsdp_activation_checkpointing",
+       {[](TrainConfig& c) { c.fsdp.activation_checkpointing = true; }}},
+      {"fsdp_config.fsdp_state_dict_type",
+       {[](TrainConfig& c) { c.fsdp.state_dict_type = fsdp::StateDictType::kFullStateDict; }}},
+      {"fsdp_config.fsdp_sync_module_states",
+       {[](TrainConfig& c) { c.fsdp.sync_module_states = true; }}},
+      {"fsdp_config.fsdp_cpu_ram_efficient_loading",
+       {[](TrainConfig& c) { c.fsdp.cpu_ram_efficient_loading = true; }}},
+      {"fsdp_config.shard_group_size", {[](TrainConfig& c) { c.fsdp.shard_group_size = 2; }}},
+      {"model.type", {[](TrainConfig& c) { c.model.type = ModelType::kLlama; }}},
+      {"model.vocab_size", {[](TrainConfig& c) { c.model.vocab_size = 256; }}},
+      {"model.n_layer", {[](TrainConfig& c) { c.model.n_layer = 2; }}},
+      {"model.n_head", {[](TrainConfig& c) { c.model.n_head = 8; }}},
+      {"model.n_positions", {[](TrainConfig& c) { c.model.n_positions = 512; }}},
+      {"model.norm_eps", {[](TrainConfig& c) { c.model.norm_eps = 1e-6; }}},
+      {"model.n_embd", {[](TrainConfig& c) { c.model.n_embd = 64; }}},
+      {"model.dim", {[](TrainConfig& c) { c.model.dim = 256; }, true}},
+      {"model.n_kv_head", {[](TrainConfig& c) { c.model.n_kv_head = 2; }, true}},
+      {"model.intermediate_size", {[](TrainConfig& c) { c.model.intermediate_size = 500; }, true}},
+      {"model.rope_theta", {[](TrainConfig& c) { c.model.rope_theta = 500000; }, true}},
+      {"model.tie_embeddings", {[](TrainConfig& c) { c.model.tie_embeddings = true; }, true}},
+      {"data.dataset", {[](TrainConfig& c) { c.data.dataset = "my corpus: v2.txt"; }}},
+      {"data.val_dataset", {[](TrainConfig& c) { c.data.val_dataset = "val.bin"; }}},
+      {"data.val_split", {[](TrainConfig& c) { c.data.val_split = 0.05; }}},
+      {"data.seq_len", {[](TrainConfig& c) { c.data.seq_len = 64; }}},
+      {"data.tokenizer_dir", {[](TrainConfig& c) { c.data.tokenizer_dir = "/opt/gpt2"; }}},
+      {"data.cache_dir", {[](TrainConfig& c) { c.data.cache_dir = "123"; }}},
+      {"optim.lr", {[](TrainConfig& c) { c.optim.lr = 3e-4; }}},
+      {"optim.min_lr", {[](TrainConfig& c) { c.optim.min_lr = 0; }}},
+      {"optim.warmup_steps", {[](TrainConfig& c) { c.optim.warmup_steps = 0; }}},
+      {"optim.max_steps", {[](TrainConfig& c) { c.optim.max_steps = 1000; }}},
+      {"optim.weight_decay", {[](TrainConfig& c) { c.optim.weight_decay = 0; }}},
+      {"optim.beta1", {[](TrainConfig& c) { c.optim.beta1 = 0.8; }}},
+      {"optim.beta2", {[](TrainConfig& c) { c.optim.beta2 = 0.999; }}},
+      {"optim.eps", {[](TrainConfig& c) { c.optim.eps = 1e-6; }}},
+      {"optim.grad_clip", {[](TrainConfig& c) { c.optim.grad_clip = 0; }}},
+      {"train.micro_batch_size", {[](TrainConfig& c) { c.train.micro_batch_size = 16; }}},
+      {"train.gradient_accumulation_steps",
+       {[](TrainConfig& c) { c.train.gradient_accumulation_steps = 4; }}},
+      {"train.seed", {[](TrainConfig& c) { c.train.seed = 0; }}},
+      {"train.eval_every", {[](TrainConfig& c) { c.train.eval_every = 0; }}},
+      {"train.eval_batches", {[](TrainConfig& c) { c.train.eval_batches = 1; }}},
+      {"train.log_every", {[](TrainConfig& c) { c.train.log_every = 1; }}},
+      {"train.checkpoint_dir", {[](TrainConfig& c) { c.train.checkpoint_dir = "/tmp/ck #1"; }}},
+      {"train.checkpoint_every", {[](TrainConfig& c) { c.train.checkpoint_every = 0; }}},
+      {"train.checkpoint_keep_last", {[](TrainConfig& c) { c.train.checkpoint_keep_last = 3; }}},
+      {"train.resume", {[](TrainConfig& c) { c.train.resume = "no"; }}},  // a path named "no"
+      {"train.metrics_file", {[](TrainConfig& c) { c.train.metrics_file = "m.jsonl"; }}},
+      {"train.num_threads", {[](TrainConfig& c) { c.train.num_threads = 0; }}},
+  };
+}
+
+TrainConfig base_for(const Change& change) {
+  TrainConfig c;
+  if (change.llama) c.model.type = ModelType::kLlama;
+  return c;
+}
+
+TEST(ConfigEverySetting, HasAChangeInThisTest) {
+  std::set<std::string> settings, changed;
+  for (const ConfigKey& k : fsdp::config_keys()) {
+    if (k.kind == ConfigKey::Kind::kSetting) settings.insert(k.key);
+  }
+  for (const auto& entry : changes()) changed.insert(entry.first);
+  EXPECT_EQ(settings, changed);
+}
+
+// operator== and to_yaml both see every setting.
+TEST(ConfigEverySetting, ChangesEqualityAndYaml) {
+  for (const auto& [key, change] : changes()) {
+    const TrainConfig base = base_for(change);
+    TrainConfig changed = base;
+    change.apply(changed);
+    EXPECT_NE(changed, base) << key;
+    EXPECT_NE(fsdp::to_yaml(changed), fsdp::to_yaml(base)) << key;
+  }
+}
+
+void expect_round_trip(const TrainConfig& c, const std::string& what) {
+  const std::string yaml = fsdp::to_yaml(c);
+  TrainConfig back;
+  try {
+    back = fsdp::parse_config(yaml, what);
+  } catch (const ConfigError& e) {
+    ADD_FAILURE() << what << ": " << e.what() << "\n" << yaml;
+    return;
+  }
+  EXPECT_EQ(back, c) << what << ":\n" << yaml;
+  EXPECT_EQ(fsdp::to_yaml(back), yaml) << what;
+}
+
+TEST(ConfigRoundTrip, EachValidChange) {
+  expect_round_trip(TrainConfig{}, "defaults");
+  for (const auto& [key, change] : changes()) {
+    TrainConfig c = base_for(change);
+    change.apply(c);
+    if (key == "fsdp_config.shard_group_size")
+      c.fsdp.sharding_strategy = ShardingStrategy::kHybridShard;
+    if (key == "fsdp_config.fsdp_cpu_ram_efficient_loading") c.fsdp.sync_module_states = true;
+    try {
+      fsdp::validate_config(c);
+    } catch (const ConfigError&) {
+      continue;  // the unsupported ones: to_yaml still writes them, validation stops them
+    }
+    expect_round_trip(c, key);
+  }
+}
+
+TEST(ConfigRoundTrip, EveryConfigFile) {
+  const auto files = yaml_files(FSDP_CONFIGS_DIR);
+  ASSERT_GE(files.size(), 4u);
+  for (const auto& path : files) expect_round_trip(fsdp::load_config(path), path);
+}
+
+TEST(ConfigRoundTrip, LlamaConfigsLeaveOutGpt2Keys) {
+  TrainConfig c;
+  c.model.type = ModelType::kLlama;
+  const std::string yaml = fsdp::to_yaml(c);
+  EXPECT_TRUE(contains(yaml, "n_kv_head:"));
+  EXPECT_EQ(yaml.find("n_embd"), std::string::npos);
+  EXPECT_EQ(fsdp::to_yaml(TrainConfig{}).find("n_kv_head"), std::string::npos);
+}
+
+// --- the files in configs/ ---------------------------------------------------------------------
+
+TEST(ConfigFiles, EveryFileParses) {
+  for (const auto& path : yaml_files(FSDP_CONFIGS_DIR)) {
+    EXPECT_NO_THROW(fsdp::load_config(path)) << path;
+  }
+}
+
+TEST(ConfigFiles, DefaultYamlSpellsOutTheDefaults) {
+  TrainConfig expected;
+  expected.num_processes = 2;
+  EXPECT_EQ(fsdp::load_config(FSDP_CONFIGS_DIR "/default.yaml"), expected);
+}
+
+TEST(ConfigFiles, PresetsAreWhatTheyAreNamed) {
+  const TrainConfig gpt2 = fsdp::load_config(FSDP_CONFIGS_DIR "/gpt2-124m.yaml");
+  EXPECT_EQ(gpt2.model.type, ModelType::kGPT2);
+  EXPECT_EQ(gpt2.model.n_layer, 12);
+  EXPECT_EQ(gpt2.model.n_head, 12);
+  EXPECT_EQ(gpt2.model.n_embd, 768);
+  EXPECT_EQ(gpt2.context_length(), 1024);
+
+  const TrainConfig llama = fsdp::load_config(FSDP_CONFIGS_DIR "/llama-small.yaml");
+  EXPECT_EQ(llama.model.type, ModelType::kLlama);
+  EXPECT_LT(llama.model.kv_heads(), llama.model.n_head);  // grouped-query attention
+  EXPECT_EQ(llama.sharding_options().wrap_.module_types,
+            std::vector<std::string>{"LlamaDecoderLayer"});
+}
+
+// --- help and docs -----------------------------------------------------------------------------
+
+TEST(ConfigHelp, ListsEveryKeyWithItsTypeAndDefault) {
+  const std::string help = fsdp::train_usage();
+  for (const ConfigKey& k : fsdp::config_keys()) {
+    std::string line = "--" + k.key + " " + k.type;
+    if (k.kind == ConfigKey::Kind::kSetting) line += "  (default: " + k.default_value + ")";
+    EXPECT_TRUE(contains(help, line + "\n"));
+  }
+  for (const char* flag : {"--config FILE", "--print-config", "--resume[=DIR]", "--help"}) {
+    EXPECT_TRUE(contains(help, flag));
+  }
+}
+
+TEST(ConfigHelp, SampleHelpListsItsFlags) {
+  const std::string help = fsdp::train_usage(fsdp::TrainCommand::kSample);
+  for (const char* flag : {"--checkpoint DIR", "--prompt TEXT", "--max-new-tokens N",
+                           "--temperature T", "--top-k K", "--num-samples N", "--seed S"}) {
+    EXPECT_TRUE(contains(help, flag));
+  }
+  EXPECT_EQ(help.find("--resume"), std::string::npos);
+}
+
+TEST(ConfigHelp, DocsListEveryKey) {
+  const std::string docs = read(FSDP_DOCS_DIR "/config.md");
+  ASSERT_FALSE(docs.empty());
+  for (const ConfigKey& k : fsdp::config_keys()) EXPECT_TRUE(contains(docs, "`" + k.key + "`"));
+}
+
+// --- the command line --------------------------------------------------------------------------
+
+fsdp::ParsedArgs args(const std::vector<std::string>& a) { return fsdp::parse_train_args(a); }
+
+std::string args_error(const std::vector<std::string>& a) {
+  try {
+    args(a);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+TEST(ConfigArgs, NoArgumentsTrainWithTheDefaults) {
+  const fsdp::ParsedArgs p = args({});
+  EXPECT_EQ(p.command, fsdp::TrainCommand::kTrain);
+  EXPECT_EQ(p.config, TrainConfig{});
+  EXPECT_FALSE(p.help);
+  EXPECT_FALSE(p.print_config);
+}
+
+TEST(ConfigArgs, ConfigFileOverridesAndFlags) {
+  const std::string path = temp_file("args.yaml", "optim:\n  lr: 0.01\n  max_steps: 40\n");
+  const fsdp::ParsedArgs p =
+      args({"train", "--config", path, "--optim.lr", "0.02", "--optim.warmup-steps=5",
+            "--print-config", "--fsdp_config.fsdp_sync_module_states", "--optim.min_lr", "0"});
+  EXPECT_EQ(p.config_file, path);
+  EXPECT_TRUE(p.print_config);
+  EXPECT_EQ(p.config.optim.lr, 0.02);
+  EXPECT_EQ(p.config.optim.max_steps, 40);
+  EXPECT_EQ(p.config.optim.warmup_steps, 5);
+  EXPECT_EQ(p.config.optim.min_lr, 0);
+  EXPECT_TRUE(p.config.fsdp.sync_module_states);  // a bool key alone
+}
+
+TEST(ConfigArgs, ArgvForm) {
+  const char* argv[] = {"fsdp-train", "--train.seed", "-0", "--mixed_precision", "bf16"};
+  const fsdp::ParsedArgs p = fsdp::parse_train_args(5, argv);
+  EXPECT_EQ(p.config.train.seed, 0);
+  EXPECT_EQ(p.config.mixed_precision, DType::kBFloat16);
+}
+
+TEST(ConfigArgs, Resume) {
+  EXPECT_EQ(args({"--resume"}).config.train.resume, "auto");
+  EXPECT_EQ(args({"--resume=build/ck/step_00000100"}).config.train.resume,
+            "build/ck/step_00000100");
+  EXPECT_EQ(args({"--resume", "--train.seed", "3"}).config.train.resume, "auto");
+  EXPECT_TRUE(contains(args_error({"sample", "--resume"}), "not a flag of `fsdp-train sample`"));
+}
+
+TEST(ConfigArgs, HelpReadsNothingElse) {
+  EXPECT_TRUE(args({"--help"}).help);
+  EXPECT_TRUE(args({"--nonsense", "-h"}).help);
+  const fsdp::ParsedArgs sample = args({"sample", "--help"});
+  EXPECT_TRUE(sample.help);
+  EXPECT_EQ(sample.command, fsdp::TrainCommand::kSample);
+}
+
+TEST(ConfigArgs, Sample) {
+  const fsdp::ParsedArgs p = args({"sample", "--checkpoint", "ck", "--prompt", "--- Hello",
+                                   "--max-new-tokens", "5", "--temperature", "0", "--top_k", "3",
+                                   "--num-samples", "2", "--seed", "9", "--model.n_layer", "2"});
+  EXPECT_EQ(p.command, fsdp::TrainCommand::kSample);
+  EXPECT_EQ(p.sample.checkpoint, "ck");
+  EXPECT_EQ(p.sample.prompt, "--- Hello");
+  EXPECT_EQ(p.sample.max_new_tokens, 5);
+  EXPECT_EQ(p.sample.temperature, 0);
+  EXPECT_EQ(p.sample.top_k, 3);
+  EXPECT_EQ(p.sample.num_samples, 2);
+  EXPECT_EQ(p.sample.seed, 9);
+  EXPECT_EQ(p.config.model.n_layer, 2);
+
+  const fsdp::ParsedArgs defaults = args({"sample", "--train.checkpoint_dir", "runs/a"});
+  EXPECT_EQ(defaults.sample.checkpoint, "runs/a");  // the training run's checkpoints
+  EXPECT_EQ(defaults.sample.max_new_tokens, fsdp::SampleOptions{}.max_new_tokens);
+}
+
+TEST(ConfigArgs, Errors) {
+  EXPECT_EQ(args_error({"--optim.lr"}), "--optim.lr: needs a value (number)");
+  EXPECT_EQ(args_error({"--confg", "x.yaml"}), "--confg: unknown option; did you mean --config?");
+  EXPECT_EQ(args_error({"--optim.lrr", "1"}),
+            "--optim.lrr: unknown option; did you mean --optim.lr?");
+  EXPECT_TRUE(
+      contains(args_error({"--prompt", "x"}), "--prompt: is not a flag of `fsdp-train train`"));
+  EXPECT_TRUE(contains(args_error({"stray"}), "stray: unexpected argument"));
+  EXPECT_TRUE(contains(args_error({"sample", "--top-k", "-1"}), "--top-k: must be at least 0"));
+  EXPECT_TRUE(contains(args_error({"sample", "--temperature", "hot"}), "expected a number"));
+  EXPECT_TRUE(contains(args_error({"--config", "a.yaml", "--config", "b.yaml"}), "given twice"));
+  EXPECT_TRUE(contains(args_error({"--print-config=yes"}), "takes no value"));
+  EXPECT_TRUE(contains(args_error({"--optim.lr", "-2"}), "--optim.lr: must be > 0, got -2"));
+}
+
+}  // namespace

@@ -1,0 +1,22 @@
+# Trainer tests. test_config: the configuration layer (defaults, precedence, Accelerate and
+# TorchAcc keys, error messages, round trip), over every file in configs/ and the key list in
+# docs/config.md.
+fsdp_unit_test(test_config test_config.cpp)
+target_compile_definitions(test_config PRIVATE
+                           FSDP_CONFIGS_DIR="${PROJECT_SOURCE_DIR}/configs"
+                           FSDP_DOCS_DIR="${PROJECT_SOURCE_DIR}/docs")
+
+# fsdp-train end to end under fsdp-run: training lowers the validation loss, resume reproduces
+# (bitwise at the same world size, within 1e-4 at another), sample, bad input
+# (tests/trainer_e2e.sh). Skipped without the npm assets.
+if(TARGET fsdp-train)
+  foreach(backend mpi gloo)
+    math(EXPR port "${FSDP_TEST_PORT} + 1")
+    math(EXPR next "${FSDP_TEST_PORT} + 10")  # the script takes one port per run
+    set(FSDP_TEST_PORT ${next} CACHE INTERNAL "")
+    add_test(NAME trainer_e2e_${backend}
+             COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/trainer_e2e.sh $<TARGET_FILE_DIR:fsdp-train>
+                     ${backend} ${port} ${PROJECT_SOURCE_DIR})
+    set_tests_properties(trainer_e2e_${backend} PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77)
+  endforeach()
+endif()
