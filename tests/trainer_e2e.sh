@@ -81,7 +81,7 @@ out=$("$CK" inspect "$WORK/damaged" 2>&1)
 ((failures == 0)) && echo "ok: fsdp-ckpt inspect, consolidate, reshard"
 
 # FULL_STATE_DICT: each checkpoint also holds the full model, byte for byte what consolidate writes.
-train 2 "$WORK/full_sd" --train.micro_batch_size 4 --optim.max_steps 4 --train.checkpoint_every 4 \
+train 2 "$WORK/full_sd" --train.micro_batch_size 4 --optim.max_steps 4 --optim.warmup_steps 2 --train.checkpoint_every 4 \
   --train.eval_every 0 --fsdp_config.fsdp_state_dict_type FULL_STATE_DICT >"$WORK/full_sd.txt" 2>&1 ||
   fail "the FULL_STATE_DICT run exited $?: $(tail -5 "$WORK/full_sd.txt")"
 "$CK" consolidate "$WORK/full_sd/ckpt" "$WORK/full_sd.safetensors" >/dev/null

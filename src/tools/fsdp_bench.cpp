@@ -2,17 +2,25 @@
 // FULL_SHARD, in one run on the same ranks so the two are comparable as a ratio.
 //
 // Usage: mpirun -np 2 build/bin/fsdp-bench [--model 124m|tiny] [--seq 256] [--batch 1]
-//                                          [--steps 3] [--dtype fp32|bf16]
+//                                          [--steps 3] [--dtype fp32|bf16] [--checkpoint DIR]
+// --checkpoint DIR: after the FULL_SHARD steps, also times a sharded checkpoint's save and load and
+// a full safetensors file's save and load (under DIR, which it empties first), each with the
+// largest growth of any rank's peak resident set above what it held before.
 // Started without mpirun it re-launches itself under `mpirun -np 2`. Per-rank peak memory is the
 // process's peak resident set (VmHWM, reset between strategies) next to the runtime's own
 // accounting; model state is compared with the 16*P/N bytes theory of fp32 AdamW.
 #include <malloc.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <functional>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 
+#include "fsdp/checkpoint/checkpoint.h"
+#include "fsdp/checkpoint/full_state.h"
 #include "fsdp/fsdp.h"
 #include "tools/tool_util.h"
 
@@ -25,6 +33,7 @@ struct Args {
   int steps = 3;
   std::string dtype = "fp32";
   int nproc = 2;
+  std::string checkpoint_dir;  // empty: no checkpoint timings
 };
 
 Args parse_args(int argc, char** argv) {
@@ -47,9 +56,11 @@ Args parse_args(int argc, char** argv) {
       a.dtype = value();
     else if (k == "--nproc")
       a.nproc = std::stoi(value());
+    else if (k == "--checkpoint")
+      a.checkpoint_dir = value();
     else
-      throw std::invalid_argument("unknown option " + k +
-                                  " (known: --model --seq --batch --steps --dtype --nproc)");
+      throw std::invalid_argument(
+          "unknown option " + k + " (known: --model --seq --batch --steps --dtype --nproc --checkpoint)");
   }
   if (a.model != "124m" && a.model != "tiny") throw std::invalid_argument("--model: 124m or tiny");
   if (a.dtype != "fp32" && a.dtype != "bf16") throw std::invalid_argument("--dtype: fp32 or bf16");
@@ -81,7 +92,44 @@ struct Result {
   double loss = 0;
 };
 
-Result run(fsdp::ShardingStrategy strategy, const Args& a, fsdp::CommPtr world) {
+// One timed checkpoint operation: wall seconds (slowest rank) and the largest peak-RSS growth over
+// the ranks, in MiB.
+struct IoResult {
+  std::string what;
+  double seconds = 0;
+  double peak_growth_mib = 0;
+};
+
+IoResult timed_io(const std::string& what, fsdp::Comm& world, const std::function<void()>& fn) {
+  reset_peak_rss();
+  const int64_t before = read_status_kib("VmRSS:");
+  world.barrier();
+  const auto t0 = std::chrono::steady_clock::now();
+  fn();
+  world.barrier();
+  IoResult r{what, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+  std::vector<int64_t> growth(static_cast<size_t>(world.size()));
+  const int64_t mine = read_status_kib("VmHWM:") - before;
+  world.all_gather(&mine, growth.data(), 1, fsdp::DType::kInt64);
+  r.peak_growth_mib = *std::max_element(growth.begin(), growth.end()) / 1024.0;
+  return r;
+}
+
+std::vector<IoResult> checkpoint_io(fsdp::FullyShardedModel& model, fsdp::AdamW& opt,
+                                    const std::string& dir, fsdp::Comm& world) {
+  if (world.rank() == 0) std::filesystem::remove_all(dir);
+  world.barrier();
+  const std::string st = dir + "/model.safetensors";
+  std::string saved;
+  return {timed_io("sharded save", world,
+                   [&] { saved = fsdp::save_checkpoint(dir, 1, model, &opt, "{}"); }),
+          timed_io("sharded load", world, [&] { fsdp::load_checkpoint(saved, model, &opt); }),
+          timed_io("full save", world, [&] { fsdp::save_full_safetensors(model, st); }),
+          timed_io("full load", world, [&] { fsdp::load_full_safetensors(model, st); })};
+}
+
+Result run(fsdp::ShardingStrategy strategy, const Args& a, fsdp::CommPtr world,
+           std::vector<IoResult>* io = nullptr) {
   reset_peak_rss();
   fsdp::GPT2Config cfg =
       a.model == "124m" ? fsdp::GPT2Config::gpt2_124m() : fsdp::GPT2Config::tiny();
@@ -120,6 +168,7 @@ Result run(fsdp::ShardingStrategy strategy, const Args& a, fsdp::CommPtr world) 
   r.model_state_mib = (m.sharded_param_bytes + m.sharded_grad_bytes + opt.state_bytes()) / mib;
   r.peak_gathered_mib = m.peak_gathered_param_bytes / mib;
   r.peak_grad_buffers_mib = m.peak_grad_buffer_bytes / mib;
+  if (io) *io = checkpoint_io(*sharded, opt, a.checkpoint_dir, *world);
   return r;
 }
 
@@ -138,8 +187,10 @@ int main(int argc, char** argv) {
           static_cast<long long>(a.seq), a.dtype.c_str(), a.steps);
     }
     std::vector<std::pair<fsdp::ShardingStrategy, Result>> results;
+    std::vector<IoResult> io;
     for (auto s : {fsdp::ShardingStrategy::kNoShard, fsdp::ShardingStrategy::kFullShard}) {
-      results.emplace_back(s, run(s, a, world));
+      const bool with_io = s == fsdp::ShardingStrategy::kFullShard && !a.checkpoint_dir.empty();
+      results.emplace_back(s, run(s, a, world, with_io ? &io : nullptr));
     }
     if (world->rank() == 0) {
       std::printf("%-10s %8s %9s %10s %10s %11s %12s %11s\n", "strategy", "step_s", "tokens/s",
@@ -161,6 +212,10 @@ int main(int argc, char** argv) {
           "%.3f (theory 1/%d = %.3f)\n",
           ns.step_seconds / fs.step_seconds, fs.peak_rss_mib / ns.peak_rss_mib,
           fs.model_state_mib / ns.model_state_mib, n, 1.0 / n);
+      for (const auto& r : io) {
+        std::printf("checkpoint (FULL_SHARD): %-12s %7.2f s, peak RSS growth %7.1f MiB per rank (max)\n",
+                    r.what.c_str(), r.seconds, r.peak_growth_mib);
+      }
     }
     return 0;
   } catch (const std::exception& e) {
