@@ -236,12 +236,10 @@ TEST(ConfigAccelerate, StateDictTypes) {
 }
 
 TEST(ConfigAccelerate, SyncModuleStatesAndRamEfficientLoading) {
-  EXPECT_TRUE(parse("fsdp_config:\n  fsdp_sync_module_states: true\n").fsdp.sync_module_states);
-  // Parsed, then refused until meta-device initialisation lets rank 0 alone build the model.
-  const ConfigError unsupported = parse_error(
+  const TrainConfig c = parse(
       "fsdp_config:\n  fsdp_sync_module_states: true\n  fsdp_cpu_ram_efficient_loading: true\n");
-  EXPECT_TRUE(contains(unsupported.what(), "not supported yet"));
-  EXPECT_EQ(unsupported.line(), 3);
+  EXPECT_TRUE(c.fsdp.sync_module_states);
+  EXPECT_TRUE(c.fsdp.cpu_ram_efficient_loading);
   const ConfigError e = parse_error(
       "fsdp_config:\n  fsdp_sync_module_states: false\n  fsdp_cpu_ram_efficient_loading: true\n");
   EXPECT_TRUE(contains(e.what(), "needs fsdp_sync_module_states: true"));
@@ -310,7 +308,7 @@ TEST(ConfigAccelerate, ExampleFile) {
   EXPECT_EQ(c.fsdp.transformer_layer_cls_to_wrap, std::vector<std::string>{"GPT2Block"});
   EXPECT_EQ(c.fsdp.state_dict_type, fsdp::StateDictType::kShardedStateDict);
   EXPECT_TRUE(c.fsdp.sync_module_states);
-  EXPECT_FALSE(c.fsdp.cpu_ram_efficient_loading);
+  EXPECT_TRUE(c.fsdp.cpu_ram_efficient_loading);
   EXPECT_EQ(c.model, fsdp::ModelConfig{});  // no model section: the defaults
 }
 
@@ -536,6 +534,7 @@ std::map<std::string, Change> changes() {
       {"model.n_head", {[](TrainConfig& c) { c.model.n_head = 8; }}},
       {"model.n_positions", {[](TrainConfig& c) { c.model.n_positions = 512; }}},
       {"model.norm_eps", {[](TrainConfig& c) { c.model.norm_eps = 1e-6; }}},
+      {"model.init_from", {[](TrainConfig& c) { c.model.init_from = "out/model.safetensors"; }}},
       {"model.n_embd", {[](TrainConfig& c) { c.model.n_embd = 64; }}},
       {"model.dim", {[](TrainConfig& c) { c.model.dim = 256; }, true}},
       {"model.n_kv_head", {[](TrainConfig& c) { c.model.n_kv_head = 2; }, true}},

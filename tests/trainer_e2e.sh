@@ -6,9 +6,12 @@
 #    same losses for steps 11-20 as the straight run; at world size 1 with the same global batch
 #    (micro_batch_size doubled), within 1e-4;
 #  - `sample` prints the prompt and its continuation, the same text twice for the same seed;
+#  - model.init_from a consolidated checkpoint reproduces its validation loss (every rank reading,
+#    or rank 0 alone with cpu_ram_efficient_loading);
 #  - fsdp-ckpt: inspect verifies the checksums (and names a damaged shard), consolidate writes the
 #    same bytes as FULL_STATE_DICT's model.safetensors and as consolidating a resharded copy;
-#  - a bad key or value exits 2 naming the key; num_processes that disagrees with the world fails.
+#  - a bad key or value exits 2 naming the key; num_processes that disagrees with the world fails;
+#    a fresh run refuses a folder holding checkpoints, and a resume refuses another model.
 # Usage: trainer_e2e.sh BUILD_BIN_DIR BACKEND PORT SOURCE_DIR
 # Exits 77 (skipped) without the assets of scripts/fetch_assets.sh.
 set -uo pipefail
@@ -80,6 +83,19 @@ out=$("$CK" inspect "$WORK/damaged" 2>&1)
 [[ $? == 1 && $out == *"DAMAGED"*"shard_00001-of-00002.bin"* ]] || fail "a damaged shard: $out"
 ((failures == 0)) && echo "ok: fsdp-ckpt inspect, consolidate, reshard"
 
+# model.init_from: a fresh run from the consolidated step-20 model evaluates, before its first
+# step, to the straight run's step-20 validation loss; read by every rank, or by rank 0 alone.
+want=$(sed -nE 's/^eval  step    20 \| val loss ([0-9.]+).*/\1/p' "$WORK/straight.txt")
+for ram_efficient in false true; do
+  out=$(train 2 "$WORK/init_$ram_efficient" --train.micro_batch_size 4 --optim.max_steps 1 \
+    --optim.warmup_steps 1 --train.checkpoint_every 0 --model.init_from "$WORK/full.safetensors" \
+    --fsdp_config.fsdp_sync_module_states true \
+    --fsdp_config.fsdp_cpu_ram_efficient_loading "$ram_efficient" 2>&1)
+  got=$(sed -nE 's/^eval  step     0 \| val loss ([0-9.]+).*/\1/p' <<<"$out")
+  [[ -n $want && $got == "$want" ]] && echo "ok: init_from (cpu_ram_efficient_loading $ram_efficient): val loss $got" ||
+    fail "init_from (cpu_ram_efficient_loading $ram_efficient): val loss '$got', want '$want': $out"
+done
+
 # FULL_STATE_DICT: each checkpoint also holds the full model, byte for byte what consolidate writes.
 train 2 "$WORK/full_sd" --train.micro_batch_size 4 --optim.max_steps 4 --optim.warmup_steps 2 --train.checkpoint_every 4 \
   --train.eval_every 0 --fsdp_config.fsdp_state_dict_type FULL_STATE_DICT >"$WORK/full_sd.txt" 2>&1 ||
@@ -126,5 +142,12 @@ rc=$?
 out=$("$BIN/fsdp-train" "${COMMON[@]}" --num_processes 3 2>&1)
 rc=$?
 [[ $rc == 1 && $out == *"num_processes"*"3"* ]] || fail "num_processes 3 with 1 rank: exit $rc: $out"
+
+# A fresh run never writes over another run's checkpoints; a resume refuses another model.
+out=$(train 1 "$WORK/straight" 2>&1)
+[[ $? != 0 && $out == *"train.checkpoint_dir"*"already holds a run"* ]] ||
+  fail "a fresh run into a used checkpoint folder: $out"
+out=$(train 1 "$WORK/straight" --resume --model.norm_eps 1e-6 2>&1)
+[[ $? != 0 && $out == *"holds another model"* ]] || fail "resuming another model: $out"
 
 exit $((failures > 0))

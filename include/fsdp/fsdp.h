@@ -4,6 +4,7 @@
 #include "fsdp/comm.h"
 #include "fsdp/fully_shard.h"
 #include "fsdp/hooks.h"
+#include "fsdp/init.h"
 #include "fsdp/models/gpt2.h"
 #include "fsdp/models/llama.h"
 #include "fsdp/optim.h"

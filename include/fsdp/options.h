@@ -7,12 +7,20 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "fsdp/comm.h"
 
+namespace at {
+class Tensor;
+}
+
 namespace fsdp {
+
+// See fsdp/init.h: fills a deferred parameter's full fp32 values from its qualified name.
+using ParamInit = std::function<void(const std::string& name, at::Tensor& full)>;
 
 // PyTorch FSDP's strategies, in the order of its enum (Accelerate's 1-5 numbering).
 enum class ShardingStrategy {
@@ -66,6 +74,11 @@ struct ShardingOptions {
   // mesh; must divide the world size. Ranks r and r' share a shard group when r / size ==
   // r' / size. Default 0: the ranks of one node (the launcher's LOCAL_WORLD_SIZE).
   int shard_group_size_ = 0;
+  // Materialises deferred parameters (fsdp/init.h): fully_shard calls it once per deferred
+  // parameter, on a temporary full-size fp32 tensor, and keeps only this rank's slice, so no rank
+  // ever holds more than one full parameter at a time. PyTorch FSDP's param_init_fn. Default:
+  // none; a deferred parameter is then an error.
+  ParamInit param_init_;
 
   ShardingOptions& strategy(ShardingStrategy s) {
     strategy_ = s;
@@ -85,6 +98,10 @@ struct ShardingOptions {
   }
   ShardingOptions& shard_group_size(int n) {
     shard_group_size_ = n;
+    return *this;
+  }
+  ShardingOptions& param_init(ParamInit init) {
+    param_init_ = std::move(init);
     return *this;
   }
 };

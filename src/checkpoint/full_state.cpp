@@ -208,6 +208,33 @@ void load_shards(FullyShardedModel& model, const SafetensorsReader& reader,
   for (size_t u = 0; u < units.size(); ++u) load_unit(reader, units[u], plan[u], shards[u].param);
 }
 
+void fail_together(Comm& world, const std::exception_ptr& error, const std::string& path,
+                   const std::string& stage);
+
+// from_rank0: rank 0 reads each unit whole (a one-shard view of its layout), broadcasts it, and
+// every rank keeps its own slice.
+void load_broadcast_from_rank0(FullyShardedModel& model, const SafetensorsReader* reader,
+                               const std::vector<UnitInfo>& units, const Plan& plan,
+                               const std::string& path) {
+  Comm& world = model.world();
+  const std::vector<UnitShard> shards = model.shards();
+  at::NoGradGuard no_grad;
+  for (size_t u = 0; u < units.size(); ++u) {
+    UnitInfo whole = units[u];
+    whole.shard_rank = 0;
+    whole.shard_numel = whole.padded_numel;
+    at::Tensor flat = at::empty({whole.padded_numel}, at::kFloat);
+    std::exception_ptr error;
+    if (reader) error = guarded([&] { load_unit(*reader, whole, plan[u], flat); });
+    fail_together(world, error, path, "reading unit '" + display_name(units[u]) + "' of");
+    world.set_context("load_full_safetensors '" + path + "': broadcast of unit '" +
+                      display_name(units[u]) + "'");
+    world.broadcast(flat.data_ptr(), static_cast<size_t>(whole.padded_numel), DType::kFloat32, 0);
+    shards[u].param.copy_(
+        flat.narrow(0, units[u].shard_rank * units[u].shard_numel, units[u].shard_numel));
+  }
+}
+
 // Every rank learns how many failed; all throw together when any did, so that none goes on to a
 // collective the others have left.
 void fail_together(Comm& world, const std::exception_ptr& error, const std::string& path,
@@ -258,14 +285,20 @@ void load_full_safetensors(FullyShardedModel& model, const std::string& path,
                            const FullStateLoadOptions& options) {
   Comm& world = model.world();
   const std::vector<UnitInfo> units = model.units();
+  const bool reads = !options.from_rank0_ || world.rank() == 0;
   std::unique_ptr<SafetensorsReader> reader;
   Plan plan;
-  // No rank changes its shards unless the file fits the model on every rank.
+  // No rank changes its shards unless the file fits the model on every rank that reads it.
   std::exception_ptr error = guarded([&] {
+    if (!reads) return;
     reader = std::make_unique<SafetensorsReader>(path);
     plan = plan_load(*reader, units, options.strict_);
   });
   fail_together(world, error, path, "checking");
+  if (options.from_rank0_) {
+    load_broadcast_from_rank0(model, reader.get(), units, plan, path);
+    return;
+  }
   error = guarded([&] { load_shards(model, *reader, units, plan); });
   fail_together(world, error, path, "reading");
 }

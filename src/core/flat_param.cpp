@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "fsdp/init.h"
 
 namespace fsdp {
 namespace {
@@ -14,7 +15,7 @@ c10::StorageImpl* storage_of(const at::Tensor& t) { return t.storage().unsafeGet
 }  // namespace
 
 FlatParam::FlatParam(std::vector<ParamSlot> slots, int shard_rank, int shard_count,
-                     at::ScalarType param_dtype)
+                     at::ScalarType param_dtype, const ParamInit& init)
     : slots_(std::move(slots)),
       shard_rank_(shard_rank),
       shard_count_(shard_count),
@@ -27,7 +28,7 @@ FlatParam::FlatParam(std::vector<ParamSlot> slots, int shard_rank, int shard_cou
   }
   shard_numel_ = (numel_ + shard_count_ - 1) / shard_count_;
   aliased_ = shard_count_ == 1 && param_dtype_ == at::kFloat;
-  init_shard();
+  init_shard(init);
   point_params_at_full();
 }
 
@@ -38,14 +39,27 @@ FlatParam::Overlap FlatParam::overlap(const ParamSlot& slot) const {
   return {lo - shard_rank_ * shard_numel_, lo - slot.offset, hi - lo};
 }
 
-void FlatParam::init_shard() {
+// The values of a deferred parameter, computed whole (generators draw a parameter's values in
+// order, so a slice cannot be drawn alone), of which the caller keeps its slice.
+at::Tensor FlatParam::materialise(const ParamSlot& s, const ParamInit& init) const {
+  FSDP_CHECK(init, "parameter '", s.name, "' is deferred (it has no values yet) but "
+             "ShardingOptions::param_init is not set: fully_shard cannot materialise it");
+  at::Tensor full = at::empty(s.shape, at::kFloat);
+  init(s.name, full);
+  FSDP_CHECK(full.sizes() == at::IntArrayRef(s.shape) && full.scalar_type() == at::kFloat,
+             "param_init for '", s.name, "' changed the tensor's shape or dtype");
+  return full;
+}
+
+void FlatParam::init_shard(const ParamInit& init) {
   at::NoGradGuard no_grad;
   shard_ = at::zeros({shard_numel_}, at::kFloat);
   for (const auto& s : slots_) {
     const Overlap o = overlap(s);
     if (o.count == 0) continue;
+    const at::Tensor values = is_deferred(s.param) ? materialise(s, init) : s.param.detach();
     shard_.narrow(0, o.shard_begin, o.count)
-        .copy_(s.param.detach().reshape({-1}).narrow(0, o.param_begin, o.count));
+        .copy_(values.reshape({-1}).narrow(0, o.param_begin, o.count));
   }
   grad_shard_ = at::zeros({shard_numel_}, at::kFloat);
 }

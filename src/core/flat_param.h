@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "fsdp/options.h"
+
 namespace fsdp {
 
 struct ParamSlot {
@@ -30,8 +32,10 @@ class FlatParam {
  public:
   // Takes this rank's slice of the parameters' current values into the fp32 shard, then points
   // every parameter at the (allocated) full buffer.
+  // A deferred parameter (fsdp/init.h) has no current values: `init` computes them, one full
+  // parameter at a time.
   FlatParam(std::vector<ParamSlot> slots, int shard_rank, int shard_count,
-            at::ScalarType param_dtype);
+            at::ScalarType param_dtype, const ParamInit& init = {});
 
   const std::vector<ParamSlot>& slots() const { return slots_; }
   int64_t numel() const { return numel_; }
@@ -77,7 +81,8 @@ class FlatParam {
   Overlap overlap(const ParamSlot& slot) const;
 
  private:
-  void init_shard();
+  void init_shard(const ParamInit& init);
+  at::Tensor materialise(const ParamSlot& s, const ParamInit& init) const;
   void point_params_at_full();
 
   std::vector<ParamSlot> slots_;

@@ -65,7 +65,7 @@ Unit::Unit(Runtime& runtime, std::string name, const torch::nn::Module* module,
       module_(module),
       is_root_(is_root),
       flat_(std::move(slots), runtime.shard_group().rank(), runtime.shard_group().size(),
-            to_scalar_type(runtime.options().param_dtype_)) {
+            to_scalar_type(runtime.options().param_dtype_), runtime.options().param_init_) {
   // The root keeps its parameters from forward to the end of backward, as in PyTorch FSDP.
   const ShardingStrategy strategy = runtime.options().strategy_;
   reshard_after_forward_ = !is_root_ && (strategy == ShardingStrategy::kFullShard ||

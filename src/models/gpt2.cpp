@@ -15,6 +15,7 @@
 #include <string>
 
 #include "fsdp/hooks.h"
+#include "fsdp/init.h"
 
 namespace fsdp {
 
@@ -122,12 +123,23 @@ at::Tensor GPT2BlockImpl::forward(const at::Tensor& x) {
   return h + mlp->forward(ln_2->forward(h));
 }
 
+namespace {
+// With config.deferred, a submodule gives its parameters' bytes up as soon as it is built, so that
+// building the model never holds more than its largest submodule (fsdp/init.h).
+template <typename M>
+M built(M module, const GPT2Config& config) {
+  if (config.deferred) fsdp::defer_parameters(*module);
+  return module;
+}
+}  // namespace
+
 GPT2TransformerImpl::GPT2TransformerImpl(const GPT2Config& config) {
-  wte = register_module("wte", torch::nn::Embedding(config.vocab_size, config.n_embd));
-  wpe = register_module("wpe", torch::nn::Embedding(config.n_positions, config.n_embd));
+  wte = register_module("wte", built(torch::nn::Embedding(config.vocab_size, config.n_embd), config));
+  wpe = register_module("wpe",
+                        built(torch::nn::Embedding(config.n_positions, config.n_embd), config));
   h = register_module("h", torch::nn::ModuleList());
-  for (int64_t i = 0; i < config.n_layer; ++i) h->push_back(GPT2Block(config));
-  ln_f = register_module("ln_f", layer_norm(config));
+  for (int64_t i = 0; i < config.n_layer; ++i) h->push_back(built(GPT2Block(config), config));
+  ln_f = register_module("ln_f", built(layer_norm(config), config));
 }
 
 GPT2Impl::GPT2Impl(GPT2Config config) : config_(config) {
@@ -136,7 +148,7 @@ GPT2Impl::GPT2Impl(GPT2Config config) : config_(config) {
   for (const auto& block : *transformer_->h) {
     blocks_.emplace_back(std::dynamic_pointer_cast<GPT2BlockImpl>(block));
   }
-  init_gpt2_weights(*this, 0);
+  if (!config_.deferred) init_gpt2_weights(*this, 0);
 }
 
 at::Tensor GPT2Impl::forward(const at::Tensor& idx) {
@@ -213,23 +225,32 @@ uint64_t parameter_seed(const std::string& name, uint64_t seed) {
   return splitmix64(fnv1a64(name) ^ splitmix64(seed));
 }
 
-void init_gpt2_weights(GPT2Impl& model, uint64_t seed) {
+void init_gpt2_parameter(const GPT2Config& config, const std::string& name, at::Tensor& p,
+                         uint64_t seed) {
   torch::NoGradGuard no_grad;
   const double std = 0.02;
   // GPT-2 paper: residual projections scaled by 1/sqrt(number of residual additions).
-  const double residual_std = std / std::sqrt(2.0 * static_cast<double>(model.config().n_layer));
-  for (auto& item : model.named_parameters()) {
-    const std::string& name = item.key();
-    at::Tensor& p = item.value();
-    const std::string owner = owner_of(name);
-    if (ends_with(name, ".bias")) {
-      p.zero_();
-    } else if (owner.rfind("ln_", 0) == 0) {
-      p.fill_(1.0);
-    } else {
-      fill_normal(p, owner == "c_proj" ? residual_std : std, parameter_seed(name, seed));
-    }
+  const double residual_std = std / std::sqrt(2.0 * static_cast<double>(config.n_layer));
+  const std::string owner = owner_of(name);
+  if (ends_with(name, ".bias")) {
+    p.zero_();
+  } else if (owner.rfind("ln_", 0) == 0) {
+    p.fill_(1.0);
+  } else {
+    fill_normal(p, owner == "c_proj" ? residual_std : std, parameter_seed(name, seed));
   }
+}
+
+void init_gpt2_weights(GPT2Impl& model, uint64_t seed) {
+  for (auto& item : model.named_parameters()) {
+    init_gpt2_parameter(model.config(), item.key(), item.value(), seed);
+  }
+}
+
+ParamInit gpt2_param_init(const GPT2Config& config, uint64_t seed) {
+  return [config, seed](const std::string& name, at::Tensor& full) {
+    init_gpt2_parameter(config, name, full, seed);
+  };
 }
 
 }  // namespace fsdp

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "fsdp/hooks.h"
+#include "fsdp/init.h"
 #include "fsdp/models/gpt2.h"  // parameter_seed, gpt2_loss
 
 namespace fsdp {
@@ -181,24 +182,37 @@ at::Tensor LlamaDecoderLayerImpl::forward(const at::Tensor& x) {
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
+namespace {
+// With config.deferred, a submodule gives its parameters' bytes up as soon as it is built, so that
+// building the model never holds more than its largest submodule (fsdp/init.h).
+template <typename M>
+M built(M module, const LlamaConfig& config) {
+  if (config.deferred) fsdp::defer_parameters(*module);
+  return module;
+}
+}  // namespace
+
 LlamaModelImpl::LlamaModelImpl(const LlamaConfig& config) {
-  embed_tokens =
-      register_module("embed_tokens", torch::nn::Embedding(config.vocab_size, config.dim));
+  embed_tokens = register_module(
+      "embed_tokens", built(torch::nn::Embedding(config.vocab_size, config.dim), config));
   layers = register_module("layers", torch::nn::ModuleList());
   auto rope = std::make_shared<const LlamaRotaryEmbedding>(config);
-  for (int64_t i = 0; i < config.n_layer; ++i) layers->push_back(LlamaDecoderLayer(config, rope));
-  norm = register_module("norm", LlamaRMSNorm(config.dim, config.norm_eps));
+  for (int64_t i = 0; i < config.n_layer; ++i) {
+    layers->push_back(built(LlamaDecoderLayer(config, rope), config));
+  }
+  norm = register_module("norm", built(LlamaRMSNorm(config.dim, config.norm_eps), config));
 }
 
 LlamaImpl::LlamaImpl(LlamaConfig config) : config_(config) {
   config_.validate();
   model_ = register_module("model", LlamaModel(config_));
-  if (!config_.tie_embeddings)
-    lm_head_ = register_module("lm_head", linear(config_.dim, config_.vocab_size));
+  if (!config_.tie_embeddings) {
+    lm_head_ = register_module("lm_head", built(linear(config_.dim, config_.vocab_size), config_));
+  }
   for (const auto& layer : *model_->layers) {
     blocks_.emplace_back(std::dynamic_pointer_cast<LlamaDecoderLayerImpl>(layer));
   }
-  init_llama_weights(*this, 0);
+  if (!config_.deferred) init_llama_weights(*this, 0);
 }
 
 at::Tensor LlamaImpl::forward(const at::Tensor& idx) {
@@ -237,22 +251,28 @@ bool is_norm_weight(const std::string& name) {
 
 }  // namespace
 
-void init_llama_weights(LlamaImpl& model, uint64_t seed) {
+void init_llama_parameter(const std::string& name, at::Tensor& p, uint64_t seed) {
   torch::NoGradGuard no_grad;
-  for (auto& item : model.named_parameters()) {
-    const std::string& name = item.key();
-    at::Tensor& p = item.value();
-    if (is_norm_weight(name)) {
-      p.fill_(1.0);
-      continue;
-    }
-    // Drawn in fp32 from the parameter's own generator whatever its dtype, so that a bf16 model
-    // gets the rounded fp32 values.
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(parameter_seed(name, seed));
-    at::Tensor values = at::empty(p.sizes(), at::TensorOptions().dtype(at::kFloat));
-    values.normal_(0.0, 0.02, gen);
-    p.copy_(values);
+  if (is_norm_weight(name)) {
+    p.fill_(1.0);
+    return;
   }
+  // Drawn in fp32 from the parameter's own generator whatever its dtype, so that a bf16 model
+  // gets the rounded fp32 values.
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(parameter_seed(name, seed));
+  at::Tensor values = at::empty(p.sizes(), at::TensorOptions().dtype(at::kFloat));
+  values.normal_(0.0, 0.02, gen);
+  p.copy_(values);
+}
+
+void init_llama_weights(LlamaImpl& model, uint64_t seed) {
+  for (auto& item : model.named_parameters()) init_llama_parameter(item.key(), item.value(), seed);
+}
+
+ParamInit llama_param_init(uint64_t seed) {
+  return [seed](const std::string& name, at::Tensor& full) {
+    init_llama_parameter(name, full, seed);
+  };
 }
 
 }  // namespace fsdp

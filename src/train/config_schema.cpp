@@ -374,6 +374,9 @@ std::vector<Option> model_section() {
                   "longest sequence the model accepts (position or RoPE table); 0: data.seq_len"),
       number_setting("model.norm_eps", FIELD(model.norm_eps),
                      "epsilon of every LayerNorm (GPT-2) or RMSNorm (Llama)"),
+      string_setting("model.init_from", FIELD(model.init_from),
+                     "a safetensors file (Hugging Face names) to start a fresh run from instead "
+                     "of the seeded initialisation; empty: none"),
       only_for(gpt2,
                int_setting("model.n_embd", FIELD(model.n_embd), "width of the residual stream")),
       only_for(llama, int_setting("model.dim", FIELD(model.dim), "width of the residual stream")),

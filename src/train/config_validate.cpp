@@ -29,10 +29,6 @@ const Unsupported kUnsupported[] = {
     {"fsdp_config.fsdp_activation_checkpointing",
      [](const TrainConfig& c) { return c.fsdp.activation_checkpointing; },
      "activations are kept for backward (checkpointing is planned); set it to false"},
-    {"fsdp_config.fsdp_cpu_ram_efficient_loading",
-     [](const TrainConfig& c) { return c.fsdp.cpu_ram_efficient_loading; },
-     "every rank still builds the whole model before sharding it (meta-device initialisation is "
-     "planned); set it to false"},
 };
 
 std::string num(double x) { return format_number(x); }

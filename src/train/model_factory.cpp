@@ -22,10 +22,10 @@ CausalLM build_gpt2(const TrainConfig& config) {
   c.n_layer = m.n_layer;
   c.n_head = m.n_head;
   c.layer_norm_eps = m.norm_eps;
+  c.deferred = true;
   GPT2 model(c);
-  init_gpt2_weights(*model, static_cast<uint64_t>(config.train.seed));
   return {model.ptr(), [model](const at::Tensor& idx) mutable { return fsdp::forward(model, idx); },
-          c.n_positions};
+          c.n_positions, gpt2_param_init(c, static_cast<uint64_t>(config.train.seed))};
 }
 
 CausalLM build_llama(const TrainConfig& config) {
@@ -41,10 +41,10 @@ CausalLM build_llama(const TrainConfig& config) {
   c.rope_theta = m.rope_theta;
   c.norm_eps = m.norm_eps;
   c.tie_embeddings = m.tie_embeddings;
+  c.deferred = true;
   Llama model(c);
-  init_llama_weights(*model, static_cast<uint64_t>(config.train.seed));
   return {model.ptr(), [model](const at::Tensor& idx) mutable { return fsdp::forward(model, idx); },
-          c.max_position_embeddings};
+          c.max_position_embeddings, llama_param_init(static_cast<uint64_t>(config.train.seed))};
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 
+#include "fsdp/options.h"
 #include "fsdp/train/config.h"
 
 namespace torch {
@@ -23,11 +24,15 @@ struct CausalLM {
   // idx [B, T] int64 -> logits [B, T, V], through fsdp::forward so that units run their hooks.
   std::function<at::Tensor(const at::Tensor&)> forward;
   int64_t context_length = 0;  // the longest T forward accepts
+  // The parameters' initial values by name, from (config.train.seed, the name) alone: give it to
+  // fully_shard (ShardingOptions::param_init) to materialise the deferred parameters.
+  ParamInit param_init;
 };
 
-// Builds the model `config.model` describes with context config.context_length(), every
-// parameter drawn from (config.train.seed, its name), so every rank builds the same values.
-// Throws std::invalid_argument for sizes the model rejects.
+// Builds the model `config.model` describes with context config.context_length(), its parameters
+// deferred (fsdp/init.h): shapes without values, so that no rank ever holds the whole model;
+// fully_shard materialises each rank's shard with `param_init`, the values every rank (and a
+// single process) would draw. Throws std::invalid_argument for sizes the model rejects.
 CausalLM build_model(const TrainConfig& config);
 
 // Parameters in the model (tied ones once).

@@ -14,6 +14,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <iostream>
 
 #include "fsdp/checkpoint/checkpoint.h"
@@ -90,15 +91,26 @@ data::LoaderOptions loader_options(const TrainConfig& c, const Comm& world) {
   return o;
 }
 
+int64_t peak_rss_over_ranks(Comm& world) {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  const int64_t mine = static_cast<int64_t>(usage.ru_maxrss) * 1024;
+  std::vector<int64_t> all(static_cast<size_t>(world.size()));
+  world.all_gather(&mine, all.data(), 1, DType::kInt64);
+  return *std::max_element(all.begin(), all.end());
+}
+
 // --- the model ----------------------------------------------------------------------------------
 
-// fsdp_sync_module_states: every parameter takes rank 0's values before sharding.
-void broadcast_parameters(torch::nn::Module& module, Comm& world) {
-  at::NoGradGuard no_grad;
-  for (auto& p : module.parameters()) {
-    at::Tensor t = p.detach().contiguous();
-    world.broadcast(t.data_ptr(), static_cast<size_t>(t.numel()), DType::kFloat32, 0);
-    if (!t.is_same(p)) p.detach().copy_(t);
+// fsdp_sync_module_states: every shard takes the values replica 0 holds (rank 0's, for the
+// parameters rank 0 holds), over the group of ranks that hold the same shard.
+void broadcast_shards(FullyShardedModel& model) {
+  Comm& replicas = model.replicate_group();
+  if (replicas.size() == 1) return;
+  replicas.set_context("fsdp_sync_module_states broadcast");
+  for (const UnitShard& s : model.shards()) {
+    replicas.broadcast(s.param.data_ptr(), static_cast<size_t>(s.param.numel()), DType::kFloat32,
+                       0);
   }
 }
 
@@ -163,10 +175,12 @@ int64_t resume(const std::string& path, const TrainConfig& c, FullyShardedModel&
                AdamW& opt, data::TrainLoader& loader, RunLog& log) {
   LoadedCheckpoint loaded = load_checkpoint(path, model, &opt);
   const TrainConfig saved = saved_config(loaded.train_state, loaded.path);
-  if (!(saved.model == c.model)) {
+  // The architecture must match; where the first run's parameters came from need not.
+  ModelConfig saved_model = saved.model, model_now = c.model;
+  saved_model.init_from = model_now.init_from = "";
+  if (!(saved_model == model_now)) {
     throw CheckpointError("train.resume: checkpoint '" + loaded.path +
-                          "' holds another model; its model section is:\n" +
-                          to_yaml(saved).substr(to_yaml(saved).find("model:")));
+                          "' holds another model; its config is:\n" + to_yaml(saved));
   }
   loader.set_state(saved_loader_state(loaded.train_state, loaded.path));
   log.info("resumed from " + loaded.path + " at step " + std::to_string(loaded.step));
@@ -183,22 +197,14 @@ std::string save(const TrainConfig& c, int64_t step, FullyShardedModel& model, c
   if (c.fsdp.state_dict_type == StateDictType::kFullStateDict) {
     save_full_safetensors(model, dir + "/model.safetensors");
   }
-  log.info("checkpoint " + dir + " (" +
-           std::to_string(std::chrono::duration<double>(Clock::now() - t0).count()).substr(0, 5) +
-           " s)");
+  std::ostringstream took;
+  took.precision(3);
+  took << std::chrono::duration<double>(Clock::now() - t0).count();
+  log.info("checkpoint " + dir + " (" + took.str() + " s)");
   return dir;
 }
 
 // --- the loop -----------------------------------------------------------------------------------
-
-int64_t peak_rss_over_ranks(Comm& world) {
-  struct rusage usage {};
-  getrusage(RUSAGE_SELF, &usage);
-  const int64_t mine = static_cast<int64_t>(usage.ru_maxrss) * 1024;
-  std::vector<int64_t> all(static_cast<size_t>(world.size()));
-  world.all_gather(&mine, all.data(), 1, DType::kInt64);
-  return *std::max_element(all.begin(), all.end());
-}
 
 double average_over_ranks(double value, Comm& world) {
   float v = static_cast<float>(value);
@@ -242,8 +248,9 @@ std::pair<double, double> train_step(const TrainConfig& c, const CausalLM& lm,
 
 TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
                    const StepCallback& after_step) {
-  // 1. The world, threads and output.
+  // 1. The world, threads, output, and where to resume from (checked before any work is done).
   check_world(c, *world);
+  const std::optional<std::string> resume_from = resume_path(c.train);
   if (c.train.num_threads > 0) at::set_num_threads(c.train.num_threads);
   const bool rank0 = world->rank() == 0;
   // A progress bar only when rank 0 writes straight to a terminal: mpirun gives its ranks a
@@ -259,25 +266,32 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
     eval_loader.emplace(d.val, loader_options(c, *world), c.train.eval_batches);
   }
 
-  // 3. The model, every value drawn from (seed, parameter name): the same on every rank.
+  // 3. The model, deferred: shapes only, no rank ever holds all of its values.
   CausalLM lm = build_model(c);
   const int64_t n_params = count_parameters(*lm.module);
-  if (c.fsdp.sync_module_states) broadcast_parameters(*lm.module, *world);
 
-  // 4. Shard it, and give the optimizer this rank's shards only.
-  auto model = fully_shard(lm.module, world, c.sharding_options());
+  // 4. Shard it: each rank materialises its own shard, every value drawn from (seed, parameter
+  // name) as one process would. Then the optimizer, over this rank's shards only.
+  auto model = fully_shard(lm.module, world, c.sharding_options().param_init(lm.param_init));
+  // A fresh run may start from a full model file instead (a resumed one takes its checkpoint's).
+  if (!c.model.init_from.empty() && !resume_from) {
+    load_full_safetensors(*model, c.model.init_from,
+                          FullStateLoadOptions().from_rank0(c.fsdp.cpu_ram_efficient_loading));
+    log.info("parameters from " + c.model.init_from +
+             (c.fsdp.cpu_ram_efficient_loading ? " (read by rank 0, broadcast unit by unit)" : ""));
+  }
+  if (c.fsdp.sync_module_states) broadcast_shards(*model);
   AdamW opt(sharded_params(*model), adamw_options(c.optim));
   log.info("model: " + std::string(to_string(c.model.type)) + ", " + std::to_string(n_params) +
            " parameters in " + std::to_string(model->units().size()) + " units; " +
            to_string(c.fsdp.sharding_strategy) + " over " + std::to_string(world->size()) +
            " ranks (" + world->backend() + "); this rank holds " +
-           format_bytes(model->memory().sharded_param_bytes) + " of parameters");
+           format_bytes(model->memory().sharded_param_bytes) + " of parameters; peak RSS " +
+           format_bytes(peak_rss_over_ranks(*world)) + " after sharding");
 
   // 5. Resume where a checkpoint left off.
   TrainSummary summary;
-  if (auto path = resume_path(c.train)) {
-    summary.start_step = resume(*path, c, *model, opt, loader, log);
-  }
+  if (resume_from) summary.start_step = resume(*resume_from, c, *model, opt, loader, log);
 
   // 6. The loop.
   const int64_t tokens_per_step =
@@ -392,7 +406,7 @@ std::vector<std::string> sample(const TrainConfig& config, const SampleOptions& 
 
   CausalLM lm = build_model(saved);
   // Any world size can sample: one shard group over every rank started.
-  ShardingOptions sharding = saved.sharding_options();
+  ShardingOptions sharding = saved.sharding_options().param_init(lm.param_init);
   sharding.strategy(ShardingStrategy::kFullShard).shard_group_size(0);
   auto model = fully_shard(lm.module, world, sharding);
   load_checkpoint(dir, *model, nullptr);

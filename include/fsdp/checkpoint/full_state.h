@@ -50,9 +50,18 @@ struct FullStateLoadOptions {
   // Default true: a tensor in the file that names no parameter of the model is an error. False:
   // such tensors are ignored (a file with buffers, or with more heads than the model).
   bool strict_ = true;
+  // Default false: every rank opens the file and reads its own shard's bytes. True (Accelerate's
+  // cpu_ram_efficient_loading): only rank 0 reads it, the file need exist on rank 0 only, and each
+  // unit is broadcast whole to every rank, which keeps its shard: memory on any rank is bounded by
+  // the largest unit, traffic is the model's size times the world size.
+  bool from_rank0_ = false;
 
   FullStateLoadOptions& strict(bool s) {
     strict_ = s;
+    return *this;
+  }
+  FullStateLoadOptions& from_rank0(bool r) {
+    from_rank0_ = r;
     return *this;
   }
 };

@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "fsdp/options.h"
+
 namespace fsdp {
 
 struct GPT2Config {
@@ -33,6 +35,10 @@ struct GPT2Config {
   int64_t n_layer = 12;          // transformer blocks
   int64_t n_head = 12;           // attention heads; must divide n_embd
   double layer_norm_eps = 1e-5;  // epsilon of every LayerNorm
+  // Build the parameters deferred (fsdp/init.h): shapes without bytes, each submodule released as
+  // soon as it is built, for fully_shard with param_init(gpt2_param_init(...)) to materialise only
+  // each rank's shard. Default false: built and initialised with init_gpt2_weights(seed 0).
+  bool deferred = false;
 
   // Throws std::invalid_argument naming the first bad field.
   void validate() const;
@@ -131,6 +137,13 @@ at::Tensor gpt2_loss(const at::Tensor& logits, const at::Tensor& targets);
 // projections and embeddings ~ N(0, 0.02), the residual projections "c_proj.weight" ~
 // N(0, 0.02 / sqrt(2 * n_layer)), biases 0, LayerNorm weights 1.
 void init_gpt2_weights(GPT2Impl& model, uint64_t seed);
+
+// One parameter's initial values, by its qualified name, as init_gpt2_weights gives them.
+void init_gpt2_parameter(const GPT2Config& config, const std::string& name, at::Tensor& p,
+                         uint64_t seed);
+
+// init_gpt2_parameter as a ShardingOptions::param_init, for a model built with config.deferred.
+ParamInit gpt2_param_init(const GPT2Config& config, uint64_t seed);
 
 // The seed of the CPU generator that fills the parameter `name`: FNV-1a 64 of the name, mixed
 // with `seed` (splitmix64). Stable across runs, platforms and releases of this library.

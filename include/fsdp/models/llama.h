@@ -27,6 +27,8 @@
 #include <utility>
 #include <vector>
 
+#include "fsdp/options.h"
+
 namespace fsdp {
 
 // Shapes default to HF's LlamaConfig (Llama 2 7B); vocabulary and norm epsilon do not (see there).
@@ -41,6 +43,10 @@ struct LlamaConfig {
   double rope_theta = 10000.0;             // base of the rotary frequencies
   double norm_eps = 1e-5;                  // rms_norm_eps, as Llama 2's checkpoints (HF: 1e-6)
   bool tie_embeddings = false;             // tie_word_embeddings: logits use embed_tokens.weight
+  // Build the parameters deferred (fsdp/init.h), for fully_shard with
+  // param_init(llama_param_init(seed)) to materialise each rank's shard. Default false: built and
+  // initialised with init_llama_weights(seed 0).
+  bool deferred = false;
 
   // Throws std::invalid_argument naming the first bad field: sizes must be positive (n_kv_head
   // may be 0), n_head must divide dim, the key/value heads must divide n_head, and the head size
@@ -169,5 +175,11 @@ at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& targets);
 // Re-initialises every parameter from (seed, its full name) alone, as HF's LlamaPreTrainedModel
 // does: projection and embedding weights ~ N(0, 0.02) (no residual scaling), RMSNorm weights 1.
 void init_llama_weights(LlamaImpl& model, uint64_t seed);
+
+// One parameter's initial values, by its qualified name, as init_llama_weights gives them.
+void init_llama_parameter(const std::string& name, at::Tensor& p, uint64_t seed);
+
+// init_llama_parameter as a ShardingOptions::param_init, for a model built with config.deferred.
+ParamInit llama_param_init(uint64_t seed);
 
 }  // namespace fsdp

@@ -47,6 +47,10 @@ struct ModelConfig {
   // Default 0: data.seq_len (see TrainConfig::context_length()).
   int64_t n_positions = 0;
   double norm_eps = 1e-5;  // epsilon of every LayerNorm (GPT-2) or RMSNorm (Llama)
+  // A safetensors file (Hugging Face names, e.g. from fsdp-ckpt consolidate or save_pretrained)
+  // whose parameters replace the seeded initialisation of a fresh run; a resumed run takes the
+  // checkpoint's instead. With fsdp_cpu_ram_efficient_loading only rank 0 reads it. Default empty.
+  std::string init_from;
 
   // GPT-2 only. Width of the residual stream. Default 128.
   int64_t n_embd = 128;
