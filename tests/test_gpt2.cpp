@@ -12,20 +12,14 @@
 
 #include "fsdp/hooks.h"
 #include "fsdp/models/gpt2.h"
+#include "model_test_util.h"
 
 namespace fsdp {
 namespace {
 
-at::Tensor random_tokens(int64_t B, int64_t T, int64_t V, uint64_t seed) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  return at::randint(V, {B, T}, gen, at::kLong);
-}
-
-std::map<std::string, at::Tensor> params_by_name(GPT2Impl& model) {
-  std::map<std::string, at::Tensor> out;
-  for (const auto& item : model.named_parameters()) out[item.key()] = item.value();
-  return out;
-}
+using test::params_by_name;
+using test::random_tokens;
+using test::ScalingHooks;
 
 // The parameter names and shapes of transformers' GPT2LMHeadModel (lm_head.weight is tied to
 // transformer.wte.weight and so not listed), in its registration order.
@@ -218,22 +212,6 @@ TEST(GPT2, GoldenAgainstPyTorch) {
   EXPECT_NEAR(logits[1][11][96].item<double>(), 2.09789062, 1e-5);
   EXPECT_NEAR(logits[1][7][40].item<double>(), -2.27090549, 1e-5);
 }
-
-// Hooks that count calls and scale the block's output, as a sharding runtime would intercept it.
-class ScalingHooks : public ModuleHooks {
- public:
-  explicit ScalingHooks(double scale) : scale_(scale) {}
-  void pre_forward() override { ++pre; }
-  std::vector<at::Tensor> post_forward(std::vector<at::Tensor> outputs) override {
-    ++post;
-    for (auto& t : outputs) t = t * scale_;
-    return outputs;
-  }
-  int pre = 0, post = 0;
-
- private:
-  double scale_;
-};
 
 TEST(GPT2, BlocksAreCalledThroughFsdpForward) {
   GPT2 model(GPT2Config::tiny());

@@ -49,11 +49,9 @@ void expect_equal_to_eager(std::shared_ptr<torch::nn::Module> deferred,
                            const std::map<std::string, at::Tensor>& eager, const ParamInit& init,
                            ShardingStrategy strategy, const std::string& block) {
   expect_all_deferred(*deferred);
-  auto sharded = fully_shard(deferred, test::world(),
-                             ShardingOptions()
-                                 .strategy(strategy)
-                                 .wrap(WrapPolicy::by_type({block}))
-                                 .param_init(init));
+  auto sharded = fully_shard(
+      deferred, test::world(),
+      ShardingOptions().strategy(strategy).wrap(WrapPolicy::by_type({block})).param_init(init));
   // This rank holds its shards only: the sharded state is the padded model over the shard count.
   int64_t padded = 0, held = 0;
   for (const auto& u : sharded->units()) padded += u.padded_numel;
@@ -68,8 +66,7 @@ void expect_equal_to_eager(std::shared_ptr<torch::nn::Module> deferred,
 }
 
 const ShardingStrategy kStrategies[] = {ShardingStrategy::kFullShard,
-                                        ShardingStrategy::kShardGradOp,
-                                        ShardingStrategy::kNoShard};
+                                        ShardingStrategy::kShardGradOp, ShardingStrategy::kNoShard};
 
 TEST(DeferredInit, Gpt2ShardsEqualEagerInitialisation) {
   GPT2 eager(gpt2_config(false));
@@ -104,8 +101,8 @@ TEST(DeferredInit, TrainsLikeTheEagerModel) {
     AdamW opt(sharded_params(*sharded));
     const at::Tensor tokens = test::bigram_tokens(5, 2 * test::world()->size(), 13, 67)
                                   .narrow(0, 2 * test::world()->rank(), 2);
-    at::Tensor loss = gpt2_loss(fsdp::forward(model, tokens.narrow(1, 0, 12)),
-                                tokens.narrow(1, 1, 12));
+    at::Tensor loss =
+        gpt2_loss(fsdp::forward(model, tokens.narrow(1, 0, 12)), tokens.narrow(1, 1, 12));
     loss.backward();
     opt.step();
     return std::make_pair(loss.item<double>(), sharded->gather_full_params());
@@ -115,11 +112,13 @@ TEST(DeferredInit, TrainsLikeTheEagerModel) {
   init_gpt2_weights(*eager, kSeed);
   const auto a = step(eager, fully_shard(eager.ptr(), test::world(), wrap));
   GPT2 deferred(gpt2_config(true));
-  const auto b = step(deferred, fully_shard(deferred.ptr(), test::world(),
-                                            ShardingOptions(wrap).param_init(
-                                                gpt2_param_init(gpt2_config(true), kSeed))));
+  const auto b = step(
+      deferred,
+      fully_shard(deferred.ptr(), test::world(),
+                  ShardingOptions(wrap).param_init(gpt2_param_init(gpt2_config(true), kSeed))));
   EXPECT_EQ(a.first, b.first);
-  for (const auto& [name, value] : a.second) EXPECT_TRUE(at::equal(value, b.second.at(name))) << name;
+  for (const auto& [name, value] : a.second)
+    EXPECT_TRUE(at::equal(value, b.second.at(name))) << name;
 }
 
 TEST(DeferredInit, WithoutParamInitIsAnErrorNamingTheParameter) {

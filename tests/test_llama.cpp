@@ -20,21 +20,15 @@
 #include <vector>
 
 #include "fsdp/fsdp.h"
+#include "model_test_util.h"
 #include "test_util.h"
 
 namespace fsdp {
 namespace {
 
-at::Tensor random_tokens(int64_t B, int64_t T, int64_t V, uint64_t seed) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  return at::randint(V, {B, T}, gen, at::kLong);
-}
-
-std::map<std::string, at::Tensor> params_by_name(torch::nn::Module& model) {
-  std::map<std::string, at::Tensor> out;
-  for (const auto& item : model.named_parameters()) out[item.key()] = item.value();
-  return out;
-}
+using test::params_by_name;
+using test::random_tokens;
+using test::ScalingHooks;
 
 // --- names and shapes ---------------------------------------------------------------------------
 
@@ -333,22 +327,6 @@ TEST(Llama, GoldenTiedAgainstPyTorch) {
 
 // --- the fsdp::forward seam ---------------------------------------------------------------------
 
-// Counts calls and scales the block's output, as a sharding runtime would intercept it.
-class CountingHooks : public ModuleHooks {
- public:
-  explicit CountingHooks(double scale) : scale_(scale) {}
-  void pre_forward() override { ++pre; }
-  std::vector<at::Tensor> post_forward(std::vector<at::Tensor> outputs) override {
-    ++post;
-    for (auto& t : outputs) t = t * scale_;
-    return outputs;
-  }
-  int pre = 0, post = 0;
-
- private:
-  double scale_;
-};
-
 TEST(Llama, BlocksAreCalledThroughFsdpForward) {
   Llama model(LlamaConfig::tiny());
   init_llama_weights(*model, 8);
@@ -357,7 +335,7 @@ TEST(Llama, BlocksAreCalledThroughFsdpForward) {
   at::Tensor plain = model->forward(idx);
 
   const torch::nn::Module* block1 = model->blocks()[1].get();
-  auto hooks = std::make_shared<CountingHooks>(2.0);
+  auto hooks = std::make_shared<ScalingHooks>(2.0);
   set_module_hooks(block1, hooks);
   at::Tensor scaled = model->forward(idx);
   set_module_hooks(block1, nullptr);

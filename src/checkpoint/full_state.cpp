@@ -305,7 +305,8 @@ void load_full_safetensors(FullyShardedModel& model, const std::string& path,
 
 void consolidate_checkpoint(const std::string& dir, const std::string& out_path, DType dtype,
                             int64_t chunk_elements) {
-  if (chunk_elements <= 0) throw std::invalid_argument("consolidate_checkpoint: chunk_elements <= 0");
+  if (chunk_elements <= 0)
+    throw std::invalid_argument("consolidate_checkpoint: chunk_elements <= 0");
   CheckpointReader reader(dir);
   const SafetensorsDType file_type = file_dtype(dtype);
   const at::ScalarType type = *to_scalar_type(file_type);

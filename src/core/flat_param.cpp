@@ -42,7 +42,8 @@ FlatParam::Overlap FlatParam::overlap(const ParamSlot& slot) const {
 // The values of a deferred parameter, computed whole (generators draw a parameter's values in
 // order, so a slice cannot be drawn alone), of which the caller keeps its slice.
 at::Tensor FlatParam::materialise(const ParamSlot& s, const ParamInit& init) const {
-  FSDP_CHECK(init, "parameter '", s.name, "' is deferred (it has no values yet) but "
+  FSDP_CHECK(init, "parameter '", s.name,
+             "' is deferred (it has no values yet) but "
              "ShardingOptions::param_init is not set: fully_shard cannot materialise it");
   at::Tensor full = at::empty(s.shape, at::kFloat);
   init(s.name, full);

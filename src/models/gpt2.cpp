@@ -134,7 +134,8 @@ M built(M module, const GPT2Config& config) {
 }  // namespace
 
 GPT2TransformerImpl::GPT2TransformerImpl(const GPT2Config& config) {
-  wte = register_module("wte", built(torch::nn::Embedding(config.vocab_size, config.n_embd), config));
+  wte =
+      register_module("wte", built(torch::nn::Embedding(config.vocab_size, config.n_embd), config));
   wpe = register_module("wpe",
                         built(torch::nn::Embedding(config.n_positions, config.n_embd), config));
   h = register_module("h", torch::nn::ModuleList());

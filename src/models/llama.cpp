@@ -270,9 +270,8 @@ void init_llama_weights(LlamaImpl& model, uint64_t seed) {
 }
 
 ParamInit llama_param_init(uint64_t seed) {
-  return [seed](const std::string& name, at::Tensor& full) {
-    init_llama_parameter(name, full, seed);
-  };
+  return
+      [seed](const std::string& name, at::Tensor& full) { init_llama_parameter(name, full, seed); };
 }
 
 }  // namespace fsdp

@@ -13,11 +13,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
-#include <functional>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/checkpoint/full_state.h"
@@ -60,7 +60,8 @@ Args parse_args(int argc, char** argv) {
       a.checkpoint_dir = value();
     else
       throw std::invalid_argument(
-          "unknown option " + k + " (known: --model --seq --batch --steps --dtype --nproc --checkpoint)");
+          "unknown option " + k +
+          " (known: --model --seq --batch --steps --dtype --nproc --checkpoint)");
   }
   if (a.model != "124m" && a.model != "tiny") throw std::invalid_argument("--model: 124m or tiny");
   if (a.dtype != "fp32" && a.dtype != "bf16") throw std::invalid_argument("--dtype: fp32 or bf16");
@@ -213,8 +214,9 @@ int main(int argc, char** argv) {
           ns.step_seconds / fs.step_seconds, fs.peak_rss_mib / ns.peak_rss_mib,
           fs.model_state_mib / ns.model_state_mib, n, 1.0 / n);
       for (const auto& r : io) {
-        std::printf("checkpoint (FULL_SHARD): %-12s %7.2f s, peak RSS growth %7.1f MiB per rank (max)\n",
-                    r.what.c_str(), r.seconds, r.peak_growth_mib);
+        std::printf(
+            "checkpoint (FULL_SHARD): %-12s %7.2f s, peak RSS growth %7.1f MiB per rank (max)\n",
+            r.what.c_str(), r.seconds, r.peak_growth_mib);
       }
     }
     return 0;

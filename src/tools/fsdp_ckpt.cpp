@@ -79,7 +79,8 @@ int inspect(const std::string& path) {
                 (long long)u.shard_numel);
     for (const auto& p : u.params) {
       std::string shape;
-      for (size_t i = 0; i < p.shape.size(); ++i) shape += (i ? " x " : "") + std::to_string(p.shape[i]);
+      for (size_t i = 0; i < p.shape.size(); ++i)
+        shape += (i ? " x " : "") + std::to_string(p.shape[i]);
       std::printf("    %-50s %-16s at %lld\n", p.name.c_str(), shape.c_str(), (long long)p.offset);
     }
   }
@@ -112,8 +113,9 @@ int run(int argc, char** argv) {
     const Args a = parse(argc, argv, {"--dtype"});
     if (a.positional.size() != 2) throw UsageError("consolidate takes a folder and an output file");
     const auto d = a.flags.find("--dtype");
-    fsdp::consolidate_checkpoint(step_folder(a.positional[0]), a.positional[1],
-                                 d == a.flags.end() ? fsdp::DType::kFloat32 : parse_dtype(d->second));
+    fsdp::consolidate_checkpoint(
+        step_folder(a.positional[0]), a.positional[1],
+        d == a.flags.end() ? fsdp::DType::kFloat32 : parse_dtype(d->second));
     std::printf("wrote %s\n", a.positional[1].c_str());
     return 0;
   }

@@ -48,8 +48,7 @@ int main(int argc, char** argv) {
       if (rank == 0 && s.first_val_loss >= 0) {
         std::printf("done: step %lld, val loss %.4f -> %.4f%s%s\n", (long long)s.steps,
                     s.first_val_loss, s.last_val_loss,
-                    s.last_checkpoint.empty() ? "" : ", checkpoint ",
-                    s.last_checkpoint.c_str());
+                    s.last_checkpoint.empty() ? "" : ", checkpoint ", s.last_checkpoint.c_str());
       }
     }
     return 0;

@@ -24,7 +24,8 @@ std::string printf_string(const char* format, ...) {
 
 std::string duration(double seconds) {
   const auto s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
-  if (s >= 3600) return printf_string("%lldh%02lldm", (long long)(s / 3600), (long long)(s / 60 % 60));
+  if (s >= 3600)
+    return printf_string("%lldh%02lldm", (long long)(s / 3600), (long long)(s / 60 % 60));
   return printf_string("%lldm%02llds", (long long)(s / 60), (long long)(s % 60));
 }
 
@@ -69,7 +70,8 @@ void RunLog::info(const std::string& line) {
 std::string RunLog::eta(const StepMetrics& m) const {
   const int64_t done = m.step - first_step_ + 1;
   if (done <= 0) return "?";
-  return duration(m.elapsed_s / static_cast<double>(done) * static_cast<double>(max_steps_ - m.step));
+  return duration(m.elapsed_s / static_cast<double>(done) *
+                  static_cast<double>(max_steps_ - m.step));
 }
 
 void RunLog::step(const StepMetrics& m, bool logged) {

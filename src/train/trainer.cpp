@@ -5,17 +5,17 @@
 
 #include <ATen/Parallel.h>
 #include <sys/resource.h>
-#include <unistd.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
-#include <iostream>
 
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/checkpoint/full_state.h"
@@ -39,17 +39,18 @@ using Clock = std::chrono::steady_clock;
 void check_world(const TrainConfig& c, const Comm& world) {
   if (c.num_processes > 0 && c.num_processes != world.size()) {
     throw std::invalid_argument(
-        "num_processes: the config expects " + std::to_string(c.num_processes) +
-        " processes but " + std::to_string(world.size()) +
+        "num_processes: the config expects " + std::to_string(c.num_processes) + " processes but " +
+        std::to_string(world.size()) +
         " were started (start it with fsdp-run --nproc-per-node N, or set num_processes: 0)");
   }
   // The launcher tells the ranks per node; a lone process or a split group does not (0).
   const int local = world.local_size();
   if (local > 0 && c.num_machines * local != world.size()) {
-    throw std::invalid_argument("num_machines: the config expects " +
-                                std::to_string(c.num_machines) + " machines but the launcher "
-                                "started " + std::to_string(world.size()) + " ranks, " +
-                                std::to_string(local) + " per node");
+    throw std::invalid_argument(
+        "num_machines: the config expects " + std::to_string(c.num_machines) +
+        " machines but the launcher "
+        "started " +
+        std::to_string(world.size()) + " ranks, " + std::to_string(local) + " per node");
   }
 }
 
@@ -137,8 +138,9 @@ std::string train_state_json(const TrainConfig& c, const data::LoaderState& load
 TrainConfig saved_config(const std::string& train_state, const std::string& where) {
   const auto j = nlohmann::json::parse(train_state, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("config") || !j["config"].is_string()) {
-    throw CheckpointError(where + ": the train state holds no trainer config (was it written by "
-                                  "fsdp-train?)");
+    throw CheckpointError(where +
+                          ": the train state holds no trainer config (was it written by "
+                          "fsdp-train?)");
   }
   return parse_config(j["config"].get<std::string>(), where + " (saved config)");
 }
@@ -171,8 +173,8 @@ std::optional<std::string> resume_path(const TrainLoopConfig& t) {
 
 // Loads the checkpoint into model and optimizer, checks it holds the same model, and moves the
 // loader to where the saved run was. Returns the step to continue from.
-int64_t resume(const std::string& path, const TrainConfig& c, FullyShardedModel& model,
-               AdamW& opt, data::TrainLoader& loader, RunLog& log) {
+int64_t resume(const std::string& path, const TrainConfig& c, FullyShardedModel& model, AdamW& opt,
+               data::TrainLoader& loader, RunLog& log) {
   LoadedCheckpoint loaded = load_checkpoint(path, model, &opt);
   const TrainConfig saved = saved_config(loaded.train_state, loaded.path);
   // The architecture must match; where the first run's parameters came from need not.
@@ -294,8 +296,8 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
   if (resume_from) summary.start_step = resume(*resume_from, c, *model, opt, loader, log);
 
   // 6. The loop.
-  const int64_t tokens_per_step =
-      c.train.micro_batch_size * c.train.gradient_accumulation_steps * c.data.seq_len * world->size();
+  const int64_t tokens_per_step = c.train.micro_batch_size * c.train.gradient_accumulation_steps *
+                                  c.data.seq_len * world->size();
   const auto t0 = Clock::now();
   auto last_log = t0;
   int64_t last_log_step = summary.start_step;
@@ -313,8 +315,8 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
   last_log = Clock::now();
 
   for (int64_t step = summary.start_step; step < c.optim.max_steps; ++step) {
-    const double lr = warmup_cosine_lr(step, c.optim.warmup_steps, c.optim.max_steps, c.optim.lr,
-                                       c.optim.min_lr);
+    const double lr =
+        warmup_cosine_lr(step, c.optim.warmup_steps, c.optim.max_steps, c.optim.lr, c.optim.min_lr);
     opt.set_lr(lr);
     auto [local_loss, norm] = train_step(c, lm, *model, opt, loader);
     if (!std::isfinite(norm)) {
@@ -398,8 +400,8 @@ std::vector<int64_t> generate(const CausalLM& lm, std::vector<int64_t> ids, cons
 std::vector<std::string> sample(const TrainConfig& config, const SampleOptions& options,
                                 CommPtr world, std::ostream& out) {
   if (config.train.num_threads > 0) at::set_num_threads(config.train.num_threads);
-  const std::string dir = checkpoint_folder(
-      options.checkpoint.empty() ? config.train.checkpoint_dir : options.checkpoint);
+  const std::string dir = checkpoint_folder(options.checkpoint.empty() ? config.train.checkpoint_dir
+                                                                       : options.checkpoint);
   const CheckpointMetadata meta = read_checkpoint_metadata(dir);
   TrainConfig saved = saved_config(meta.train_state, dir);
   saved.train.seed = options.seed;

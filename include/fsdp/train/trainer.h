@@ -26,23 +26,23 @@ namespace fsdp {
 
 // One logged point of a run; also a line of the metrics file (JSONL).
 struct StepMetrics {
-  int64_t step = 0;           // optimizer steps done (1-based: the first step logs 1)
-  double loss = 0;            // training loss of this step, averaged over ranks and micro-batches
-  double lr = 0;              // learning rate the step used
-  double grad_norm = 0;       // global gradient norm before clipping
-  double tokens_per_s = 0;    // all ranks together, since the previous log line
-  double elapsed_s = 0;       // since the loop began (this process)
+  int64_t step = 0;            // optimizer steps done (1-based: the first step logs 1)
+  double loss = 0;             // training loss of this step, averaged over ranks and micro-batches
+  double lr = 0;               // learning rate the step used
+  double grad_norm = 0;        // global gradient norm before clipping
+  double tokens_per_s = 0;     // all ranks together, since the previous log line
+  double elapsed_s = 0;        // since the loop began (this process)
   int64_t peak_rss_bytes = 0;  // the largest peak resident set size over the ranks
-  double val_loss = -1;       // set (>= 0) on steps that evaluated
+  double val_loss = -1;        // set (>= 0) on steps that evaluated
 };
 
 // What a finished run reports.
 struct TrainSummary {
-  int64_t start_step = 0;  // 0, or the step a resumed run started from
-  int64_t steps = 0;       // the step the run ended at
+  int64_t start_step = 0;                          // 0, or the step a resumed run started from
+  int64_t steps = 0;                               // the step the run ended at
   double first_val_loss = -1, last_val_loss = -1;  // -1: never evaluated
   double last_loss = -1;
-  std::string last_checkpoint;  // empty when none was written
+  std::string last_checkpoint;       // empty when none was written
   std::vector<StepMetrics> history;  // every logged step, in order
 };
 
