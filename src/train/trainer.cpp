@@ -274,9 +274,14 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
 
   // 4. Shard it: each rank materialises its own shard, every value drawn from (seed, parameter
   // name) as one process would. Then the optimizer, over this rank's shards only.
-  auto model = fully_shard(lm.module, world, c.sharding_options().param_init(lm.param_init));
+  // Values a checkpoint or init_from overwrites at once need not be drawn: zeros stand in.
+  const bool from_file = !c.model.init_from.empty() && !resume_from;
+  const ParamInit init = resume_from || from_file
+                             ? ParamInit([](const std::string&, at::Tensor& t) { t.zero_(); })
+                             : lm.param_init;
+  auto model = fully_shard(lm.module, world, c.sharding_options().param_init(init));
   // A fresh run may start from a full model file instead (a resumed one takes its checkpoint's).
-  if (!c.model.init_from.empty() && !resume_from) {
+  if (from_file) {
     load_full_safetensors(*model, c.model.init_from,
                           FullStateLoadOptions().from_rank0(c.fsdp.cpu_ram_efficient_loading));
     log.info("parameters from " + c.model.init_from +
