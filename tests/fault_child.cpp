@@ -1,12 +1,18 @@
 // A small FSDP training program that misbehaves on request, for the fault tests (tests/faults.sh):
 //   --kill-rank R --at-step S   rank R kills itself with SIGKILL at step S, mid-step
 //   --stall-rank R --at-step S  rank R skips step S's backward (its collectives) and sleeps
+//   --check-listeners 1         after training, list this rank's listening TCP sockets and exit 3
+//                               if any accepts connections from beyond loopback
 // The other ranks must not hang: the launcher notices a dead rank; a stalled rank's peers time
 // out in their next collective (--timeout-ms) and exit non-zero with the collective's name.
+#include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 
 #include "fsdp/fsdp.h"
@@ -16,6 +22,7 @@ namespace {
 struct Args {
   int kill_rank = -1, stall_rank = -1, at_step = 2, steps = 5;
   int timeout_ms = 3000;
+  bool check_listeners = false;
   std::string backend = "auto";
 };
 
@@ -36,10 +43,54 @@ Args parse(int argc, char** argv) {
       a.timeout_ms = std::stoi(v);
     else if (k == "--backend")
       a.backend = v;
+    else if (k == "--check-listeners")
+      a.check_listeners = v == "1";
     else
       throw std::invalid_argument("unknown option " + k);
   }
   return a;
+}
+
+// Inodes of the sockets this process holds open.
+std::set<std::string> socket_inodes() {
+  std::set<std::string> inodes;
+  DIR* fds = opendir("/proc/self/fd");
+  while (dirent* e = fds ? readdir(fds) : nullptr) {
+    char target[256] = {};
+    const std::string link = std::string("/proc/self/fd/") + e->d_name;
+    const ssize_t n = readlink(link.c_str(), target, sizeof(target) - 1);
+    const std::string t(target, n > 0 ? static_cast<size_t>(n) : 0);
+    if (t.rfind("socket:[", 0) == 0) inodes.insert(t.substr(8, t.size() - 9));
+  }
+  if (fds) closedir(fds);
+  return inodes;
+}
+
+// Prints this process's listening TCP sockets ("listening on 0100007F:9C41") and returns how many
+// listen beyond loopback (127.0.0.0/8 or ::1). /proc/net/tcp{,6} write addresses in hex, host
+// byte order per 32-bit word: 127.x.y.z reads "....7F".
+int wide_listeners(int rank) {
+  const std::set<std::string> mine = socket_inodes();
+  int wide = 0;
+  for (const char* table : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      fields >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >>
+          inode;
+      if (state != "0A" || !mine.count(inode)) continue;  // 0A: LISTEN
+      const std::string addr = local.substr(0, local.find(':'));
+      const bool loopback = (addr.size() == 8 && addr.substr(6) == "7F") ||
+                            addr == "00000000000000000000000001000000";
+      std::printf("rank %d: listening on %s (%s)\n", rank, local.c_str(),
+                  loopback ? "loopback" : "NOT loopback");
+      wide += !loopback;
+    }
+  }
+  return wide;
 }
 
 }  // namespace
@@ -72,6 +123,7 @@ int main(int argc, char** argv) {
       opt.zero_grad();
     }
     std::printf("rank %d: done\n", world->rank());
+    if (a.check_listeners && wide_listeners(world->rank()) > 0) return 3;
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fault_child: %s\n", e.what());

@@ -8,6 +8,12 @@ set -uo pipefail
 BIN=$1 BACKEND=$2 PORT=$3
 failures=0
 
+# Starts fault_child on 3 ranks under fsdp-run (a case may redefine it); 124 if it hangs.
+launch() {
+  timeout 120 "$BIN/fsdp-run" --nproc-per-node 3 --backend "$BACKEND" --master-port "$PORT" --prefix \
+    "$BIN/fault_child" --backend "$BACKEND" "$@"
+}
+
 # run_case NAME MAX_SECONDS PATTERN... -- FAULT_CHILD_ARGS...
 run_case() {
   local name=$1 max=$2
@@ -17,8 +23,7 @@ run_case() {
   shift
   local start end out rc
   start=$(date +%s.%N)
-  out=$(timeout 120 "$BIN/fsdp-run" --nproc-per-node 3 --backend "$BACKEND" --master-port "$PORT" \
-        --prefix "$BIN/fault_child" --backend "$BACKEND" "$@" 2>&1)
+  out=$(launch "$@" 2>&1)
   rc=$?
   end=$(date +%s.%N)
   local secs
@@ -49,13 +54,36 @@ run_case sigkill 15 "rank 1.*SIGKILL|SIGKILL.*rank 1|signal 9" -- \
 # job ends.
 # On Gloo the rendezvous store also tells which ranks reached the collective and where the
 # missing one stopped.
-stall_patterns=("timed out after 2000 ms waiting for all_gather" "bytes"
-                "unit 'transformer.h.1' backward all-gather, step 1")
-if [[ $BACKEND == gloo ]]; then
-  stall_patterns+=("ranks that issued this collective \(#[0-9]+\): 0, 1; rank 2 last issued #")
-fi
-run_case stall 30 "${stall_patterns[@]}" -- \
+# The progress board (fsdp-run's private run directory) tells which ranks reached the collective
+# and where the missing one stopped, on both backends.
+run_case stall 30 "timed out after 2000 ms waiting for all_gather" "bytes" \
+  "unit 'transformer.h.1' backward all-gather, step 1" \
+  "ranks that issued this collective \(#[0-9]+\): 0, 1; rank 2 last issued #[0-9]+ " -- \
   --stall-rank 2 --at-step 1 --timeout-ms 2000
+
+# Under a bare mpirun (no fsdp-run, so no run directory) the MPI backend makes its own board when
+# every rank is on this host.
+if [[ $BACKEND == mpi ]]; then
+  MPIRUN="mpirun --oversubscribe -np 3 $( ((EUID == 0)) && echo --allow-run-as-root)"
+  launch() { timeout 120 $MPIRUN "$BIN/fault_child" --backend mpi "$@"; }
+  run_case stall_bare_mpirun 30 "ranks that issued this collective \(#[0-9]+\): 0, 1; rank 2" -- \
+    --stall-rank 2 --at-step 1 --timeout-ms 2000
+  unset -f launch
+fi
+
+# A one-host job listens on loopback only: the Gloo store lives in the run directory instead of a
+# TCPStore on every interface, and MPI ranks talk over shared memory. fault_child lists each
+# rank's listening sockets and exits 3 if one is reachable from beyond loopback.
+out=$(timeout 120 "$BIN/fsdp-run" --nproc-per-node 2 --backend "$BACKEND" --tee 3 \
+      "$BIN/fault_child" --backend "$BACKEND" --steps 1 --check-listeners 1 2>&1)
+rc=$?
+if [[ $rc -eq 0 ]] && grep -q "rank 1: done" <<<"$out"; then
+  echo "[loopback] ok: $(grep -c "listening on" <<<"$out") loopback listener(s), none wider"
+else
+  failures=$((failures + 1))
+  echo "[loopback] exit $rc"
+  tail -n 20 <<<"$out"
+fi
 
 if ((failures)); then
   echo "FAIL: $failures fault case(s) on $BACKEND"

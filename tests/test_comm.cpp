@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "comm/internal.h"
+#include "comm/progress.h"
 #include "comm/rendezvous.h"
 #include "test_util.h"
 
@@ -544,6 +545,17 @@ TEST(CommEnv, BadVariablesAreNamedWithTheirValues) {
   EXPECT_CONTAINS(e, "one-rank");
 }
 
+// fsdp-run's private run directory carries the Gloo rendezvous of a one-host job: no port needed.
+TEST(CommEnv, RunDirReplacesTheGlooPort) {
+  auto launch = resolve("gloo", {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"FSDP_RUN_DIR", "/tmp/r"}});
+  EXPECT_EQ(launch.run_dir, "/tmp/r");
+  EXPECT_EQ(launch.master_port, 0);
+  const std::string e =
+      error_of("gloo", {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"FSDP_RUN_DIR", "run"}});
+  EXPECT_CONTAINS(e, "FSDP_RUN_DIR='run'");
+  EXPECT_CONTAINS(e, "absolute");
+}
+
 TEST(CommEnv, GlooWithOneRankNeedsNoPort) {
   auto launch = resolve("gloo", {});
   EXPECT_EQ(launch.size, 1);
@@ -588,6 +600,32 @@ TEST(CommLocal, GlooWithOneRankAndNoStore) {
   CommPtr child = comm->split(1, 0);
   EXPECT_EQ(child->size(), 1);
   check_all_reduce(*child, DType::kFloat16, 7, ReduceOp::kAvg);
+}
+
+// Three ranks' boards over one directory: rank 2 stops after its first collective; rank 0's
+// report on the second names who reached it and what rank 2 issued last. Subgroups keep apart.
+TEST(CommProgress, ReportNamesWhoReachedTheCollectiveAndWhereOthersStopped) {
+  char tmpl[] = "/tmp/fsdp-progress-test-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  {
+    auto slots = comm_internal::directory_slots(dir, /*owner=*/true);
+    std::vector<comm_internal::ProgressBoard> boards;
+    for (int r = 0; r < 3; ++r) boards.emplace_back(slots, "world", r, 3);
+    for (auto& b : boards) EXPECT_EQ(b.post("all_gather of 64 bytes"), 1u);
+    EXPECT_EQ(boards[0].post("reduce_scatter of 32 bytes"), 2u);
+    EXPECT_EQ(boards[1].post("reduce_scatter of 32 bytes"), 2u);
+    EXPECT_EQ(boards[0].report(2),
+              "; ranks that issued this collective (#2): 0, 1; rank 2 last issued #1 all_gather "
+              "of 64 bytes");
+    auto sub = boards[0].subgroup("split1/color0", 0, 2);
+    EXPECT_EQ(sub->report(1),
+              "; ranks that issued this collective (#1): none; rank 0 posted no collective; "
+              "rank 1 posted no collective");
+    EXPECT_EQ(sub->post("barrier"), 1u);
+    EXPECT_EQ(boards[0].report(2).find("barrier"), std::string::npos);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "the owner leaves " << dir << " behind";
 }
 
 TEST(CommKernels, DtypeSizesAndNames) {

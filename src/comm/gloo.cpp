@@ -1,9 +1,11 @@
 // The Gloo backend: the Gloo library over TCP, with rendezvous through a c10d::TCPStore that rank 0
-// serves at MASTER_ADDR:MASTER_PORT. Gloo's collectives block the calling thread, so each Comm
-// runs them, in issue order, on a worker thread of its own; the *_async calls queue a task and
-// return a Work that waits for it with the comm's deadline. Gloo has no reduce-scatter that fits
-// (contiguous chunks, any count), so reduce_scatter is an all-reduce into a scratch buffer of which
-// each rank keeps its chunk: about twice the traffic of a true reduce-scatter (docs/comm.md).
+// serves at MASTER_ADDR:MASTER_PORT, or, for a one-host job under fsdp-run, a c10d::FileStore in
+// the run's private directory (nothing listens but Gloo's own loopback sockets). Gloo's collectives
+// block the calling thread, so each Comm runs them, in issue order, on a worker thread of its own;
+// the *_async calls queue a task and return a Work that waits for it with the comm's deadline. Gloo
+// has no reduce-scatter that fits (contiguous chunks, any count), so reduce_scatter is an
+// all-reduce into a scratch buffer of which each rank keeps its chunk: about twice the traffic of a
+// true reduce-scatter (docs/comm.md).
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -21,10 +23,12 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <vector>
 
 #include "comm/internal.h"
+#include "comm/progress.h"
 
 namespace fsdp {
 namespace comm_internal {
@@ -57,12 +61,32 @@ class StoreAdapter : public gloo::rendezvous::Store {
   std::shared_ptr<c10d::Store> store_;
 };
 
-// One TCPStore per MASTER_ADDR:MASTER_PORT and process: a second init_comm in the same processes
-// (a group with another timeout, say) must not start a second server on the port. Each init gets
-// its own key prefix from a counter, which agrees across ranks because every rank calls init_comm
-// the same number of times.
+// Progress entries kept in the rendezvous store, for jobs whose ranks share no directory.
+class StoreSlots : public ProgressSlots {
+ public:
+  explicit StoreSlots(std::shared_ptr<StoreAdapter> store) : store_(std::move(store)) {}
+  void put(const std::string& key, const std::string& value) override {
+    store_->set(key, std::vector<char>(value.begin(), value.end()));
+  }
+  // Checks first: a get on a missing key would wait for it.
+  std::string get(const std::string& key) override {
+    if (!store_->has({key})) return "";
+    const std::vector<char> value = store_->get(key);
+    return std::string(value.begin(), value.end());
+  }
+
+ private:
+  std::shared_ptr<StoreAdapter> store_;
+};
+
+// One store per rendezvous and process: a second init_comm in the same processes (a group with
+// another timeout, say) must not start a second server on the port. Each init gets its own key
+// prefix from a counter, which agrees across ranks because every rank calls init_comm the same
+// number of times. With a run directory (a one-host job under fsdp-run) the store is a file in it
+// and nothing listens on a port; otherwise rank 0 serves a c10d::TCPStore at MASTER_ADDR:PORT.
 struct SharedStore {
-  std::shared_ptr<gloo::rendezvous::Store> store;
+  std::shared_ptr<StoreAdapter> store;
+  std::shared_ptr<ProgressSlots> progress;
   int inits = 0;
 };
 
@@ -70,16 +94,26 @@ SharedStore& shared_store(const GlooSetup& setup) {
   static std::mutex mu;
   static std::map<std::string, SharedStore> stores;
   std::lock_guard<std::mutex> lock(mu);
-  SharedStore& entry = stores[setup.master_addr + ":" + std::to_string(setup.master_port)];
-  if (!entry.store) {
-    c10d::TCPStoreOptions options;
-    options.port = static_cast<uint16_t>(setup.master_port);
-    options.isServer = setup.rank == 0;
-    options.waitWorkers = false;  // connectFullMesh below waits for every rank anyway
-    options.timeout = setup.timeout;
-    auto tcp = std::make_shared<c10d::TCPStore>(setup.master_addr, options);
-    entry.store = std::make_shared<StoreAdapter>(std::move(tcp));
+  const std::string where = setup.run_dir.empty()
+                                ? setup.master_addr + ":" + std::to_string(setup.master_port)
+                                : setup.run_dir;
+  SharedStore& entry = stores[where];
+  if (entry.store) return entry;
+  if (!setup.run_dir.empty()) {
+    auto file = std::make_shared<c10d::FileStore>(setup.run_dir + "/store", setup.size);
+    file->setTimeout(setup.timeout);
+    entry.store = std::make_shared<StoreAdapter>(std::move(file));
+    entry.progress = directory_slots(setup.run_dir + "/progress", false);
+    return entry;
   }
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(setup.master_port);
+  options.isServer = setup.rank == 0;
+  options.waitWorkers = false;  // connectFullMesh below waits for every rank anyway
+  options.timeout = setup.timeout;
+  entry.store =
+      std::make_shared<StoreAdapter>(std::make_shared<c10d::TCPStore>(setup.master_addr, options));
+  entry.progress = std::make_shared<StoreSlots>(entry.store);
   return entry;
 }
 
@@ -88,12 +122,13 @@ bool is_loopback(const std::string& addr) {
 }
 
 // The address peers reach this rank at: the interface named by GLOO_SOCKET_IFNAME if given,
-// loopback when the whole job is on this host (MASTER_ADDR is loopback), else our hostname.
+// loopback when the whole job is on this host (a run directory, or MASTER_ADDR is loopback), else
+// our hostname.
 std::shared_ptr<gloo::transport::Device> make_device(const GlooSetup& setup) {
   gloo::transport::tcp::attr attr;
   if (!setup.iface.empty()) {
     attr.iface = setup.iface;
-  } else if (is_loopback(setup.master_addr)) {
+  } else if (!setup.run_dir.empty() || is_loopback(setup.master_addr)) {
     attr.hostname = "127.0.0.1";
   } else {
     char name[256] = {};
@@ -233,75 +268,17 @@ void with_storage(DType dtype, F f) {
   }
 }
 
-// Which collective each rank of a group issued last, kept in the rendezvous store (one key per
-// rank, written before each collective), so that a rank that times out can say which ranks
-// reached the collective it waits for and where the others stopped. One store write per
-// collective: tens of microseconds against collectives of milliseconds.
-class ProgressBoard {
- public:
-  ProgressBoard(std::shared_ptr<gloo::rendezvous::Store> store, std::string prefix, int rank,
-                int size)
-      : store_(std::move(store)),
-        prefix_(std::move(prefix) + "/progress/"),
-        rank_(rank),
-        size_(size) {}
-
-  // Posts this rank's next collective; returns its sequence number.
-  uint64_t post(const std::string& what) {
-    const std::string entry = std::to_string(++seq_) + " " + what;
-    try {
-      store_->set(prefix_ + std::to_string(rank_), std::vector<char>(entry.begin(), entry.end()));
-    } catch (const std::exception&) {
-      // Diagnostics only: a store that fails here fails loudly in the collective itself.
-    }
-    return seq_;
-  }
-
-  // "; ranks at this collective (#57): 0, 1; rank 2 last issued #41: all_gather of ..."
-  std::string report(uint64_t seq) const {
-    std::string reached, behind;
-    for (int r = 0; r < size_; ++r) {
-      const std::string entry = read(r);
-      const uint64_t theirs = entry.empty() ? 0 : std::stoull(entry);
-      if (theirs >= seq) {
-        reached += (reached.empty() ? "" : ", ") + std::to_string(r);
-      } else {
-        behind += "; rank " + std::to_string(r) +
-                  (entry.empty() ? std::string(" posted no collective") : " last issued #" + entry);
-      }
-    }
-    return "; ranks that issued this collective (#" + std::to_string(seq) +
-           "): " + (reached.empty() ? std::string("none") : reached) + behind;
-  }
-
- private:
-  std::string read(int rank) const {
-    try {
-      const std::string key = prefix_ + std::to_string(rank);
-      auto* adapter = dynamic_cast<StoreAdapter*>(store_.get());
-      if (adapter == nullptr || !adapter->has({key})) return "";
-      const std::vector<char> value = store_->get(key);
-      return std::string(value.begin(), value.end());
-    } catch (const std::exception&) {
-      return "";  // never posted, or the store (rank 0) is gone
-    }
-  }
-
-  std::shared_ptr<gloo::rendezvous::Store> store_;
-  std::string prefix_;
-  int rank_, size_;
-  uint64_t seq_ = 0;
-};
-
 class GlooComm : public Comm {
  public:
+  // `board` is null for a lone rank, which has nobody to report on.
   GlooComm(std::shared_ptr<gloo::rendezvous::Store> store, std::string prefix,
-           std::shared_ptr<gloo::transport::Device> device, std::shared_ptr<gloo::Context> context)
+           std::shared_ptr<gloo::transport::Device> device, std::shared_ptr<gloo::Context> context,
+           std::shared_ptr<ProgressBoard> board)
       : store_(std::move(store)),
         prefix_(std::move(prefix)),
         device_(std::move(device)),
         context_(std::move(context)),
-        board_(std::make_shared<ProgressBoard>(store_, prefix_, context_->rank, context_->size)),
+        board_(std::move(board)),
         worker_(std::make_unique<Worker>()) {}
 
   // The worker goes first: it may still be running a collective on the context.
@@ -383,7 +360,7 @@ class GlooComm : public Comm {
   WorkPtr post(std::string what, size_t count, std::function<void()> run) {
     auto state = std::make_shared<TaskState>();
     state->what = std::move(what);
-    if (size() > 1) {
+    if (board_ && size() > 1) {
       const uint64_t seq = board_->post(state->what);
       state->diagnose = [board = board_, seq] { return board->report(seq); };
     }
@@ -436,19 +413,21 @@ std::shared_ptr<Comm> GlooComm::split(int color, int key) {
   const int new_rank = static_cast<int>(
       std::find(members.begin(), members.end(), std::pair<int64_t, int>(key, rank())) -
       members.begin());
-  const std::string prefix =
-      prefix_ + "/split" + std::to_string(splits_++) + "/color" + std::to_string(color);
+  const std::string name = "split" + std::to_string(splits_++) + "/color" + std::to_string(color);
+  const std::string prefix = prefix_ + "/" + name;
+  const int child_size = static_cast<int>(members.size());
   std::shared_ptr<gloo::Context> context;
   try {
-    context =
-        connect(*store_, prefix, new_rank, static_cast<int>(members.size()), device_, timeout());
+    context = connect(*store_, prefix, new_rank, child_size, device_, timeout());
   } catch (const std::exception& e) {
     throw CommError("fsdp: " + what + " failed: " + e.what());
   }
   // Every group connected before anyone leaves: rank 0 serves the store other groups may still be
   // reading.
   barrier();
-  auto child = std::make_shared<GlooComm>(store_, prefix, device_, std::move(context));
+  auto child =
+      std::make_shared<GlooComm>(store_, prefix, device_, std::move(context),
+                                 board_ ? board_->subgroup(name, new_rank, child_size) : nullptr);
   child->set_timeout(timeout());
   return child;
 }
@@ -458,15 +437,17 @@ std::shared_ptr<Comm> GlooComm::split(int color, int key) {
 bool gloo_built() { return true; }
 
 CommPtr make_gloo_comm(const GlooSetup& setup) {
-  const std::string where = "rank " + std::to_string(setup.rank) + " of " +
-                            std::to_string(setup.size) + " via " + setup.master_addr + ":" +
-                            std::to_string(setup.master_port);
+  const std::string where =
+      "rank " + std::to_string(setup.rank) + " of " + std::to_string(setup.size) + " via " +
+      (setup.run_dir.empty() ? setup.master_addr + ":" + std::to_string(setup.master_port)
+                             : setup.run_dir + "/store");
   std::shared_ptr<gloo::rendezvous::Store> store;
   std::string prefix;
   std::shared_ptr<gloo::Context> context;
   std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<ProgressBoard> board;
   try {
-    if (setup.master_port == 0) {
+    if (setup.master_port == 0 && setup.run_dir.empty()) {
       // One rank and no rendezvous address: an in-process store is all it needs.
       store = std::make_shared<gloo::rendezvous::HashStore>();
       prefix = "fsdp";
@@ -474,13 +455,15 @@ CommPtr make_gloo_comm(const GlooSetup& setup) {
       SharedStore& shared = shared_store(setup);
       store = shared.store;
       prefix = "fsdp/init" + std::to_string(shared.inits++);
+      board = std::make_shared<ProgressBoard>(shared.progress, prefix, setup.rank, setup.size);
     }
     device = make_device(setup);
     context = connect(*store, prefix, setup.rank, setup.size, device, setup.timeout);
   } catch (const std::exception& e) {
     throw CommError("fsdp: Gloo rendezvous failed (" + where + "): " + e.what());
   }
-  auto comm = std::make_shared<GlooComm>(store, prefix, device, std::move(context));
+  auto comm =
+      std::make_shared<GlooComm>(store, prefix, device, std::move(context), std::move(board));
   comm->set_timeout(setup.timeout);
   comm->barrier();  // as in split: nobody leaves while others still read the store
   return comm;

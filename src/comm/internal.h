@@ -38,6 +38,7 @@ size_t& mpi_max_elements_per_call();
 // Backends, each compiled from a real or a stub source file (see CMakeLists.txt).
 struct MpiSetup {
   int expected_size = -1;  // what the launcher's environment says; -1 when it says nothing
+  std::string run_dir;     // FSDP_RUN_DIR: where the progress board lives; empty: one of our own
   std::chrono::milliseconds timeout{300000};
 };
 bool mpi_built();
@@ -49,6 +50,7 @@ struct GlooSetup {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: none given (allowed only for size 1)
   std::string iface;    // network interface to bind (GLOO_SOCKET_IFNAME); empty: by address
+  std::string run_dir;  // FSDP_RUN_DIR: a one-host job's private directory, holding the store
   std::chrono::milliseconds timeout{300000};
 };
 bool gloo_built();

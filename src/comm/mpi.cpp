@@ -8,6 +8,7 @@
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
+#include <stdlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "comm/internal.h"
+#include "comm/progress.h"
 
 namespace fsdp {
 namespace comm_internal {
@@ -123,12 +125,14 @@ class MpiRuntime {
 // cancel a collective, but a later wait may still see it complete if the peers catch up.
 class MpiWork : public Work {
  public:
+  // `diagnose`, if given, tells on a timeout what the other ranks last issued (see ProgressBoard).
   MpiWork(std::vector<MPI_Request> requests, std::function<void()> finish, std::string what,
-          std::chrono::milliseconds timeout)
+          std::chrono::milliseconds timeout, std::function<std::string()> diagnose)
       : requests_(std::move(requests)),
         finish_(std::move(finish)),
         what_(std::move(what)),
-        timeout_(timeout) {}
+        timeout_(timeout),
+        diagnose_(std::move(diagnose)) {}
 
   void wait() override {
     if (!error_.empty()) throw CommError(error_);
@@ -138,7 +142,7 @@ class MpiWork : public Work {
       if (Clock::now() >= deadline) {
         if (!abandoned_) ++g_abandoned;
         abandoned_ = true;
-        throw timeout_error(what_, timeout_);
+        throw CommError(timeout_error(what_, timeout_).what() + (diagnose_ ? diagnose_() : ""));
       }
       back_off(polls);
     }
@@ -178,6 +182,7 @@ class MpiWork : public Work {
   std::function<void()> finish_;
   std::string what_;
   std::chrono::milliseconds timeout_;
+  std::function<std::string()> diagnose_;
   bool done_ = false;
   bool abandoned_ = false;  // counted in g_abandoned
   std::string error_;
@@ -201,8 +206,9 @@ const char* at(const void* base, size_t elements, DType dtype) {
 
 class MpiComm : public Comm {
  public:
-  // Takes ownership of `comm`.
-  explicit MpiComm(MPI_Comm comm) : comm_(comm) {
+  // Takes ownership of `comm`. `board` may be null: no side channel reaches every rank.
+  MpiComm(MPI_Comm comm, std::shared_ptr<ProgressBoard> board)
+      : comm_(comm), board_(std::move(board)) {
     std::lock_guard<std::mutex> lock(MpiRuntime::get().mu);
     check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
@@ -321,7 +327,9 @@ class MpiComm : public Comm {
       std::lock_guard<std::mutex> lock(MpiRuntime::get().mu);
       check(MPI_Comm_split(comm_, color, key, &child), "MPI_Comm_split");
     }
-    auto comm = std::make_shared<MpiComm>(child);
+    const std::string name = "split" + std::to_string(splits_++) + "/color" + std::to_string(color);
+    auto comm = std::make_shared<MpiComm>(child, nullptr);
+    if (board_) comm->board_ = board_->subgroup(name, comm->rank(), comm->size());
     comm->set_timeout(timeout());
     return comm;
   }
@@ -341,9 +349,23 @@ class MpiComm : public Comm {
     requests.push_back(request);
   }
 
+  // Posts the collective on the board before waiting can start, so that peers that time out
+  // see this rank got here.
   WorkPtr finish(std::vector<MPI_Request> requests, std::function<void()> done,
                  const std::string& what) {
-    return std::make_shared<MpiWork>(std::move(requests), std::move(done), what, timeout());
+    std::function<std::string()> diagnose;
+    if (board_ && size_ > 1) {
+      const uint64_t seq = board_->post(what);
+      diagnose = [board = board_, seq] { return board->report(seq); };
+    } else if (size_ > 1) {
+      diagnose = [] {
+        return std::string(
+            "; which ranks reached it is unknown: the ranks span several hosts "
+            "and MPI gives them no shared side channel");
+      };
+    }
+    return std::make_shared<MpiWork>(std::move(requests), std::move(done), what, timeout(),
+                                     std::move(diagnose));
   }
 
   std::function<void()> averager(void* data, size_t count, DType dtype, ReduceOp op) const {
@@ -353,9 +375,47 @@ class MpiComm : public Comm {
   }
 
   MPI_Comm comm_;
+  std::shared_ptr<ProgressBoard> board_;
   int rank_ = 0;
   int size_ = 1;
+  int splits_ = 0;
 };
+
+// Where the world's progress board lives: fsdp-run's run directory; else, when every rank runs on
+// this host, a directory rank 0 makes under /tmp and removes when the job's comms are gone. Ranks
+// on several hosts under a bare mpirun share no place to post, so they get no board.
+// `group` tells apart the worlds of several init_comm calls in one job.
+std::shared_ptr<ProgressBoard> world_board(MPI_Comm world, const std::string& run_dir,
+                                           const std::string& group) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &size);
+  if (!run_dir.empty()) {
+    return std::make_shared<ProgressBoard>(directory_slots(run_dir + "/progress", false), group,
+                                           rank, size);
+  }
+  int host_size = 0;
+  {
+    std::lock_guard<std::mutex> lock(MpiRuntime::get().mu);
+    MPI_Comm host;
+    check(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host),
+          "MPI_Comm_split_type");
+    MPI_Comm_size(host, &host_size);
+    MPI_Comm_free(&host);
+  }
+  if (host_size != size) return nullptr;
+  char dir[256] = {};
+  if (rank == 0) {
+    std::snprintf(dir, sizeof(dir), "%s/fsdp-mpi-XXXXXX", P_tmpdir);
+    if (mkdtemp(dir) == nullptr) dir[0] = '\0';  // no board, but the job runs
+  }
+  {
+    std::lock_guard<std::mutex> lock(MpiRuntime::get().mu);
+    check(MPI_Bcast(dir, sizeof(dir), MPI_CHAR, 0, world), "MPI_Bcast(progress directory)");
+  }
+  if (dir[0] == '\0') return nullptr;
+  return std::make_shared<ProgressBoard>(directory_slots(dir, rank == 0), group, rank, size);
+}
 
 }  // namespace
 
@@ -369,7 +429,10 @@ CommPtr make_mpi_comm(const MpiSetup& setup) {
     std::lock_guard<std::mutex> lock(runtime.mu);
     check(MPI_Comm_dup(MPI_COMM_WORLD, &world), "MPI_Comm_dup(MPI_COMM_WORLD)");
   }
-  auto comm = std::make_shared<MpiComm>(world);
+  // Counted like Gloo's inits: every rank calls init_comm the same number of times.
+  static int inits = 0;
+  const std::string group = "mpi/init" + std::to_string(inits++);
+  auto comm = std::make_shared<MpiComm>(world, world_board(world, setup.run_dir, group));
   comm->set_timeout(setup.timeout);
   if (setup.expected_size > 0 && comm->size() != setup.expected_size) {
     throw CommError("fsdp: MPI reports " + std::to_string(comm->size()) +

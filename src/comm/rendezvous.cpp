@@ -1,6 +1,7 @@
 // init_comm: the one place in fsdp.cpp that reads environment variables. It recognises two
-// launchers: torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
-// and OpenMPI's mpirun (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE), picks a backend
+// launchers: torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+// and fsdp-run's FSDP_RUN_DIR) and OpenMPI's mpirun (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK,
+// _LOCAL_SIZE), picks a backend
 // ("auto": MPI under mpirun, Gloo under torchrun, local otherwise) and hands the backend what it
 // needs. Everything is validated here so that a bad launch fails with the variable's name.
 #include "comm/rendezvous.h"
@@ -71,6 +72,13 @@ void read_local(const EnvLookup& env, Launch* launch) {
   launch->local_rank = parse_int(rank, 0, launch->local_size - 1);
 }
 
+void read_run_dir(const EnvLookup& env, Launch* launch) {
+  const Var dir{"FSDP_RUN_DIR", env("FSDP_RUN_DIR")};
+  if (!dir.set()) return;
+  if (dir.value[0] != '/') bad(dir, "is not an absolute path");
+  launch->run_dir = dir.value;
+}
+
 void check_backend_name(const std::string& name) {
   if (name != "auto" && name != "mpi" && name != "gloo" && name != "local") {
     throw CommError("fsdp: unknown comm backend '" + name +
@@ -93,7 +101,7 @@ void read_gloo(const EnvLookup& env, Launch* launch) {
   }
   if (port.set()) {
     launch->master_port = parse_int(port, 1, 65535);
-  } else if (launch->size > 1) {
+  } else if (launch->size > 1 && launch->run_dir.empty()) {
     throw CommError("fsdp: the gloo backend with " + std::to_string(launch->size) +
                     " ranks needs MASTER_PORT (and MASTER_ADDR unless rank 0 is on this host) "
                     "for its rendezvous store; MASTER_PORT is not set");
@@ -108,6 +116,7 @@ Launch resolve_launch(const std::string& backend, const EnvLookup& env, bool mpi
   Launch launch;
   read_world(env, &launch);
   read_local(env, &launch);
+  read_run_dir(env, &launch);
   launch.backend = choose_backend(backend, env, mpi_available, launch.size_from_env);
   if (launch.backend == "gloo") read_gloo(env, &launch);
   if (launch.backend == "local" && launch.size > 1) {
@@ -126,6 +135,7 @@ CommPtr join(const comm_internal::Launch& launch, const CommOptions& options) {
   if (launch.backend == "mpi") {
     MpiSetup setup;
     setup.expected_size = launch.size_from_env ? launch.size : -1;
+    setup.run_dir = launch.run_dir;
     setup.timeout = options.timeout;
     return make_mpi_comm(setup);
   }
@@ -136,6 +146,7 @@ CommPtr join(const comm_internal::Launch& launch, const CommOptions& options) {
     setup.master_addr = launch.master_addr;
     setup.master_port = launch.master_port;
     setup.iface = launch.iface;
+    setup.run_dir = launch.run_dir;
     setup.timeout = options.timeout;
     return make_gloo_comm(setup);
   }

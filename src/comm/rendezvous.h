@@ -22,6 +22,10 @@ struct Launch {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: MASTER_PORT unset
   std::string iface;    // GLOO_SOCKET_IFNAME
+  // FSDP_RUN_DIR: a directory private to this job that every rank can reach, set by fsdp-run for
+  // a one-host job. Gloo keeps its rendezvous store there instead of listening on a port; both
+  // backends keep their progress boards (which collective each rank issued last) there.
+  std::string run_dir;
 };
 
 // Throws CommError naming the variable (and its value) that is missing or malformed, or listing

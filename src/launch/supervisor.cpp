@@ -60,24 +60,59 @@ struct Outcome {
   int exit_code;
 };
 
-// The variables torchrun sets, for one local rank.
-std::map<std::string, std::string> rank_env(const Options& o, int local_rank, int port,
-                                            int attempt) {
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+// A one-host job's private directory (mode 0700, fresh for each attempt, removed after it),
+// exported as FSDP_RUN_DIR. fsdp.cpp's ranks keep their rendezvous store and progress board there
+// instead of in a TCPStore that would listen on every interface. Empty for multi-node jobs.
+class RunDir {
+ public:
+  explicit RunDir(const Options& o) {
+    // fsdp-run starts MPI jobs on one node only, whatever --master-addr says.
+    if (o.nnodes != 1 || (o.backend != "mpi" && !is_loopback(o.master_addr))) return;
+    char path[] = P_tmpdir "/fsdp-run-XXXXXX";
+    if (mkdtemp(path) == nullptr) {
+      throw std::runtime_error(std::string("cannot create a run directory in " P_tmpdir ": ") +
+                               std::strerror(errno));
+    }
+    path_ = path;
+  }
+  ~RunDir() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  RunDir(const RunDir&) = delete;
+  RunDir& operator=(const RunDir&) = delete;
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// The variables torchrun sets, for one local rank, and FSDP_RUN_DIR.
+std::map<std::string, std::string> rank_env(const Options& o, int local_rank, int port, int attempt,
+                                            const RunDir& run_dir) {
   const std::string rank = std::to_string(o.global_rank(local_rank));
   const std::string world = std::to_string(o.world_size());
-  return {{"RANK", rank},
-          {"LOCAL_RANK", std::to_string(local_rank)},
-          {"WORLD_SIZE", world},
-          {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
-          {"GROUP_RANK", std::to_string(o.node_rank)},
-          {"GROUP_WORLD_SIZE", std::to_string(o.nnodes)},
-          {"ROLE_RANK", rank},
-          {"ROLE_WORLD_SIZE", world},
-          {"ROLE_NAME", "default"},
-          {"MASTER_ADDR", o.master_addr},
-          {"MASTER_PORT", std::to_string(port)},
-          {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)},
-          {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)}};
+  std::map<std::string, std::string> env = {
+      {"RANK", rank},
+      {"LOCAL_RANK", std::to_string(local_rank)},
+      {"WORLD_SIZE", world},
+      {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
+      {"GROUP_RANK", std::to_string(o.node_rank)},
+      {"GROUP_WORLD_SIZE", std::to_string(o.nnodes)},
+      {"ROLE_RANK", rank},
+      {"ROLE_WORLD_SIZE", world},
+      {"ROLE_NAME", "default"},
+      {"MASTER_ADDR", o.master_addr},
+      {"MASTER_PORT", std::to_string(port)},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)}};
+  if (!run_dir.path().empty()) env["FSDP_RUN_DIR"] = run_dir.path();
+  return env;
 }
 
 // torchrun's default: one OpenMP thread per rank unless the user chose, as ranks share the cores.
@@ -86,12 +121,13 @@ void default_threads(const Options& o, std::map<std::string, std::string>* env) 
 }
 
 const std::vector<std::string> kTorchrunVars = {
-    "RANK",        "LOCAL_RANK",       "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-    "GROUP_RANK",  "GROUP_WORLD_SIZE", "ROLE_RANK",  "ROLE_WORLD_SIZE",
-    "MASTER_ADDR", "MASTER_PORT"};
+    "RANK",        "LOCAL_RANK",       "WORLD_SIZE",  "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",  "GROUP_WORLD_SIZE", "ROLE_RANK",   "ROLE_WORLD_SIZE",
+    "MASTER_ADDR", "MASTER_PORT",      "FSDP_RUN_DIR"};
+// FSDP_RUN_DIR too: one inherited from an outer launcher names another job's directory.
 const std::vector<std::string> kMpiVars = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                                            "OMPI_COMM_WORLD_LOCAL_RANK",
-                                           "OMPI_COMM_WORLD_LOCAL_SIZE"};
+                                           "OMPI_COMM_WORLD_LOCAL_SIZE", "FSDP_RUN_DIR"};
 
 int open_log(const Options& o, const std::string& name, int attempt) {
   if (o.log_dir.empty()) return -1;
@@ -105,7 +141,7 @@ int open_log(const Options& o, const std::string& name, int attempt) {
 class Attempt {
  public:
   Attempt(const Options& o, int attempt, SignalPipe& signals)
-      : o_(o), attempt_(attempt), signals_(signals) {}
+      : o_(o), attempt_(attempt), signals_(signals), run_dir_(o) {}
   ~Attempt();
 
   Outcome run();
@@ -133,6 +169,7 @@ class Attempt {
   const Options& o_;
   const int attempt_;
   SignalPipe& signals_;
+  RunDir run_dir_;  // outlives every child: procs_ is reaped before the destructor runs
   std::vector<std::unique_ptr<OutputSink>> sinks_;
   std::unique_ptr<MpiDemux> demux_;
   std::vector<Proc> procs_;
@@ -166,7 +203,7 @@ void Attempt::start_gloo(int port) {
     const int rank = o_.global_rank(local);
     const std::string label = "rank " + std::to_string(rank);
     OutputSink* sink = add_sink(label, o_.tee, local == 0, "rank_" + std::to_string(rank) + ".log");
-    SpawnSpec spec{o_.program, rank_env(o_, local, port, attempt_), kMpiVars, SIGKILL};
+    SpawnSpec spec{o_.program, rank_env(o_, local, port, attempt_, run_dir_), kMpiVars, SIGKILL};
     default_threads(o_, &spec.set_env);
     procs_.push_back(Proc{label, spawn(spec), sink, sink, "rank_" + std::to_string(rank) + ".log"});
   }
@@ -189,9 +226,16 @@ void Attempt::start_mpi() {
     spec.argv.push_back(arg);
   }
   spec.argv.push_back(std::to_string(o_.nproc_per_node));
+  for (const char* arg : {"-x", "FSDP_RUN_DIR"}) spec.argv.push_back(arg);
+  // One node: shared memory between ranks, so that no rank listens on a TCP port (OpenMPI's TCP
+  // transport would listen on every interface). mpirun's own daemon still does; see docs/launch.md.
+  if (!std::getenv("OMPI_MCA_btl")) {
+    for (const char* arg : {"--mca", "btl", "self,vader"}) spec.argv.push_back(arg);
+  }
   spec.argv.insert(spec.argv.end(), o_.program.begin(), o_.program.end());
   spec.set_env = {{"TORCHELASTIC_RESTART_COUNT", std::to_string(attempt_)},
-                  {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o_.max_restarts)}};
+                  {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o_.max_restarts)},
+                  {"FSDP_RUN_DIR", run_dir_.path()}};
   default_threads(o_, &spec.set_env);
   spec.unset_env = kTorchrunVars;  // they would make fsdp.cpp pick Gloo over MPI
   spec.parent_death_signal = SIGTERM;

@@ -1,0 +1,123 @@
+// The progress board (see progress.h) and its directory-backed slots. The directory is either the
+// private run directory fsdp-run makes for a one-host job (FSDP_RUN_DIR) or one the MPI backend
+// makes under /tmp when every rank is on one host.
+#include "comm/progress.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+namespace fsdp {
+namespace comm_internal {
+namespace {
+
+class DirectorySlots : public ProgressSlots {
+ public:
+  DirectorySlots(std::string dir, bool owner) : dir_(std::move(dir)), owner_(owner) {
+    if (mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
+      throw std::runtime_error("cannot create " + dir_ + ": " + std::strerror(errno));
+    }
+  }
+
+  ~DirectorySlots() override {
+    if (owner_) remove_tree();
+  }
+
+  void put(const std::string& key, const std::string& value) override {
+    const std::string path = path_of(key);
+    const std::string tmp = path + ".tmp";
+    const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return;
+    const bool whole = write(fd, value.data(), value.size()) == static_cast<ssize_t>(value.size());
+    close(fd);
+    if (whole) rename(tmp.c_str(), path.c_str());
+  }
+
+  std::string get(const std::string& key) override {
+    const int fd = open(path_of(key).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return "";
+    char buf[512];
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    close(fd);
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+  }
+
+ private:
+  // Group names hold '/'; the files sit flat in the directory.
+  std::string path_of(std::string key) const {
+    for (char& c : key) {
+      if (c == '/') c = '.';
+    }
+    return dir_ + "/" + key;
+  }
+
+  void remove_tree() const {
+    if (DIR* d = opendir(dir_.c_str())) {
+      while (dirent* e = readdir(d)) {
+        const std::string name = e->d_name;
+        if (name != "." && name != "..") unlink((dir_ + "/" + name).c_str());
+      }
+      closedir(d);
+    }
+    rmdir(dir_.c_str());
+  }
+
+  std::string dir_;
+  bool owner_;
+};
+
+}  // namespace
+
+std::shared_ptr<ProgressSlots> directory_slots(const std::string& dir, bool owner) {
+  return std::make_shared<DirectorySlots>(dir, owner);
+}
+
+ProgressBoard::ProgressBoard(std::shared_ptr<ProgressSlots> slots, std::string group, int rank,
+                             int size)
+    : slots_(std::move(slots)), group_(std::move(group)), rank_(rank), size_(size) {}
+
+uint64_t ProgressBoard::post(const std::string& what) {
+  try {
+    slots_->put(group_ + "/progress/" + std::to_string(rank_), std::to_string(++seq_) + " " + what);
+  } catch (const std::exception&) {
+    // Diagnostics only: a side channel that fails here must not fail the collective.
+  }
+  return seq_;
+}
+
+std::string ProgressBoard::read(int rank) const {
+  try {
+    return slots_->get(group_ + "/progress/" + std::to_string(rank));
+  } catch (const std::exception&) {
+    return "";  // never posted, or the store (rank 0) is gone
+  }
+}
+
+std::string ProgressBoard::report(uint64_t seq) const {
+  std::string reached, behind;
+  for (int r = 0; r < size_; ++r) {
+    const std::string entry = read(r);
+    const uint64_t theirs = entry.empty() ? 0 : std::strtoull(entry.c_str(), nullptr, 10);
+    if (theirs >= seq) {
+      reached += (reached.empty() ? "" : ", ") + std::to_string(r);
+    } else {
+      behind += "; rank " + std::to_string(r) +
+                (entry.empty() ? std::string(" posted no collective") : " last issued #" + entry);
+    }
+  }
+  return "; ranks that issued this collective (#" + std::to_string(seq) +
+         "): " + (reached.empty() ? std::string("none") : reached) + behind;
+}
+
+std::shared_ptr<ProgressBoard> ProgressBoard::subgroup(const std::string& name, int rank,
+                                                       int size) const {
+  return std::make_shared<ProgressBoard>(slots_, group_ + "/" + name, rank, size);
+}
+
+}  // namespace comm_internal
+}  // namespace fsdp
