@@ -53,6 +53,15 @@ int64_t param_count(GPT2& model) {
   return count;
 }
 
+void expect_error(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    FAIL() << "expected an error mentioning '" << needle << "'";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
 TEST(Memory, FullShardGathersAtMostTwoUnitsPlusRoot) {
   Sharded s = shard_small(ShardingStrategy::kFullShard);
   auto units = s.fsdp->units();
@@ -147,6 +156,212 @@ TEST(State, EvalForwardReshardsEverything) {
   EXPECT_EQ(s.fsdp->memory().gathered_param_bytes, 0);
 }
 
+// ---- Buffer pool, prefetch, reshard_after_forward ---------------------------------------------
+
+Sharded shard_small_with(ShardingOptions options) {
+  GPT2 model(small_config());
+  init_gpt2_weights(*model, 7);
+  auto fsdp =
+      fully_shard(model.ptr(), test::world(), options.wrap(WrapPolicy::by_type({"GPT2Block"})));
+  return {model, fsdp};
+}
+
+// Bytes gathered at the end of a forward (peak and still held) and at the end of its backward
+// (peak): the accounting the prefetch tests compare with unit sizes.
+struct PassPeaks {
+  int64_t forward_peak = 0, after_forward = 0, backward_peak = 0;
+};
+
+PassPeaks train_step_peaks(Sharded& s) {
+  at::Tensor t = step_tokens(2);
+  const int64_t T = small_config().n_positions;
+  PassPeaks p;
+  s.fsdp->reset_peak_memory();
+  at::Tensor loss = gpt2_loss(fsdp::forward(s.model, t.narrow(1, 0, T)), t.narrow(1, 1, T));
+  p.forward_peak = s.fsdp->memory().peak_gathered_param_bytes;
+  p.after_forward = s.fsdp->memory().gathered_param_bytes;
+  s.fsdp->reset_peak_memory();
+  loss.backward();
+  p.backward_peak = s.fsdp->memory().peak_gathered_param_bytes;
+  return p;
+}
+
+// Gathered parameters, gradient buffers and reduction scratch come from the pool: after the
+// first step no block is new, and the pool holds what one step needs at once, not a step's worth
+// of allocations. bf16 parameters and reductions add the cast buffers to the pool's traffic.
+TEST(Pool, NoFreshBuffersAfterTheFirstStep) {
+  if (test::world()->size() == 1) GTEST_SKIP() << "one fp32 shard gathers nothing";
+  Sharded s = shard_small_with(ShardingOptions()
+                                   .strategy(ShardingStrategy::kFullShard)
+                                   .param_dtype(DType::kBFloat16)
+                                   .forward_prefetch(true));
+  train_step(s);
+  train_step(s);  // the first step only records the unit order; the second prefetches
+  const MemoryStats after_two = s.fsdp->memory();
+  for (int step = 0; step < 3; ++step) train_step(s);
+  const MemoryStats m = s.fsdp->memory();
+  EXPECT_GT(after_two.pool_fresh_blocks, 0);
+  EXPECT_EQ(m.pool_fresh_blocks, after_two.pool_fresh_blocks) << "a later step allocated afresh";
+  EXPECT_EQ(m.pool_bytes, after_two.pool_bytes);
+  // Each step takes about 2 blocks per unit (gathered bf16 parameters twice, the bf16 shard copy
+  // twice, the gradient buffer, the reduce-scatter's fp32 copy and output): 5 steps of 4 units
+  // would be ~100 blocks without reuse.
+  EXPECT_LT(m.pool_fresh_blocks, 20);
+}
+
+int64_t block_bytes(const Sharded& s, int64_t elem = 4) {
+  return s.fsdp->units().front().padded_numel * elem;
+}
+int64_t root_bytes(const Sharded& s) { return unit_bytes(s.fsdp->units().back()); }
+
+// Forward prefetch gathers the next units while one computes; the rate limit caps how many are
+// gathered ahead. Three equal blocks: with depth 3, block 0's forward starts blocks 1 and 2.
+TEST(Prefetch, ForwardGathersAheadWithinTheLimit) {
+  if (test::world()->size() == 1) GTEST_SKIP() << "one fp32 shard gathers nothing";
+  struct Case {
+    bool forward;
+    int depth, limit;
+    int blocks;  // gathered at once at the forward's peak
+  };
+  for (const Case c :
+       {Case{false, 1, 2, 1}, Case{true, 1, 2, 2}, Case{true, 3, 0, 3}, Case{true, 3, 1, 2}}) {
+    SCOPED_TRACE("forward_prefetch " + std::to_string(c.forward) + ", depth " +
+                 std::to_string(c.depth) + ", limit " + std::to_string(c.limit));
+    Sharded s = shard_small_with(ShardingOptions()
+                                     .strategy(ShardingStrategy::kFullShard)
+                                     .forward_prefetch(c.forward)
+                                     .backward_prefetch(BackwardPrefetch::kNoPrefetch)
+                                     .prefetch_depth(c.depth)
+                                     .limit_all_gathers(c.limit));
+    const PassPeaks first = train_step_peaks(s);
+    EXPECT_EQ(first.forward_peak, root_bytes(s) + block_bytes(s)) << "step 0 only records";
+    for (int step = 1; step < 3; ++step) {
+      const PassPeaks p = train_step_peaks(s);
+      EXPECT_EQ(p.forward_peak, root_bytes(s) + c.blocks * block_bytes(s));
+      EXPECT_EQ(p.after_forward, root_bytes(s));
+    }
+    // Forward order: root, h.0, h.1, h.2; each unit's forward prefetches what follows it.
+    EXPECT_EQ(s.fsdp->memory().used_prefetches, c.forward ? 2 * 3 : 0);
+    EXPECT_EQ(s.fsdp->memory().unused_prefetches, 0);
+  }
+}
+
+// Backward order: root, h.2, h.1, h.0. BACKWARD_PRE gathers the next block when a unit's backward
+// begins (the root's starts h.2): three prefetches a step, two blocks held at the peak.
+// BACKWARD_POST gathers it once the unit's gradients are computed and its parameters freed: two
+// prefetches (h.1 and h.0; the root finishes last), one block at a time. NO_PREFETCH: none.
+TEST(Prefetch, BackwardPreAndPost) {
+  if (test::world()->size() == 1) GTEST_SKIP() << "one fp32 shard gathers nothing";
+  struct Case {
+    BackwardPrefetch mode;
+    int blocks, prefetches;
+  };
+  for (const Case c :
+       {Case{BackwardPrefetch::kNoPrefetch, 1, 0}, Case{BackwardPrefetch::kBackwardPre, 2, 3},
+        Case{BackwardPrefetch::kBackwardPost, 1, 2}}) {
+    SCOPED_TRACE(to_string(c.mode));
+    Sharded s = shard_small_with(
+        ShardingOptions().strategy(ShardingStrategy::kFullShard).backward_prefetch(c.mode));
+    train_step_peaks(s);
+    const PassPeaks p = train_step_peaks(s);
+    EXPECT_EQ(p.backward_peak, root_bytes(s) + c.blocks * block_bytes(s));
+    const MemoryStats m = s.fsdp->memory();
+    EXPECT_EQ(m.gathered_param_bytes, 0);
+    EXPECT_EQ(m.used_prefetches, c.prefetches);
+    EXPECT_EQ(m.unused_prefetches, 0);
+  }
+}
+
+// A unit's reshard_after_forward overrides the strategy, the root's included.
+TEST(ReshardAfterForward, PerUnitOverridesTheStrategy) {
+  if (test::world()->size() == 1) GTEST_SKIP() << "one fp32 shard gathers nothing";
+  Sharded keep = shard_small_with(ShardingOptions()
+                                      .strategy(ShardingStrategy::kFullShard)
+                                      .reshard_after_forward("transformer.h.1", false));
+  EXPECT_EQ(train_step_peaks(keep).after_forward, root_bytes(keep) + block_bytes(keep));
+  Sharded free_root = shard_small_with(ShardingOptions()
+                                           .strategy(ShardingStrategy::kShardGradOp)
+                                           .reshard_after_forward("(root)", true)
+                                           .reshard_after_forward("transformer.h.0", true));
+  EXPECT_EQ(train_step_peaks(free_root).after_forward, 2 * block_bytes(free_root));
+  EXPECT_EQ(free_root.fsdp->memory().gathered_param_bytes, 0);
+}
+
+// ---- Activation checkpointing ------------------------------------------------------------------
+
+// A block that counts its forward runs and takes a non-tensor argument (copied for the rerun)
+// and a dropout-like random mask (the rerun must draw the same one).
+struct CountingBlockImpl : torch::nn::Module {
+  explicit CountingBlockImpl(int64_t dim) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+    w = register_parameter("w", at::randn({dim, dim}, gen) / 3);
+  }
+  at::Tensor forward(const at::Tensor& x, double scale) {
+    ++runs;
+    const at::Tensor keep = at::rand(x.sizes()) > 0.2;
+    return torch::tanh(x.matmul(w)) * keep * scale;
+  }
+  at::Tensor w;
+  int runs = 0;
+};
+TORCH_MODULE(CountingBlock);
+
+struct CountingNetImpl : torch::nn::Module {
+  explicit CountingNetImpl(int64_t dim) {
+    a = register_module("a", CountingBlock(dim));
+    b = register_module("b", CountingBlock(dim));
+    head = register_parameter("head", torch::ones({dim}));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    return (fsdp::forward(b, fsdp::forward(a, x * head, 0.5), 2.0) * head).sum();
+  }
+  CountingBlock a{nullptr}, b{nullptr};
+  at::Tensor head;
+};
+TORCH_MODULE(CountingNet);
+
+// Checkpointed blocks run their forward twice per step (once more in backward) and give the
+// gradients of the plain run exactly: same kernels, same inputs, same random mask.
+TEST(ActivationCheckpointing, RecomputesAndGivesTheSameGradients) {
+  constexpr int64_t kDim = 7;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(17);
+  const at::Tensor x = at::randn({5, kDim}, gen);
+  std::map<std::string, std::map<std::string, at::Tensor>> params;
+  for (const bool checkpoint : {false, true}) {
+    CountingNet net(kDim);
+    ShardingOptions options = ShardingOptions().wrap(WrapPolicy::by_type({"CountingBlock"}));
+    if (checkpoint) options.checkpoint_units({"*"});
+    auto sharded = fully_shard(net.ptr(), test::world(), options);
+    std::vector<ShardedParam> shards = sharded_params(*sharded);
+    SGD sgd(shards, SGDOptions{0.1});
+    for (int step = 0; step < 2; ++step) {
+      at::manual_seed(100 + step);  // the same masks in both runs
+      sgd.zero_grad();
+      fsdp::forward(net, x).backward();
+      sgd.step();
+    }
+    EXPECT_EQ(net->a->runs, checkpoint ? 4 : 2);
+    EXPECT_EQ(net->b->runs, checkpoint ? 4 : 2);
+    params[checkpoint ? "checkpointed" : "plain"] = sharded->gather_full_params();
+  }
+  for (const auto& [name, value] : params["plain"]) {
+    EXPECT_TRUE(at::equal(value, params["checkpointed"][name])) << name;
+  }
+}
+
+TEST(BadInput, CheckpointUnitsMustNameBlocks) {
+  CountingNet net(3);
+  auto by_block = [] { return ShardingOptions().wrap(WrapPolicy::by_type({"CountingBlock"})); };
+  expect_error([&] { fully_shard(net.ptr(), test::world(), by_block().checkpoint_units({"c"})); },
+               "checkpoint_units names 'c', which is not a unit");
+  expect_error(
+      [&] { fully_shard(net.ptr(), test::world(), by_block().checkpoint_units({"(root)"})); },
+      "checkpoint_units names the root");
+  expect_error(
+      [&] { fully_shard(net.ptr(), test::world(), ShardingOptions().checkpoint_units({"*"})); },
+      "no wrapped units to checkpoint");
+}
+
 // Two wrapped blocks share one weight: it must live in a single unit (the root, gathered
 // throughout), and training must match plain autograd.
 struct TiedBlockImpl : torch::nn::Module {
@@ -221,15 +436,6 @@ TEST(BadInput, UnknownStrategyName) {
   }
 }
 
-void expect_error(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-    FAIL() << "expected an error mentioning '" << needle << "'";
-  } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
-
 TEST(BadInput, WrapPolicyMatchingNothing) {
   GPT2 model(small_config());
   expect_error(
@@ -250,6 +456,21 @@ TEST(BadInput, WrapPolicyMatchingNothing) {
                     ShardingOptions().wrap(WrapPolicy::by_size(1000000000)));
       },
       "matched no module");
+}
+
+TEST(BadInput, PrefetchAndReshardOptions) {
+  GPT2 model(small_config());
+  auto by_block = [] { return ShardingOptions().wrap(WrapPolicy::by_type({"GPT2Block"})); };
+  expect_error([&] { fully_shard(model.ptr(), test::world(), by_block().prefetch_depth(0)); },
+               "prefetch_depth must be at least 1");
+  expect_error([&] { fully_shard(model.ptr(), test::world(), by_block().limit_all_gathers(-1)); },
+               "limit_all_gathers must be >= 0");
+  expect_error(
+      [&] {
+        fully_shard(model.ptr(), test::world(),
+                    by_block().reshard_after_forward("transformer.h.9", false));
+      },
+      "reshard_after_forward names 'transformer.h.9', which is not a unit");
 }
 
 TEST(BadInput, WorldLargerThanParameterCount) {

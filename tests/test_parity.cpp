@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "fsdp/fsdp.h"
 #include "test_util.h"
@@ -106,19 +107,23 @@ struct ShardedRun {
   int shard_group_size = 0;  // HYBRID strategies: the mesh's inner dimension
   int micro_batches = 1;     // > 1: gradient accumulation, all but the last under no_sync
   WrapPolicy wrap = WrapPolicy::by_type({"GPT2Block"});
+  // Prefetch, rate limit, reshard_after_forward and activation checkpointing: applied to the
+  // options last.
+  std::function<void(ShardingOptions&)> tune;
 };
 
 RunResult train_sharded(const ShardedRun& run) {
   CommPtr world = test::world();
   const int n = world->size(), rank = world->rank();
   GPT2 model = make_model();
-  auto sharded = fully_shard(model.ptr(), world,
-                             ShardingOptions()
-                                 .strategy(run.strategy)
-                                 .wrap(run.wrap)
-                                 .param_dtype(run.param_dtype)
-                                 .reduce_dtype(run.reduce_dtype)
-                                 .shard_group_size(run.shard_group_size));
+  ShardingOptions options = ShardingOptions()
+                                .strategy(run.strategy)
+                                .wrap(run.wrap)
+                                .param_dtype(run.param_dtype)
+                                .reduce_dtype(run.reduce_dtype)
+                                .shard_group_size(run.shard_group_size);
+  if (run.tune) run.tune(options);
+  auto sharded = fully_shard(model.ptr(), world, options);
   AdamWOptions adam;
   adam.lr = kLr;
   adam.weight_decay = kWeightDecay;
@@ -187,6 +192,27 @@ TEST_P(Parity, NoSyncAccumulationMatchesLargeBatch) {
   run.strategy = GetParam();
   run.micro_batches = 4;
   expect_parity(train_reference(at::kFloat, 4), train_sharded(run), kFp32);
+}
+
+// Prefetch changes when parameters are gathered, never their values: the fp32 tolerances. Every
+// run above already uses the default BACKWARD_PRE; these add forward prefetch, BACKWARD_POST and
+// NO_PREFETCH, gathering two units ahead or at most one, and a block kept gathered after forward.
+TEST_P(Parity, PrefetchAndReshardChoicesMatchSingleProcess) {
+  const RunResult ref = train_reference(at::kFloat, 1);
+  ShardedRun run;
+  run.strategy = GetParam();
+  run.tune = [](ShardingOptions& o) {
+    o.forward_prefetch(true).backward_prefetch(BackwardPrefetch::kBackwardPost).prefetch_depth(2);
+  };
+  expect_parity(ref, train_sharded(run), kFp32);
+  run.tune = [](ShardingOptions& o) {
+    o.forward_prefetch(true)
+        .backward_prefetch(BackwardPrefetch::kNoPrefetch)
+        .prefetch_depth(2)
+        .limit_all_gathers(1)
+        .reshard_after_forward("transformer.h.0", false);
+  };
+  expect_parity(ref, train_sharded(run), kFp32);
 }
 
 // bf16 mixed precision against a single-process bf16 run (bf16 compute, fp32 master weights and

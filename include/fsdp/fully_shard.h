@@ -46,6 +46,17 @@ struct MemoryStats {
   int64_t peak_gathered_param_bytes = 0;
   int64_t grad_buffer_bytes = 0;  // unsharded gradient buffers and reduction scratch alive now
   int64_t peak_grad_buffer_bytes = 0;
+  // The buffer pool behind gathered parameters, gradient buffers and reduction scratch: bytes it
+  // holds (in use and cached for reuse), its peak, and how many blocks it ever took from the
+  // system (constant after the first step when buffers are reused).
+  int64_t pool_bytes = 0;
+  int64_t peak_pool_bytes = 0;
+  int64_t pool_fresh_blocks = 0;
+  // Not bytes, but where prefetch's bytes went, since construction: units a prefetch gathered
+  // that the step then used, and those it resharded unused (the model's unit order changed since
+  // the first step).
+  int64_t used_prefetches = 0;
+  int64_t unused_prefetches = 0;
 };
 
 // One unit's view for optimizers and checkpoints: this rank's fp32 shard of the unit's flat

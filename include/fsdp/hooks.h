@@ -12,6 +12,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <array>
+#include <functional>
 #include <memory>
 #include <tuple>
 #include <type_traits>
@@ -32,6 +34,9 @@ class ModuleHooks {
   virtual void pre_forward() = 0;
   // Receives the module's tensor outputs and returns the tensors the caller will see.
   virtual std::vector<at::Tensor> post_forward(std::vector<at::Tensor> outputs) = 0;
+  // Activation checkpointing: when true (and grad mode is on), the module's forward runs without
+  // keeping activations, and again in backward (see detail::run_checkpointed).
+  virtual bool checkpointed() const { return false; }
 };
 
 // Replaces any hooks registered for `module`; a null `hooks` removes them.
@@ -45,23 +50,100 @@ template <typename... T>
 struct IsTensorTuple<std::tuple<T...>>
     : std::conjunction<std::is_same<std::decay_t<T>, at::Tensor>...> {};
 
+// A module's output (a Tensor, a vector or a tuple of Tensors) as a vector, and back.
 template <typename Out>
-Out run_post_forward(ModuleHooks& hooks, Out out) {
+std::vector<at::Tensor> to_tensors(Out out) {
   if constexpr (std::is_same_v<Out, at::Tensor>) {
-    return hooks.post_forward({std::move(out)})[0];
+    return {std::move(out)};
   } else if constexpr (std::is_same_v<Out, std::vector<at::Tensor>>) {
-    return hooks.post_forward(std::move(out));
+    return out;
   } else {
     static_assert(
         IsTensorTuple<Out>::value,
         "fsdp::forward: a hooked module must return a Tensor, a vector or a tuple of Tensors");
-    std::vector<at::Tensor> flat =
-        std::apply([](auto&... t) { return std::vector<at::Tensor>{t...}; }, out);
-    flat = hooks.post_forward(std::move(flat));
+    return std::apply([](auto&... t) { return std::vector<at::Tensor>{t...}; }, out);
+  }
+}
+
+template <typename Out>
+Out from_tensors(std::vector<at::Tensor> flat) {
+  if constexpr (std::is_same_v<Out, at::Tensor>) {
+    return flat[0];
+  } else if constexpr (std::is_same_v<Out, std::vector<at::Tensor>>) {
+    return flat;
+  } else {
+    Out out;
     size_t i = 0;
     std::apply([&](auto&... t) { ((t = flat[i++]), ...); }, out);
     return out;
   }
+}
+
+template <typename Out>
+Out run_post_forward(ModuleHooks& hooks, Out out) {
+  return from_tensors<Out>(hooks.post_forward(to_tensors(std::move(out))));
+}
+
+// Activation checkpointing. `recompute` maps the module's tensor arguments to its outputs; it runs
+// once without grad now and again, with grad, when backward reaches the outputs (which then
+// backpropagates through the recomputed graph). The CPU generator's state is restored for the
+// second run, so random draws (dropout) repeat. Implemented in src/core/hooks.cpp.
+bool grad_enabled();  // at::GradMode, without its header here
+using Recompute = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+std::vector<at::Tensor> run_checkpointed(Recompute recompute, std::vector<at::Tensor> inputs);
+
+template <typename A>
+constexpr bool kIsTensor = std::is_same_v<std::decay_t<A>, at::Tensor>;
+
+// For each argument, its index among the tensor arguments (unused for the others).
+template <typename... A>
+constexpr std::array<size_t, sizeof...(A)> tensor_slots() {
+  std::array<size_t, sizeof...(A)> slots{};
+  size_t k = 0, n = 0;
+  ((slots[k++] = kIsTensor<A> ? n++ : 0), ...);
+  return slots;
+}
+
+template <size_t I, typename Tuple>
+decltype(auto) argument(Tuple& kept, const std::vector<at::Tensor>& tensors, size_t slot) {
+  if constexpr (kIsTensor<std::tuple_element_t<I, Tuple>>) {
+    return tensors[slot];
+  } else {
+    return std::get<I>(kept);
+  }
+}
+
+// Calls impl.forward with the non-tensor arguments from `kept` and the tensor ones from `tensors`.
+template <typename Impl, typename Tuple, size_t... I>
+auto call_forward(Impl& impl, Tuple& kept, const std::vector<at::Tensor>& tensors,
+                  std::index_sequence<I...>) {
+  constexpr auto slots = tensor_slots<std::tuple_element_t<I, Tuple>...>();
+  return impl.forward(argument<I>(kept, tensors, slots[I])...);
+}
+
+template <typename Impl, typename... Args>
+auto checkpointed_forward(Impl& impl, Args&&... args) {
+  using Out = decltype(impl.forward(std::forward<Args>(args)...));
+  std::vector<at::Tensor> tensors;
+  (
+      [&](auto&& a) {
+        if constexpr (kIsTensor<decltype(a)>) tensors.push_back(a);
+      }(args),
+      ...);
+  // Non-tensor arguments are copied: the module runs again in backward, after the caller's
+  // arguments are gone. Tensor slots of `kept` stay empty; the checkpoint saves the tensors.
+  auto kept = std::make_shared<std::tuple<std::decay_t<Args>...>>(
+      [](auto&& a) -> std::decay_t<decltype(a)> {
+        if constexpr (kIsTensor<decltype(a)>) {
+          return at::Tensor();
+        } else {
+          return a;
+        }
+      }(args)...);
+  Recompute recompute = [&impl, kept](const std::vector<at::Tensor>& in) {
+    return to_tensors(call_forward(impl, *kept, in, std::index_sequence_for<Args...>{}));
+  };
+  return from_tensors<Out>(run_checkpointed(std::move(recompute), std::move(tensors)));
 }
 }  // namespace detail
 
@@ -73,6 +155,10 @@ auto forward(M& module, Args&&... args) {
   ModuleHooks* hooks = find_module_hooks(static_cast<const torch::nn::Module*>(&impl));
   if (hooks == nullptr) return impl.forward(std::forward<Args>(args)...);
   hooks->pre_forward();
+  if (hooks->checkpointed() && detail::grad_enabled()) {
+    return detail::run_post_forward(
+        *hooks, detail::checkpointed_forward(impl, std::forward<Args>(args)...));
+  }
   return detail::run_post_forward(*hooks, impl.forward(std::forward<Args>(args)...));
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,14 +28,23 @@ enum class ShardingStrategy {
   kFullShard = 1,    // params, grads, optimizer state sharded; params freed after each forward
   kShardGradOp = 2,  // like FULL_SHARD, but params stay gathered from forward to end of backward
   kNoShard = 3,      // replicated params, all-reduced grads (DDP semantics)
-  kHybridShard = 4,  // FULL_SHARD within a node, replicated across nodes (not yet supported)
-  kHybridShardZero2 = 5,  // SHARD_GRAD_OP within a node, replicated across (not yet supported)
+  kHybridShard = 4,  // FULL_SHARD within a shard group (a node), replicated across groups
+  kHybridShardZero2 = 5,  // SHARD_GRAD_OP within a shard group, replicated across groups
 };
 
 // Accepts "FULL_SHARD", "full_shard", "1", ...; throws std::invalid_argument listing the valid
 // names otherwise.
 ShardingStrategy parse_sharding_strategy(const std::string& name);
 const char* to_string(ShardingStrategy strategy);
+
+// When backward gathers the next unit's parameters (PyTorch's BackwardPrefetch), by the unit order
+// the first backward recorded.
+enum class BackwardPrefetch {
+  kBackwardPre,   // when a unit's backward begins, before its gradients are computed (default)
+  kBackwardPost,  // once a unit's gradients are computed, before its reduction completes
+  kNoPrefetch,    // each unit is gathered when backward reaches it
+};
+const char* to_string(BackwardPrefetch prefetch);  // "BACKWARD_PRE", ...
 
 // Which submodules become FSDP units. Parameters not claimed by any unit form the root unit.
 struct WrapPolicy {
@@ -74,6 +84,27 @@ struct ShardingOptions {
   // mesh; must divide the world size. Ranks r and r' share a shard group when r / size ==
   // r' / size. Default 0: the ranks of one node (the launcher's LOCAL_WORLD_SIZE).
   int shard_group_size_ = 0;
+  // Forward prefetch: when a unit's forward begins, start gathering the next units in the order
+  // the first forward recorded, so that their all-gathers overlap this unit's compute. Default
+  // false (PyTorch's default).
+  bool forward_prefetch_ = false;
+  // Default BACKWARD_PRE (PyTorch's default).
+  BackwardPrefetch backward_prefetch_ = BackwardPrefetch::kBackwardPre;
+  // How many units ahead a prefetch gathers, forward and backward. Default 1 (PyTorch FSDP1).
+  int prefetch_depth_ = 1;
+  // Rate limit: at most this many units gathered ahead by prefetch and not yet used, so that
+  // prefetch cannot hold more than this many extra units' parameters. 0: no limit. Default 2
+  // (PyTorch's limit_all_gathers=True allows two all-gathers in flight).
+  int limit_all_gathers_ = 2;
+  // Whether a unit frees its gathered parameters after its forward (and gathers them again in
+  // backward), by unit name ("" or "(root)" for the root). A unit not named follows the strategy:
+  // FULL_SHARD and HYBRID_SHARD reshard, SHARD_GRAD_OP and HYBRID_SHARD_ZERO2 do not, and the
+  // root never does (backward needs it first). A name that is not a unit is an error.
+  std::map<std::string, bool> reshard_after_forward_;
+  // Activation checkpointing: these units (by name; "*" for every unit but the root) keep only
+  // their inputs in forward and run their forward again in backward. Their modules must be
+  // called through fsdp::forward with tensor (or non-tensor, copied) arguments. Default: none.
+  std::vector<std::string> checkpoint_units_;
   // Materialises deferred parameters (fsdp/init.h): fully_shard calls it once per deferred
   // parameter, on a temporary full-size fp32 tensor, and keeps only this rank's slice, so no rank
   // ever holds more than one full parameter at a time. PyTorch FSDP's param_init_fn. Default:
@@ -98,6 +129,30 @@ struct ShardingOptions {
   }
   ShardingOptions& shard_group_size(int n) {
     shard_group_size_ = n;
+    return *this;
+  }
+  ShardingOptions& forward_prefetch(bool on) {
+    forward_prefetch_ = on;
+    return *this;
+  }
+  ShardingOptions& backward_prefetch(BackwardPrefetch p) {
+    backward_prefetch_ = p;
+    return *this;
+  }
+  ShardingOptions& prefetch_depth(int units) {
+    prefetch_depth_ = units;
+    return *this;
+  }
+  ShardingOptions& limit_all_gathers(int units) {
+    limit_all_gathers_ = units;
+    return *this;
+  }
+  ShardingOptions& reshard_after_forward(const std::string& unit, bool reshard) {
+    reshard_after_forward_[unit] = reshard;
+    return *this;
+  }
+  ShardingOptions& checkpoint_units(std::vector<std::string> units) {
+    checkpoint_units_ = std::move(units);
     return *this;
   }
   ShardingOptions& param_init(ParamInit init) {

@@ -2,8 +2,6 @@
 // parameters stay views of one gathered buffer. See flat_param.h for the layout.
 #include "core/flat_param.h"
 
-#include <c10/core/CPUAllocator.h>
-
 #include <algorithm>
 
 #include "core/check.h"
@@ -81,11 +79,11 @@ int64_t FlatParam::full_bytes() const {
   return padded_numel() * static_cast<int64_t>(c10::elementSize(param_dtype_));
 }
 
-void FlatParam::alloc_full() {
+void FlatParam::alloc_full(BufferPool& pool) {
   if (full_allocated()) return;
   const size_t nbytes = static_cast<size_t>(full_bytes());
   c10::StorageImpl* storage = storage_of(full_);
-  storage->set_data_ptr_noswap(c10::GetCPUAllocator()->allocate(nbytes));
+  storage->set_data_ptr_noswap(pool.take(nbytes));
   storage->set_nbytes(nbytes);
 }
 
@@ -94,8 +92,8 @@ void FlatParam::free_full() {
   storage_of(full_)->reset();
 }
 
-void FlatParam::alloc_full_grad() {
-  full_grad_ = at::zeros({padded_numel()}, param_dtype_);
+void FlatParam::alloc_full_grad(BufferPool& pool) {
+  full_grad_ = pool.empty(padded_numel(), param_dtype_).zero_();
   for (auto& s : slots_) {
     if (!s.param.requires_grad()) continue;
     s.param.mutable_grad() = full_grad_.narrow(0, s.offset, s.numel).view(s.shape);

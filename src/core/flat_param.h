@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/buffer_pool.h"
 #include "fsdp/options.h"
 
 namespace fsdp {
@@ -56,15 +57,15 @@ class FlatParam {
   bool aliased() const { return aliased_; }
   bool full_allocated() const;
   int64_t full_bytes() const;
-  // Give `full` its bytes back (contents undefined) / release them.
-  void alloc_full();
+  // Give `full` its bytes back from `pool` (contents undefined) / return them to the pool.
+  void alloc_full(BufferPool& pool);
   void free_full();
 
-  // The unsharded gradient buffer (param_dtype, padded). Allocating zeroes it and makes each
-  // trainable parameter's .grad a view into it, so autograd accumulates in place.
+  // The unsharded gradient buffer (param_dtype, padded). Allocating (from `pool`) zeroes it and
+  // makes each trainable parameter's .grad a view into it, so autograd accumulates in place.
   bool has_full_grad() const { return full_grad_.defined(); }
   at::Tensor& full_grad() { return full_grad_; }
-  void alloc_full_grad();
+  void alloc_full_grad(BufferPool& pool);
   // Drops the parameters' .grad views and the buffer.
   void free_full_grad();
   int64_t full_grad_bytes() const;

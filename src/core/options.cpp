@@ -62,4 +62,16 @@ WrapPolicy WrapPolicy::by_name(std::vector<std::string> names) {
   return p;
 }
 
+const char* to_string(BackwardPrefetch prefetch) {
+  switch (prefetch) {
+    case BackwardPrefetch::kBackwardPre:
+      return "BACKWARD_PRE";
+    case BackwardPrefetch::kBackwardPost:
+      return "BACKWARD_POST";
+    case BackwardPrefetch::kNoPrefetch:
+      return "NO_PREFETCH";
+  }
+  return "?";
+}
+
 }  // namespace fsdp

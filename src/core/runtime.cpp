@@ -6,6 +6,7 @@
 #include <torch/nn/module.h>
 
 #include <algorithm>
+#include <set>
 #include <unordered_map>
 
 #include "core/check.h"
@@ -79,6 +80,7 @@ Runtime::Runtime(std::shared_ptr<torch::nn::Module> root, CommPtr comm, Sharding
   FSDP_CHECK(find_module_hooks(root_.get()) == nullptr,
              "fully_shard: this module is already sharded");
   check_dtypes(options_);
+  check_prefetch_options();
   make_groups();
   build_units(select_units(*root_, options_.wrap_));
 }
@@ -131,14 +133,119 @@ void Runtime::build_units(
   FSDP_CHECK(world_->size() <= total, "world size ", world_->size(),
              " is larger than the model's parameter count ", total,
              ": some ranks would hold no parameters");
+  check_unit_names(wrapped, slots);
   for (size_t u = 0; u <= wrapped.size(); ++u) {
     const bool is_root = u == wrapped.size();
     if (!is_root && slots[u].empty()) continue;  // nothing to shard in this module
     const std::string name = is_root ? std::string() : wrapped[u].first;
     const torch::nn::Module* module = is_root ? root_.get() : wrapped[u].second;
-    units_.push_back(std::make_shared<Unit>(*this, name, module, std::move(slots[u]), is_root));
+    units_.push_back(std::make_shared<Unit>(*this, name, module, std::move(slots[u]), is_root,
+                                            policy_of(name, is_root)));
     set_module_hooks(module, units_.back());
   }
+}
+
+// Before any unit exists: a failed fully_shard must leave no hooks behind.
+void Runtime::check_unit_names(
+    const std::vector<std::pair<std::string, const torch::nn::Module*>>& wrapped,
+    const std::vector<std::vector<ParamSlot>>& slots) const {
+  std::set<std::string> names = {"", "(root)"};
+  for (size_t u = 0; u < wrapped.size(); ++u) {
+    if (!slots[u].empty()) names.insert(wrapped[u].first);
+  }
+  const char* kUnits =
+      "units are the wrapped modules' qualified names, and \"\" or \"(root)\" for the root";
+  for (const auto& [name, reshard] : options_.reshard_after_forward_) {
+    FSDP_CHECK(names.count(name), "reshard_after_forward names '", name, "', which is not a unit (",
+               kUnits, ")");
+  }
+  FSDP_CHECK(options_.checkpoint_units_.empty() || names.size() > 2,
+             "activation checkpointing: there are no wrapped units to checkpoint (the wrap "
+             "policy made the whole model one unit)");
+  for (const std::string& name : options_.checkpoint_units_) {
+    FSDP_CHECK(name != "" && name != "(root)",
+               "checkpoint_units names the root: recomputing the whole model's forward in its "
+               "own backward saves nothing; checkpoint the wrapped blocks (\"*\")");
+    FSDP_CHECK(name == "*" || names.count(name), "checkpoint_units names '", name,
+               "', which is not a unit (", kUnits, ")");
+  }
+}
+
+UnitPolicy Runtime::policy_of(const std::string& name, bool is_root) const {
+  UnitPolicy policy;
+  const auto& chosen = options_.reshard_after_forward_;
+  auto it = chosen.find(name);
+  if (it == chosen.end() && is_root) it = chosen.find("(root)");
+  const ShardingStrategy s = options_.strategy_;
+  // The root keeps its parameters from forward to the end of backward, as in PyTorch FSDP.
+  policy.reshard_after_forward =
+      it != chosen.end()
+          ? it->second
+          : !is_root && (s == ShardingStrategy::kFullShard || s == ShardingStrategy::kHybridShard);
+  const auto& ac = options_.checkpoint_units_;
+  policy.checkpoint = !is_root && std::any_of(ac.begin(), ac.end(), [&](const std::string& n) {
+    return n == "*" || n == name;
+  });
+  return policy;
+}
+
+void Runtime::check_prefetch_options() const {
+  FSDP_CHECK(options_.prefetch_depth_ >= 1, "prefetch_depth must be at least 1, got ",
+             options_.prefetch_depth_);
+  FSDP_CHECK(options_.limit_all_gathers_ >= 0, "limit_all_gathers must be >= 0 (0: no limit), got ",
+             options_.limit_all_gathers_);
+}
+
+void Runtime::Order::record(Unit& unit) {
+  if (position.emplace(&unit, units.size()).second) units.push_back(&unit);
+}
+
+void Runtime::forward_reached(Unit& unit) {
+  if (!orders_recorded_) {
+    forward_order_.record(unit);
+  } else if (options_.forward_prefetch_) {
+    prefetch_after(forward_order_, unit, /*backward=*/false);
+  }
+}
+
+void Runtime::backward_reached(Unit& unit) {
+  if (!orders_recorded_) {
+    backward_order_.record(unit);
+  } else if (options_.backward_prefetch_ == BackwardPrefetch::kBackwardPre) {
+    prefetch_after(backward_order_, unit, /*backward=*/true);
+  }
+}
+
+void Runtime::backward_done(Unit& unit) {
+  if (orders_recorded_ && options_.backward_prefetch_ == BackwardPrefetch::kBackwardPost) {
+    prefetch_after(backward_order_, unit, /*backward=*/true);
+  }
+}
+
+// Gathers the units after `unit` in `order` that this pass has not reached yet (the root, first
+// in backward order, finishes its backward last).
+void Runtime::prefetch_after(const Order& order, const Unit& unit, bool backward) {
+  auto it = order.position.find(&unit);
+  if (it == order.position.end()) return;  // a unit the first step did not reach
+  const size_t end = std::min(order.units.size(), it->second + 1 + options_.prefetch_depth_);
+  for (size_t i = it->second + 1; i < end; ++i) {
+    if (options_.limit_all_gathers_ > 0 && ahead_ >= options_.limit_all_gathers_) return;
+    Unit& next = *order.units[i];
+    if (backward ? next.in_backward() : next.forwarded()) continue;
+    if (next.prefetch(backward ? "backward prefetch all-gather" : "forward prefetch all-gather")) {
+      ++ahead_;
+    }
+  }
+}
+
+void Runtime::prefetch_used(Unit& /*unit*/) {
+  --ahead_;
+  ++used_prefetches_;
+}
+
+void Runtime::prefetch_unused(Unit& /*unit*/) {
+  --ahead_;
+  ++unused_prefetches_;
 }
 
 void Runtime::begin_forward() {
@@ -173,6 +280,7 @@ void Runtime::finish_backward() {
   for (auto& u : units_) u->finish_backward();
   drain_reduces();
   callback_queued_ = false;
+  orders_recorded_ = orders_recorded_ || !forward_order_.units.empty();
   ++step_;
 }
 
@@ -214,6 +322,12 @@ void Runtime::track_grad_buffers(int64_t delta) {
 
 MemoryStats Runtime::memory() const {
   MemoryStats m = memory_;
+  const BufferPoolStats pool = pool_.stats();
+  m.pool_bytes = pool.held_bytes;
+  m.peak_pool_bytes = pool.peak_held_bytes;
+  m.pool_fresh_blocks = pool.fresh_blocks;
+  m.used_prefetches = used_prefetches_;
+  m.unused_prefetches = unused_prefetches_;
   m.sharded_param_bytes = 0;
   m.sharded_grad_bytes = 0;
   for (const auto& u : units_) {

@@ -2,19 +2,25 @@
 // hooks) and the Runtime that owns them, the comm groups, gradient reduction and memory counts.
 //
 // A step, per unit (FULL_SHARD):
-//   pre_forward: unshard (all-gather)            post_forward: reshard, wrap outputs for backward
-//   pre_backward (from the outputs' backward): unshard, attach .grad views into a flat buffer
+//   pre_forward: unshard (all-gather), prefetch the next units    post_forward: reshard, wrap
+//     outputs for backward
+//   pre_backward (from the outputs' backward): unshard, prefetch (BACKWARD_PRE), attach .grad
+//     views into a flat buffer
 //   grad ready (accumulator post hooks count down): reduce-scatter, add to the grad shard, reshard
 //   final callback (queued by the first pre_backward): finish units autograd never reached, wait
 //   for outstanding reductions, reshard everything.
+// Prefetch follows the unit orders the first forward and backward recorded. Gathered parameters,
+// unsharded gradients and reduction scratch come from one BufferPool.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "core/buffer_pool.h"
 #include "core/flat_param.h"
 #include "fsdp/fully_shard.h"
 #include "fsdp/hooks.h"
@@ -29,12 +35,18 @@ namespace fsdp {
 
 class Runtime;
 
-enum class UnitState { kSharded, kUnsharded };
+enum class UnitState { kSharded, kGathering, kUnsharded };
+
+// Per-unit choices the options make.
+struct UnitPolicy {
+  bool reshard_after_forward = false;
+  bool checkpoint = false;  // activation checkpointing
+};
 
 class Unit : public ModuleHooks {
  public:
   Unit(Runtime& runtime, std::string name, const torch::nn::Module* module,
-       std::vector<ParamSlot> slots, bool is_root);
+       std::vector<ParamSlot> slots, bool is_root, UnitPolicy policy);
   // Removes the gradient-accumulator hooks, which point back at this unit.
   ~Unit() override;
   Unit(const Unit&) = delete;
@@ -43,6 +55,7 @@ class Unit : public ModuleHooks {
   // ModuleHooks: called by fsdp::forward around the module's forward.
   void pre_forward() override;
   std::vector<at::Tensor> post_forward(std::vector<at::Tensor> outputs) override;
+  bool checkpointed() const override { return policy_.checkpoint; }
 
   // Called by autograd: before the unit's backward, and after each parameter's gradient lands.
   void pre_backward();
@@ -52,8 +65,13 @@ class Unit : public ModuleHooks {
   // End-of-backward bookkeeping (the runtime's final callback).
   void finish_backward();
 
-  void unshard();
+  // Start gathering the parameters (all-gather, asynchronous) / wait until they are gathered.
+  // `phase` labels the collective in timeout messages.
+  void issue_unshard(const char* phase);
+  void wait_unshard();
   void reshard();
+  // Starts gathering ahead of use; false when the unit is already gathered or gathering.
+  bool prefetch(const char* phase);
 
   const std::string& name() const { return name_; }
   const std::string& display_name() const { return display_name_; }
@@ -63,12 +81,16 @@ class Unit : public ModuleHooks {
   FlatParam& flat() { return flat_; }
   const FlatParam& flat() const { return flat_; }
   bool forwarded() const { return forwarded_; }
+  bool reshard_after_forward() const { return policy_.reshard_after_forward; }
+  bool in_backward() const { return in_backward_; }
   void clear_forwarded() { forwarded_ = false; }
 
  private:
   void reduce_gradients();
   void register_grad_hooks();
   void set_context(const char* phase) const;
+  // Clears the prefetched mark; true when it was set.
+  bool take_prefetched();
 
   Runtime& runtime_;
   std::string name_;
@@ -77,7 +99,10 @@ class Unit : public ModuleHooks {
   bool is_root_;
   FlatParam flat_;
   UnitState state_ = UnitState::kUnsharded;
-  bool reshard_after_forward_;
+  UnitPolicy policy_;
+  WorkPtr gather_;           // the all-gather in flight (kGathering)
+  at::Tensor gather_src_;    // what it sends: the shard, or its param_dtype copy
+  bool prefetched_ = false;  // gathered by a prefetch and not used since
   // Grad accumulators are held so that hooks registered on them survive between steps (a
   // parameter only keeps a weak reference to its accumulator).
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
@@ -127,6 +152,19 @@ class Runtime {
   void enqueue_reduce(PendingReduce pending);
   void drain_reduces();
 
+  BufferPool& pool() { return pool_; }
+
+  // Prefetch: units report where the step is; the first step records the orders, later steps
+  // gather ahead along them.
+  void forward_reached(Unit& unit);
+  void backward_reached(Unit& unit);
+  void backward_done(Unit& unit);
+  // A prefetched unit was used, or resharded unused: one fewer gathered ahead.
+  void prefetch_used(Unit& unit);
+  void prefetch_unused(Unit& unit);
+  const std::vector<Unit*>& forward_order() const { return forward_order_.units; }
+  const std::vector<Unit*>& backward_order() const { return backward_order_.units; }
+
   // Memory accounting.
   void track_gathered(int64_t delta);
   void track_grad_buffers(int64_t delta);
@@ -139,6 +177,19 @@ class Runtime {
   void make_groups();
   void build_units(const std::vector<std::pair<std::string, const torch::nn::Module*>>& wrapped);
   void complete_reduce(PendingReduce& pending);
+  UnitPolicy policy_of(const std::string& name, bool is_root) const;
+  void check_prefetch_options() const;
+  void check_unit_names(
+      const std::vector<std::pair<std::string, const torch::nn::Module*>>& wrapped,
+      const std::vector<std::vector<ParamSlot>>& slots) const;
+
+  // Units in the order a pass first reached them.
+  struct Order {
+    std::vector<Unit*> units;
+    std::unordered_map<const Unit*, size_t> position;
+    void record(Unit& unit);
+  };
+  void prefetch_after(const Order& order, const Unit& unit, bool backward);
 
   std::shared_ptr<torch::nn::Module> root_;
   CommPtr world_;
@@ -151,6 +202,11 @@ class Runtime {
   bool callback_queued_ = false;
   int64_t step_ = 0;
   MemoryStats memory_;
+  BufferPool pool_;
+  Order forward_order_, backward_order_;
+  bool orders_recorded_ = false;
+  int ahead_ = 0;  // units gathered by prefetch and not yet used
+  int64_t used_prefetches_ = 0, unused_prefetches_ = 0;
 };
 
 // Which modules become units under `policy`: (qualified name, module) pairs, outermost first.

@@ -58,18 +58,15 @@ std::vector<at::Tensor> wrap_for_backward(std::vector<at::Tensor> outputs, Unit*
 }  // namespace
 
 Unit::Unit(Runtime& runtime, std::string name, const torch::nn::Module* module,
-           std::vector<ParamSlot> slots, bool is_root)
+           std::vector<ParamSlot> slots, bool is_root, UnitPolicy policy)
     : runtime_(runtime),
       name_(std::move(name)),
       display_name_(is_root ? std::string("(root)") : name_),
       module_(module),
       is_root_(is_root),
       flat_(std::move(slots), runtime.shard_group().rank(), runtime.shard_group().size(),
-            to_scalar_type(runtime.options().param_dtype_), runtime.options().param_init_) {
-  // The root keeps its parameters from forward to the end of backward, as in PyTorch FSDP.
-  const ShardingStrategy strategy = runtime.options().strategy_;
-  reshard_after_forward_ = !is_root_ && (strategy == ShardingStrategy::kFullShard ||
-                                         strategy == ShardingStrategy::kHybridShard);
+            to_scalar_type(runtime.options().param_dtype_), runtime.options().param_init_),
+      policy_(policy) {
   register_grad_hooks();
   // FlatParam starts gathered (it was built from the full parameters); start sharded.
   flat_.free_full();
@@ -98,11 +95,11 @@ void Unit::set_context(const char* phase) const {
   runtime_.replicate_group().set_context(label);
 }
 
-void Unit::unshard() {
-  if (state_ == UnitState::kUnsharded) return;
+void Unit::issue_unshard(const char* phase) {
+  if (state_ != UnitState::kSharded) return;
   state_ = UnitState::kUnsharded;
   if (flat_.aliased()) return;
-  flat_.alloc_full();
+  flat_.alloc_full(runtime_.pool());
   runtime_.track_gathered(flat_.full_bytes());
   at::NoGradGuard no_grad;
   at::Tensor& full = flat_.full();
@@ -110,13 +107,42 @@ void Unit::unshard() {
     full.copy_(flat_.shard());
     return;
   }
-  at::Tensor src = flat_.shard().to(flat_.param_dtype());
-  runtime_.shard_group().all_gather(src.data_ptr(), full.data_ptr(),
-                                    static_cast<size_t>(flat_.shard_numel()),
-                                    to_dtype(flat_.param_dtype()));
+  set_context(phase);
+  gather_src_ = flat_.shard();
+  if (flat_.param_dtype() != at::kFloat) {
+    gather_src_ = runtime_.pool().empty(flat_.shard_numel(), flat_.param_dtype());
+    gather_src_.copy_(flat_.shard());
+  }
+  gather_ = runtime_.shard_group().all_gather_async(gather_src_.data_ptr(), full.data_ptr(),
+                                                    static_cast<size_t>(flat_.shard_numel()),
+                                                    to_dtype(flat_.param_dtype()));
+  state_ = UnitState::kGathering;
+}
+
+void Unit::wait_unshard() {
+  if (state_ != UnitState::kGathering) return;
+  gather_->wait();
+  gather_.reset();
+  gather_src_.reset();
+  state_ = UnitState::kUnsharded;
+}
+
+bool Unit::prefetch(const char* phase) {
+  if (state_ != UnitState::kSharded) return false;
+  issue_unshard(phase);
+  prefetched_ = true;
+  return true;
+}
+
+bool Unit::take_prefetched() {
+  const bool was = prefetched_;
+  prefetched_ = false;
+  return was;
 }
 
 void Unit::reshard() {
+  wait_unshard();  // the collective writes into the buffer this frees
+  if (take_prefetched()) runtime_.prefetch_unused(*this);
   if (state_ == UnitState::kSharded) return;
   state_ = UnitState::kSharded;
   if (flat_.aliased()) return;
@@ -132,8 +158,10 @@ void Unit::pre_forward() {
                "' ran before the root module: call the root through fsdp::forward(model, ...)");
   }
   forwarded_ = true;
-  set_context("forward all-gather");
-  unshard();
+  if (take_prefetched()) runtime_.prefetch_used(*this);
+  issue_unshard("forward all-gather");
+  runtime_.forward_reached(*this);
+  wait_unshard();
 }
 
 std::vector<at::Tensor> Unit::post_forward(std::vector<at::Tensor> outputs) {
@@ -141,7 +169,7 @@ std::vector<at::Tensor> Unit::post_forward(std::vector<at::Tensor> outputs) {
   if (at::GradMode::is_enabled()) {
     for (const auto& t : outputs) backward_expected |= t.defined() && t.requires_grad();
   }
-  if (reshard_after_forward_) reshard();
+  if (policy_.reshard_after_forward) reshard();
   if (backward_expected) outputs = wrap_for_backward(std::move(outputs), this);
   if (is_root_) runtime_.end_forward(backward_expected);
   return outputs;
@@ -152,10 +180,12 @@ void Unit::pre_backward() {
   in_backward_ = true;
   post_backward_done_ = false;
   runtime_.ensure_final_callback();
-  set_context("backward all-gather");
-  unshard();
+  if (take_prefetched()) runtime_.prefetch_used(*this);
+  issue_unshard("backward all-gather");
+  runtime_.backward_reached(*this);
+  wait_unshard();
   if (!flat_.has_full_grad()) {
-    flat_.alloc_full_grad();
+    flat_.alloc_full_grad(runtime_.pool());
     runtime_.track_grad_buffers(flat_.full_grad_bytes());
   }
   grads_pending_ = trainable_params_;
@@ -175,6 +205,7 @@ void Unit::post_backward() {
   // Frozen parameters of this unit may still be read by backward nodes that have not run yet;
   // such units reshard in finish_backward instead.
   if (trainable_params_ == static_cast<int>(flat_.slots().size())) reshard();
+  runtime_.backward_done(*this);
 }
 
 void Unit::reduce_gradients() {
@@ -184,10 +215,14 @@ void Unit::reduce_gradients() {
   const int64_t held = flat_.full_grad_bytes();
   PendingReduce pending;
   pending.unit = this;
-  pending.source = full_grad.scalar_type() == reduce_type ? full_grad : full_grad.to(reduce_type);
+  pending.source = full_grad;
+  if (full_grad.scalar_type() != reduce_type) {
+    pending.source = runtime_.pool().empty(full_grad.numel(), reduce_type);
+    pending.source.copy_(full_grad);
+  }
   Comm& group = runtime_.shard_group();
   if (group.size() > 1) {
-    pending.output = at::empty({flat_.shard_numel()}, reduce_type);
+    pending.output = runtime_.pool().empty(flat_.shard_numel(), reduce_type);
     pending.work = group.reduce_scatter_async(pending.source.data_ptr(), pending.output.data_ptr(),
                                               static_cast<size_t>(flat_.shard_numel()),
                                               to_dtype(reduce_type), ReduceOp::kSum);

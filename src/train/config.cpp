@@ -249,18 +249,6 @@ const char* to_string(AutoWrapPolicy policy) {
   return "?";
 }
 
-const char* to_string(BackwardPrefetch prefetch) {
-  switch (prefetch) {
-    case BackwardPrefetch::kBackwardPre:
-      return "BACKWARD_PRE";
-    case BackwardPrefetch::kBackwardPost:
-      return "BACKWARD_POST";
-    case BackwardPrefetch::kNoPrefetch:
-      return "NO_PREFETCH";
-  }
-  return "?";
-}
-
 const char* to_string(StateDictType type) {
   return type == StateDictType::kShardedStateDict ? "SHARDED_STATE_DICT" : "FULL_STATE_DICT";
 }

@@ -120,10 +120,8 @@ struct TrainLoopConfig {
 
 // Accelerate's fsdp_config names (without their `fsdp_` prefix).
 enum class AutoWrapPolicy { kTransformerBased, kSizeBased, kNoWrap };
-enum class BackwardPrefetch { kBackwardPre, kBackwardPost, kNoPrefetch };
 enum class StateDictType { kShardedStateDict, kFullStateDict };
 const char* to_string(AutoWrapPolicy policy);      // "TRANSFORMER_BASED_WRAP", ...
-const char* to_string(BackwardPrefetch prefetch);  // "BACKWARD_PRE", ...
 const char* to_string(StateDictType type);         // "SHARDED_STATE_DICT", ...
 
 // The `fsdp_config:` section. TrainConfig::sharding_options() turns it into the runtime's options.

@@ -1,0 +1,91 @@
+// The pool behind BufferPool (see buffer_pool.h): an exact-size cache of free blocks under a
+// mutex, because a block may come back on whatever thread drops the last tensor using it.
+#include "core/buffer_pool.h"
+
+#include <ATen/ops/empty.h>
+#include <c10/core/impl/alloc_cpu.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+namespace fsdp {
+
+struct BufferPool::State {
+  std::mutex mutex;
+  std::multimap<size_t, void*> free_blocks;
+  BufferPoolStats stats;
+
+  void put(void* ptr, size_t nbytes) {
+    std::lock_guard<std::mutex> lock(mutex);
+    free_blocks.emplace(nbytes, ptr);
+    stats.in_use_bytes -= static_cast<int64_t>(nbytes);
+  }
+
+  ~State() {
+    for (auto& [nbytes, ptr] : free_blocks) c10::free_cpu(ptr);
+  }
+};
+
+namespace {
+
+// The deleter's context: which block, and the state it goes back to.
+struct Lease {
+  std::shared_ptr<BufferPool::State> state;
+  void* ptr;
+  size_t nbytes;
+};
+
+void give_back(void* ctx) {
+  auto* lease = static_cast<Lease*>(ctx);
+  lease->state->put(lease->ptr, lease->nbytes);
+  delete lease;
+}
+
+}  // namespace
+
+BufferPool::BufferPool() : state_(std::make_shared<State>()) {}
+
+c10::DataPtr BufferPool::take(size_t nbytes) {
+  void* ptr = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    BufferPoolStats& s = state_->stats;
+    auto it = state_->free_blocks.find(nbytes);
+    if (it != state_->free_blocks.end()) {
+      ptr = it->second;
+      state_->free_blocks.erase(it);
+      ++s.reused_blocks;
+    } else {
+      ptr = c10::alloc_cpu(std::max<size_t>(nbytes, 1));
+      ++s.fresh_blocks;
+      s.held_bytes += static_cast<int64_t>(nbytes);
+      s.peak_held_bytes = std::max(s.peak_held_bytes, s.held_bytes);
+    }
+    s.in_use_bytes += static_cast<int64_t>(nbytes);
+  }
+  return c10::DataPtr(ptr, new Lease{state_, ptr, nbytes}, &give_back, c10::Device(c10::kCPU));
+}
+
+at::Tensor BufferPool::empty(int64_t numel, at::ScalarType dtype) {
+  const size_t nbytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
+  c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, take(nbytes), /*allocator=*/nullptr,
+                       /*resizable=*/false);
+  return at::empty({0}, at::TensorOptions().dtype(dtype)).set_(storage, 0, {numel}, {1});
+}
+
+BufferPoolStats BufferPool::stats() const {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->stats;
+}
+
+void BufferPool::release_cached() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  for (auto& [nbytes, ptr] : state_->free_blocks) {
+    c10::free_cpu(ptr);
+    state_->stats.held_bytes -= static_cast<int64_t>(nbytes);
+  }
+  state_->free_blocks.clear();
+}
+
+}  // namespace fsdp

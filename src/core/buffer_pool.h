@@ -1,0 +1,47 @@
+// BufferPool: the byte blocks behind gathered parameters, unsharded gradients and reduction
+// scratch, kept for reuse instead of returned to the system. Units of one model come in a few
+// sizes (a transformer's blocks are all alike), so a free block of exactly the requested size is
+// almost always there from the previous unit or step: after the first step no block is fresh, no
+// page faults in again, and the pool holds no more than the step's peak of concurrent buffers.
+//
+// A block goes back to the pool when the last tensor (or storage) using it dies, through the
+// deleter of its DataPtr; the pool's state is shared with those deleters, so a tensor may outlive
+// the pool (autograd may still hold one after the model is gone).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
+
+#include <cstdint>
+#include <memory>
+
+namespace fsdp {
+
+struct BufferPoolStats {
+  int64_t held_bytes = 0;       // in use plus cached
+  int64_t in_use_bytes = 0;     // handed out and not yet returned
+  int64_t peak_held_bytes = 0;  // since construction
+  int64_t fresh_blocks = 0;     // blocks obtained from the system, ever
+  int64_t reused_blocks = 0;    // requests served from the cache, ever
+};
+
+class BufferPool {
+ public:
+  BufferPool();
+
+  // `nbytes` bytes (64-byte aligned, contents undefined).
+  c10::DataPtr take(size_t nbytes);
+  // A 1-D CPU tensor of `numel` elements whose bytes come from the pool.
+  at::Tensor empty(int64_t numel, at::ScalarType dtype);
+
+  BufferPoolStats stats() const;
+  // Returns cached (unused) blocks to the system; blocks in use stay where they are.
+  void release_cached();
+
+  struct State;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace fsdp
