@@ -91,7 +91,7 @@ TEST(ConfigDefaults, SmallGpt2FullShardOnTheBundledCorpus) {
   EXPECT_EQ(c.train.micro_batch_size, 4);
   EXPECT_EQ(c.fsdp.sharding_strategy, ShardingStrategy::kFullShard);
   EXPECT_EQ(c.fsdp.auto_wrap_policy, AutoWrapPolicy::kTransformerBased);
-  EXPECT_EQ(c.fsdp.backward_prefetch, fsdp::BackwardPrefetch::kNoPrefetch);
+  EXPECT_EQ(c.fsdp.backward_prefetch, fsdp::BackwardPrefetch::kBackwardPre);
   EXPECT_EQ(c.mixed_precision, DType::kFloat32);
   EXPECT_NO_THROW(fsdp::validate_config(c));
 }
@@ -467,26 +467,40 @@ TEST(ConfigErrors, BadYamlAndMissingFiles) {
 TEST(ConfigUnsupported, EachIsAnErrorThatSaysSo) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"fsdp_offload_params: true", "fsdp_config.fsdp_offload_params: true is not supported yet"},
-      {"fsdp_backward_prefetch: BACKWARD_PRE",
-       "fsdp_config.fsdp_backward_prefetch: BACKWARD_PRE is not supported yet"},
-      {"fsdp_backward_prefetch: BACKWARD_POST", "BACKWARD_POST is not supported yet"},
-      {"fsdp_backward_prefetch_policy: BACKWARD_PRE",
-       "fsdp_config.fsdp_backward_prefetch_policy: BACKWARD_PRE is not supported yet"},
-      {"fsdp_forward_prefetch: true", "fsdp_forward_prefetch: true is not supported yet"},
-      {"fsdp_activation_checkpointing: true",
-       "fsdp_activation_checkpointing: true is not supported yet"},
   };
   for (const auto& [line, message] : cases) {
     const ConfigError e = parse_error("num_processes: 2\nfsdp_config:\n  " + line + "\n");
     EXPECT_TRUE(contains(e.what(), message));
     EXPECT_EQ(e.line(), 3) << line;
   }
-  EXPECT_EQ(parse("fsdp_config:\n  fsdp_backward_prefetch: NO_PREFETCH\n"), TrainConfig{});
+  EXPECT_EQ(parse("fsdp_config:\n  fsdp_backward_prefetch: BACKWARD_PRE\n"), TrainConfig{});
+}
+
+// Prefetch and activation checkpointing reach ShardingOptions.
+TEST(ConfigFsdp, PrefetchAndCheckpointingBecomeShardingOptions) {
+  const TrainConfig c = parse(
+      "fsdp_config:\n  fsdp_backward_prefetch_policy: BACKWARD_POST\n  fsdp_forward_prefetch: "
+      "true\n  prefetch_depth: 2\n  limit_all_gathers: 0\n  fsdp_activation_checkpointing: true\n");
+  const fsdp::ShardingOptions o = c.sharding_options();
+  EXPECT_EQ(o.backward_prefetch_, fsdp::BackwardPrefetch::kBackwardPost);
+  EXPECT_TRUE(o.forward_prefetch_);
+  EXPECT_EQ(o.prefetch_depth_, 2);
+  EXPECT_EQ(o.limit_all_gathers_, 0);
+  EXPECT_EQ(o.checkpoint_units_, std::vector<std::string>{"*"});
+  EXPECT_TRUE(TrainConfig{}.sharding_options().checkpoint_units_.empty());
+  EXPECT_TRUE(contains(parse_error("fsdp_config:\n  prefetch_depth: 0\n").what(),
+                       "fsdp_config.prefetch_depth"));
+  EXPECT_TRUE(contains(parse_error("fsdp_config:\n  limit_all_gathers: -1\n").what(),
+                       "fsdp_config.limit_all_gathers"));
+  EXPECT_TRUE(contains(parse_error("fsdp_config:\n  fsdp_auto_wrap_policy: NO_WRAP\n  "
+                                   "fsdp_activation_checkpointing: true\n")
+                           .what(),
+                       "NO_WRAP wraps none"));
 }
 
 TEST(ConfigUnsupported, CodeBuiltConfigsAreCheckedToo) {
   TrainConfig c;
-  c.fsdp.activation_checkpointing = true;
+  c.fsdp.offload_params = true;
   EXPECT_THROW(fsdp::validate_config(c), ConfigError);
   c = TrainConfig{};
   c.mixed_precision = DType::kFloat16;
@@ -515,9 +529,11 @@ std::map<std::string, Change> changes() {
        }}},
       {"fsdp_config.fsdp_min_num_params", {[](TrainConfig& c) { c.fsdp.min_num_params = 1000; }}},
       {"fsdp_config.fsdp_backward_prefetch",
-       {[](TrainConfig& c) { c.fsdp.backward_prefetch = fsdp::BackwardPrefetch::kBackwardPre; }}},
+       {[](TrainConfig& c) { c.fsdp.backward_prefetch = fsdp::BackwardPrefetch::kNoPrefetch; }}},
       {"fsdp_config.fsdp_forward_prefetch",
        {[](TrainConfig& c) { c.fsdp.forward_prefetch = true; }}},
+      {"fsdp_config.prefetch_depth", {[](TrainConfig& c) { c.fsdp.prefetch_depth = 3; }}},
+      {"fsdp_config.limit_all_gathers", {[](TrainConfig& c) { c.fsdp.limit_all_gathers = 0; }}},
       {"fsdp_config.fsdp_offload_params", {[](TrainConfig& c) { c.fsdp.offload_params = true; }}},
       {"fsdp_config.fsdp_activation_checkpointing",
        {[](TrainConfig& c) { c.fsdp.activation_checkpointing = true; }}},

@@ -215,6 +215,17 @@ TEST_P(Parity, PrefetchAndReshardChoicesMatchSingleProcess) {
   expect_parity(ref, train_sharded(run), kFp32);
 }
 
+// Activation checkpointing recomputes each block's forward in backward with the same kernels on
+// the same inputs: the fp32 tolerances, with forward prefetch on as well.
+TEST_P(Parity, ActivationCheckpointingMatchesSingleProcess) {
+  ShardedRun run;
+  run.strategy = GetParam();
+  run.tune = [](ShardingOptions& o) { o.checkpoint_units({"*"}).forward_prefetch(true); };
+  expect_parity(train_reference(at::kFloat, 1), train_sharded(run), kFp32);
+  run.micro_batches = 4;
+  expect_parity(train_reference(at::kFloat, 4), train_sharded(run), kFp32);
+}
+
 // bf16 mixed precision against a single-process bf16 run (bf16 compute, fp32 master weights and
 // AdamW). Ranks take their bf16 means over fewer rows and sum in another order than the
 // reference, so gradients differ by bf16 rounding (8-bit mantissa, ~4e-3 relative), which

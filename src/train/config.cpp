@@ -285,13 +285,15 @@ bool operator==(const TrainLoopConfig& a, const TrainLoopConfig& b) {
 
 bool operator==(const FsdpConfig& a, const FsdpConfig& b) {
   return std::tie(a.sharding_strategy, a.auto_wrap_policy, a.transformer_layer_cls_to_wrap,
-                  a.min_num_params, a.backward_prefetch, a.forward_prefetch, a.offload_params,
-                  a.activation_checkpointing, a.state_dict_type, a.sync_module_states,
-                  a.cpu_ram_efficient_loading, a.shard_group_size) ==
+                  a.min_num_params, a.backward_prefetch, a.forward_prefetch, a.prefetch_depth,
+                  a.limit_all_gathers, a.offload_params, a.activation_checkpointing,
+                  a.state_dict_type, a.sync_module_states, a.cpu_ram_efficient_loading,
+                  a.shard_group_size) ==
          std::tie(b.sharding_strategy, b.auto_wrap_policy, b.transformer_layer_cls_to_wrap,
-                  b.min_num_params, b.backward_prefetch, b.forward_prefetch, b.offload_params,
-                  b.activation_checkpointing, b.state_dict_type, b.sync_module_states,
-                  b.cpu_ram_efficient_loading, b.shard_group_size);
+                  b.min_num_params, b.backward_prefetch, b.forward_prefetch, b.prefetch_depth,
+                  b.limit_all_gathers, b.offload_params, b.activation_checkpointing,
+                  b.state_dict_type, b.sync_module_states, b.cpu_ram_efficient_loading,
+                  b.shard_group_size);
 }
 
 bool operator==(const TrainConfig& a, const TrainConfig& b) {
@@ -305,7 +307,12 @@ ShardingOptions TrainConfig::sharding_options() const {
   options.strategy(fsdp.sharding_strategy)
       .param_dtype(mixed_precision)
       .reduce_dtype(mixed_precision)
-      .shard_group_size(fsdp.shard_group_size);
+      .shard_group_size(fsdp.shard_group_size)
+      .forward_prefetch(fsdp.forward_prefetch)
+      .backward_prefetch(fsdp.backward_prefetch)
+      .prefetch_depth(fsdp.prefetch_depth)
+      .limit_all_gathers(fsdp.limit_all_gathers);
+  if (fsdp.activation_checkpointing) options.checkpoint_units({"*"});
   switch (fsdp.auto_wrap_policy) {
     case AutoWrapPolicy::kTransformerBased: {
       std::vector<std::string> classes = fsdp.transformer_layer_cls_to_wrap;

@@ -318,18 +318,23 @@ std::vector<Option> fsdp_section() {
                   "SIZE_BASED_WRAP: a module with at least this many parameters not yet in a unit "
                   "becomes one"),
       choice_setting(p + "fsdp_backward_prefetch", FIELD(fsdp.backward_prefetch), kPrefetches,
-                     "when backward gathers the next unit; only NO_PREFETCH is supported yet"),
+                     "when backward gathers the next unit: as a unit's backward begins, once "
+                     "its gradients are computed, or not ahead of use"),
       alias(p + "fsdp_backward_prefetch_policy", "BACKWARD_PRE|BACKWARD_POST|NO_PREFETCH",
             "Accelerate's older spelling of fsdp_backward_prefetch", {p + "fsdp_backward_prefetch"},
             [](TrainConfig& c, const RawValue& v) {
               c.fsdp.backward_prefetch = choose(kPrefetches, v);
             }),
       bool_setting(p + "fsdp_forward_prefetch", FIELD(fsdp.forward_prefetch),
-                   "gather the next unit during this unit's forward; true is not supported yet"),
+                   "gather the next unit during this unit's forward"),
+      int_setting(p + "prefetch_depth", FIELD(fsdp.prefetch_depth),
+                  "units a prefetch gathers ahead, forward and backward (fsdp.cpp's key)"),
+      int_setting(p + "limit_all_gathers", FIELD(fsdp.limit_all_gathers),
+                  "at most this many units gathered ahead of use; 0: no limit (fsdp.cpp's key)"),
       bool_setting(p + "fsdp_offload_params", FIELD(fsdp.offload_params),
                    "offload parameters and gradients; true is not supported yet"),
       bool_setting(p + "fsdp_activation_checkpointing", FIELD(fsdp.activation_checkpointing),
-                   "recompute each unit's activations in backward; true is not supported yet"),
+                   "recompute each unit's activations in backward instead of keeping them"),
       [p] {
         Option o = setting(p + "fsdp_state_dict_type", "SHARDED_STATE_DICT|FULL_STATE_DICT",
                            "checkpoints: one file per rank (loadable at any world size), or the "

@@ -20,15 +20,6 @@ struct Unsupported {
 const Unsupported kUnsupported[] = {
     {"fsdp_config.fsdp_offload_params", [](const TrainConfig& c) { return c.fsdp.offload_params; },
      "parameter and gradient offload is not implemented; set it to false"},
-    {"fsdp_config.fsdp_backward_prefetch",
-     [](const TrainConfig& c) { return c.fsdp.backward_prefetch != BackwardPrefetch::kNoPrefetch; },
-     "each unit is gathered when backward reaches it (prefetch is planned); use NO_PREFETCH"},
-    {"fsdp_config.fsdp_forward_prefetch",
-     [](const TrainConfig& c) { return c.fsdp.forward_prefetch; },
-     "each unit is gathered when forward reaches it (prefetch is planned); set it to false"},
-    {"fsdp_config.fsdp_activation_checkpointing",
-     [](const TrainConfig& c) { return c.fsdp.activation_checkpointing; },
-     "activations are kept for backward (checkpointing is planned); set it to false"},
 };
 
 std::string num(double x) { return format_number(x); }
@@ -144,6 +135,11 @@ void check_fsdp(const Checks& k, const TrainConfig& c) {
   const FsdpConfig& f = c.fsdp;
   k.at_least("fsdp_config.fsdp_min_num_params", f.min_num_params, 1);
   k.at_least("fsdp_config.shard_group_size", f.shard_group_size, 0);
+  k.at_least("fsdp_config.prefetch_depth", f.prefetch_depth, 1);
+  k.at_least("fsdp_config.limit_all_gathers", f.limit_all_gathers, 0);
+  k.require(!f.activation_checkpointing || f.auto_wrap_policy != AutoWrapPolicy::kNoWrap,
+            {"fsdp_config.fsdp_activation_checkpointing", "fsdp_config.fsdp_auto_wrap_policy"},
+            "activation checkpointing recomputes wrapped units, and NO_WRAP wraps none");
   k.require(f.shard_group_size == 0 || hybrid(f.sharding_strategy),
             {"fsdp_config.shard_group_size", "fsdp_config.fsdp_sharding_strategy"},
             "shard_group_size applies to HYBRID_SHARD and HYBRID_SHARD_ZERO2 only, and the "

@@ -121,8 +121,8 @@ struct TrainLoopConfig {
 // Accelerate's fsdp_config names (without their `fsdp_` prefix).
 enum class AutoWrapPolicy { kTransformerBased, kSizeBased, kNoWrap };
 enum class StateDictType { kShardedStateDict, kFullStateDict };
-const char* to_string(AutoWrapPolicy policy);      // "TRANSFORMER_BASED_WRAP", ...
-const char* to_string(StateDictType type);         // "SHARDED_STATE_DICT", ...
+const char* to_string(AutoWrapPolicy policy);  // "TRANSFORMER_BASED_WRAP", ...
+const char* to_string(StateDictType type);     // "SHARDED_STATE_DICT", ...
 
 // The `fsdp_config:` section. TrainConfig::sharding_options() turns it into the runtime's options.
 struct FsdpConfig {
@@ -134,11 +134,16 @@ struct FsdpConfig {
   // that matches no module is an error when the model is wrapped.
   std::vector<std::string> transformer_layer_cls_to_wrap;
   int64_t min_num_params = 100000000;  // SIZE_BASED_WRAP's threshold. Default 1e8 (Accelerate's)
-  // Only NO_PREFETCH is supported yet.
-  BackwardPrefetch backward_prefetch = BackwardPrefetch::kNoPrefetch;
-  bool forward_prefetch = false;          // true is not supported yet
-  bool offload_params = false;            // true is not supported yet
-  bool activation_checkpointing = false;  // true is not supported yet
+  // ShardingOptions' prefetch settings. Defaults: BACKWARD_PRE and no forward prefetch (PyTorch's),
+  // one unit ahead, at most two units gathered ahead.
+  BackwardPrefetch backward_prefetch = BackwardPrefetch::kBackwardPre;
+  bool forward_prefetch = false;
+  int prefetch_depth = 1;
+  int limit_all_gathers = 2;
+  bool offload_params = false;  // true is not supported yet
+  // Recompute every wrapped unit's forward in backward (ShardingOptions::checkpoint_units "*").
+  // Default false.
+  bool activation_checkpointing = false;
   // How checkpoints are written: sharded, one file per rank (default), or full on rank 0.
   StateDictType state_dict_type = StateDictType::kShardedStateDict;
   // Broadcast rank 0's parameters to every rank before training. Default false: initialisation is
