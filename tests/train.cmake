@@ -20,3 +20,10 @@ if(TARGET fsdp-train)
     set_tests_properties(trainer_e2e_${backend} PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77)
   endforeach()
 endif()
+
+# The planner (fsdp/train/plan.h) against the runtime's accounting and counted traffic.
+fsdp_test_executable(test_plan test_plan.cpp)
+foreach(np 1 2 3 4)
+  fsdp_mpi_test(NAME plan_mpi_np${np} EXE test_plan NP ${np} BACKEND mpi)
+endforeach()
+fsdp_mpi_test(NAME plan_gloo_np4 EXE test_plan NP 4 BACKEND gloo)

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "fsdp/comm.h"
+#include "fsdp/comm_stats.h"
 #include "fsdp/fully_shard.h"
 #include "fsdp/hooks.h"
 #include "fsdp/init.h"
@@ -9,3 +10,4 @@
 #include "fsdp/models/llama.h"
 #include "fsdp/optim.h"
 #include "fsdp/options.h"
+#include "fsdp/units.h"

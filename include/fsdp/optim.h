@@ -80,6 +80,7 @@ class ShardedOptimizer {
   // Steps taken so far; settable for checkpoint restore.
   int64_t step_count() const { return step_count_; }
   void set_step_count(int64_t steps);
+  // The shards it steps; their decay masks are dropped once turned into decay regions.
   const std::vector<ShardedParam>& params() const { return params_; }
 
  protected:

@@ -11,6 +11,7 @@
 
 #include "core/check.h"
 #include "core/dtypes.h"
+#include "fsdp/units.h"
 
 namespace fsdp {
 namespace {
@@ -114,6 +115,20 @@ void Runtime::make_groups() {
     shard_group_ = world_->split(rank / per_group, rank);
     replicate_group_ = world_->split(rank % per_group, rank);
   }
+}
+
+std::vector<UnitSize> unit_sizes(torch::nn::Module& root, const WrapPolicy& policy) {
+  const auto wrapped = select_units(root, policy);
+  const auto slots = assign_params(root, wrapped);
+  std::vector<UnitSize> out;
+  for (size_t u = 0; u <= wrapped.size(); ++u) {
+    const bool is_root = u == wrapped.size();
+    if (!is_root && slots[u].empty()) continue;  // as build_units: no parameters, no unit
+    UnitSize size{is_root ? std::string() : wrapped[u].first, 0};
+    for (const auto& s : slots[u]) size.numel += s.param.numel();
+    out.push_back(std::move(size));
+  }
+  return out;
 }
 
 Runtime::~Runtime() {

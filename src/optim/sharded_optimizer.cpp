@@ -76,6 +76,9 @@ ShardedOptimizer::ShardedOptimizer(std::vector<ShardedParam> params, double lr, 
   for (size_t i = 0; i < params_.size(); ++i) {
     check_shard(name, i, params_[i]);
     decay_.push_back(decay_regions(name, i, params_[i]));
+    // The regions replace the mask: an fp32 mask is as large as the shard itself (a quarter of
+    // the rank's model state next to param, grad, m and v), too much to keep for nothing.
+    params_[i].decay_mask = at::Tensor();
   }
 }
 

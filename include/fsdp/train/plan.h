@@ -1,0 +1,64 @@
+// The planner behind fsdp-plan: from a training config and the job's shape, per-rank memory split
+// into model state (fp32 parameter, gradient and AdamW shards), gathered units, gradient buffers
+// and activations, and the bytes each step's collectives move. Model state, gathered units,
+// gradient buffers and communication follow the runtime's rules exactly (the tests compare them
+// with its accounting); activations are an estimate from the model's shapes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fsdp/train/config.h"
+#include "fsdp/units.h"
+
+namespace fsdp {
+
+struct MemoryPlan {
+  int64_t params = 0;     // fp32 master shards
+  int64_t grads = 0;      // fp32 gradient shards
+  int64_t optimizer = 0;  // AdamW's m and v, fp32, shard-sized
+  // Peaks of the runtime's accounting (MemoryStats): gathered parameters, and unsharded gradient
+  // buffers with their reduction scratch.
+  int64_t gathered = 0;
+  int64_t grad_buffers = 0;
+  int64_t activations = 0;  // estimate: what autograd keeps for backward at its peak
+  int64_t model_state() const { return params + grads + optimizer; }
+  int64_t total() const { return model_state() + gathered + grad_buffers + activations; }
+};
+
+// Bytes per optimizer step on each rank, counted as the collectives' full buffers (an all-gather's
+// output, a reduce-scatter's input, an all-reduce's buffer), as MPI and Gloo are called.
+struct CommPlan {
+  int64_t all_gather = 0;
+  int64_t reduce_scatter = 0;
+  int64_t all_reduce = 0;  // across replicas (NO_SHARD, HYBRID): the gradient shards
+  int64_t total() const { return all_gather + reduce_scatter + all_reduce; }
+};
+
+struct Plan {
+  ShardingStrategy strategy = ShardingStrategy::kFullShard;
+  int world_size = 1;
+  int shard_count = 1;  // ranks a unit is sharded over
+  int64_t parameters = 0;
+  int64_t micro_batches = 1;    // forward/backward passes per optimizer step
+  std::vector<UnitSize> units;  // root last
+  MemoryPlan memory;
+  CommPlan comm;
+};
+
+// `config` as fsdp-train would run it on `world_size` ranks, `local_size` of them per node (the
+// HYBRID strategies' default shard group; 0: all on one node). Builds the model deferred (no
+// parameter values), so planning a model too large for this machine is cheap. Throws
+// std::invalid_argument for a world size the strategy cannot use.
+Plan plan_training(const TrainConfig& config, int world_size, int local_size = 0);
+// The same from the units plan_units(config) found: planning several strategies of one model
+// builds it once.
+std::vector<UnitSize> plan_units(const TrainConfig& config);
+Plan plan_training(const TrainConfig& config, int world_size, int local_size,
+                   std::vector<UnitSize> units);
+
+// A human-readable breakdown (MiB) of one plan.
+std::string format_plan(const Plan& plan);
+
+}  // namespace fsdp

@@ -1,0 +1,66 @@
+// The counting decorator of fsdp/comm_stats.h.
+#include "fsdp/comm_stats.h"
+
+namespace fsdp {
+namespace {
+
+class CountingComm : public Comm {
+ public:
+  CountingComm(CommPtr inner, std::shared_ptr<TrafficCounts> counts)
+      : inner_(std::move(inner)), counts_(std::move(counts)) {
+    set_timeout(inner_->timeout());
+    set_local_size(inner_->local_size());
+  }
+
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::string backend() const override { return inner_->backend(); }
+
+  WorkPtr all_gather_async(const void* in, void* out, size_t count, DType dtype) override {
+    add(counts_->all_gather_bytes, count * static_cast<size_t>(size()), dtype);
+    return inner_->all_gather_async(in, out, count, dtype);
+  }
+  WorkPtr reduce_scatter_async(const void* in, void* out, size_t count, DType dtype,
+                               ReduceOp op) override {
+    add(counts_->reduce_scatter_bytes, count * static_cast<size_t>(size()), dtype);
+    return inner_->reduce_scatter_async(in, out, count, dtype, op);
+  }
+  WorkPtr all_reduce_async(void* data, size_t count, DType dtype, ReduceOp op) override {
+    add(counts_->all_reduce_bytes, count, dtype);
+    return inner_->all_reduce_async(data, count, dtype, op);
+  }
+  WorkPtr broadcast_async(void* data, size_t count, DType dtype, int root) override {
+    add(counts_->broadcast_bytes, count, dtype);
+    return inner_->broadcast_async(data, count, dtype, root);
+  }
+  void barrier() override {
+    pass_settings();
+    inner_->barrier();
+  }
+  std::shared_ptr<Comm> split(int color, int key) override {
+    pass_settings();
+    return std::make_shared<CountingComm>(inner_->split(color, key), counts_);
+  }
+
+ private:
+  void add(std::atomic<int64_t>& bytes, size_t count, DType dtype) {
+    pass_settings();
+    bytes += static_cast<int64_t>(count * dtype_size(dtype));
+    ++counts_->collectives;
+  }
+  void pass_settings() {
+    inner_->set_context(context());
+    inner_->set_timeout(timeout());
+  }
+
+  CommPtr inner_;
+  std::shared_ptr<TrafficCounts> counts_;
+};
+
+}  // namespace
+
+CommPtr count_traffic(CommPtr inner, std::shared_ptr<TrafficCounts> counts) {
+  return std::make_shared<CountingComm>(std::move(inner), std::move(counts));
+}
+
+}  // namespace fsdp

@@ -1,0 +1,207 @@
+// The planner (fsdp/train/plan.h). Model state, gathered units, gradient buffers and
+// communication restate the runtime's rules (src/core/unit.cpp, runtime.cpp) as arithmetic over
+// the units' sizes; docs/plan.md derives each formula. Activations are counted from the tensors
+// the models' forward code keeps for backward.
+#include "fsdp/train/plan.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+#include "train/model_factory.h"
+
+namespace fsdp {
+namespace {
+
+bool hybrid(ShardingStrategy s) {
+  return s == ShardingStrategy::kHybridShard || s == ShardingStrategy::kHybridShardZero2;
+}
+
+int shard_count_of(const TrainConfig& c, int world_size, int local_size) {
+  const ShardingStrategy s = c.fsdp.sharding_strategy;
+  if (s == ShardingStrategy::kNoShard) return 1;
+  if (!hybrid(s)) return world_size;
+  const int group = c.fsdp.shard_group_size > 0 ? c.fsdp.shard_group_size
+                                                : (local_size > 0 ? local_size : world_size);
+  if (world_size % group != 0) {
+    throw std::invalid_argument("shard group size " + std::to_string(group) +
+                                " does not divide the world size " + std::to_string(world_size));
+  }
+  return group;
+}
+
+int64_t padded(int64_t numel, int shards) { return (numel + shards - 1) / shards * shards; }
+
+// Units gathered ahead by a prefetch: its depth, capped by the rate limit and the blocks there are.
+int64_t ahead(const FsdpConfig& f, int64_t blocks) {
+  int64_t n = f.prefetch_depth;
+  if (f.limit_all_gathers > 0) n = std::min<int64_t>(n, f.limit_all_gathers);
+  return std::max<int64_t>(0, std::min(n, blocks - 1));
+}
+
+// [Note: plan gathered] in docs/plan.md.
+int64_t gathered_peak(const Plan& p, const TrainConfig& c, int64_t elem) {
+  if (p.shard_count == 1 && elem == 4) return 0;  // one fp32 shard is the parameter itself
+  const int64_t root = padded(p.units.back().numel, p.shard_count) * elem;
+  int64_t all = 0, block = 0;
+  const int64_t blocks = static_cast<int64_t>(p.units.size()) - 1;
+  for (size_t u = 0; u + 1 < p.units.size(); ++u) {
+    const int64_t bytes = padded(p.units[u].numel, p.shard_count) * elem;
+    all += bytes;
+    block = std::max(block, bytes);
+  }
+  const ShardingStrategy s = c.fsdp.sharding_strategy;
+  const bool reshard = s == ShardingStrategy::kFullShard || s == ShardingStrategy::kHybridShard;
+  if (!reshard || blocks == 0) return root + all;
+  const int64_t forward = 1 + (c.fsdp.forward_prefetch ? ahead(c.fsdp, blocks) : 0);
+  const int64_t backward =
+      1 + (c.fsdp.backward_prefetch == BackwardPrefetch::kBackwardPre ? ahead(c.fsdp, blocks) : 0);
+  return root + std::max(forward, backward) * block;
+}
+
+// [Note: plan gradient buffers] in docs/plan.md.
+int64_t grad_buffer_peak(const Plan& p, const TrainConfig& c, int64_t elem, int64_t reduce) {
+  auto held = [&](const UnitSize& u) { return padded(u.numel, p.shard_count) * elem; };
+  // A reduction in flight holds the gradient buffer, its reduce_dtype copy and the output chunk.
+  auto reducing = [&](const UnitSize& u) {
+    const int64_t n = padded(u.numel, p.shard_count);
+    return held(u) + (reduce != elem ? n * reduce : 0) +
+           (p.shard_count > 1 ? n / p.shard_count * reduce : 0);
+  };
+  const UnitSize& root = p.units.back();
+  int64_t block_held = 0, block_reducing = 0, all_held = 0;
+  for (const auto& u : p.units) all_held += held(u);
+  for (size_t u = 0; u + 1 < p.units.size(); ++u) {
+    block_held = std::max(block_held, held(p.units[u]));
+    block_reducing = std::max(block_reducing, reducing(p.units[u]));
+  }
+  const size_t blocks = p.units.size() - 1;
+  if (blocks == 0) return reducing(root);
+  // The root's buffer lives through the whole backward (it begins first and finishes last); a
+  // block issues its reduction before the previous one completes, so two are in flight at once.
+  // Under gradient accumulation every unit's buffer lives from the first micro-batch on.
+  const int64_t in_flight = blocks >= 2 ? 2 : 1;
+  const int64_t during_blocks = c.train.gradient_accumulation_steps > 1
+                                    ? all_held + in_flight * (block_reducing - block_held)
+                                    : held(root) + in_flight * block_reducing;
+  return std::max(during_blocks, reducing(root) + block_reducing);
+}
+
+// Elements one transformer block keeps for backward, per sequence position (x its batch).
+int64_t block_activation_elems(const ModelConfig& m, int64_t b, int64_t s) {
+  const int64_t h = m.width(), a = m.n_head;
+  if (m.type == ModelType::kGPT2) {
+    // x, ln_1, qkv (3), attention output, residual, ln_2, fc (4), gelu (4); softmax [a, s, s].
+    return b * s * 16 * h + b * a * s * s;
+  }
+  // x, norm, q, k and v, rotated q and k, attention output, residual, norm, gate, up, silu(gate)
+  // and their product; softmax [a, s, s].
+  const int64_t kv = m.kv_heads() * (h / a);
+  return b * s * (7 * h + 3 * kv + 4 * m.intermediate_size) + b * a * s * s;
+}
+
+// [Note: plan activations] in docs/plan.md.
+int64_t activation_estimate(const TrainConfig& c, int64_t elem) {
+  const ModelConfig& m = c.model;
+  const int64_t b = c.train.micro_batch_size, s = c.data.seq_len, h = m.width();
+  const int64_t block = block_activation_elems(m, b, s) * elem;
+  // Final norm's input and output; the head's fp32 log-softmax output, its gradient and the
+  // logits' gradient at the start of backward.
+  const int64_t head = 2 * b * s * h * elem + 3 * b * s * m.vocab_size * 4;
+  if (c.fsdp.activation_checkpointing) {
+    // Each block keeps its input; one block's activations exist again while it recomputes.
+    return m.n_layer * b * s * h * elem + block + head;
+  }
+  return m.n_layer * block + head;
+}
+
+CommPlan comm_plan(const Plan& p, const TrainConfig& c, int64_t elem, int64_t reduce) {
+  CommPlan comm;
+  const int64_t micro = c.train.gradient_accumulation_steps;
+  const ShardingStrategy s = c.fsdp.sharding_strategy;
+  const bool reshard = s == ShardingStrategy::kFullShard || s == ShardingStrategy::kHybridShard;
+  const int replicas = p.world_size / p.shard_count;
+  for (size_t u = 0; u < p.units.size(); ++u) {
+    const int64_t n = padded(p.units[u].numel, p.shard_count);
+    const bool is_root = u + 1 == p.units.size();
+    if (p.shard_count > 1) {
+      // Forward gathers every unit; backward again those resharded after forward (not the root).
+      comm.all_gather += micro * n * elem * (reshard && !is_root ? 2 : 1);
+      comm.reduce_scatter += n * reduce;
+    }
+    if (replicas > 1) comm.all_reduce += n / p.shard_count * reduce;
+  }
+  return comm;
+}
+
+std::string mib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%10.1f", bytes / (1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace
+
+std::vector<UnitSize> plan_units(const TrainConfig& config) {
+  CausalLM lm = build_model(config);  // deferred: shapes only
+  return unit_sizes(*lm.module, config.sharding_options().wrap_);
+}
+
+Plan plan_training(const TrainConfig& config, int world_size, int local_size) {
+  return plan_training(config, world_size, local_size, plan_units(config));
+}
+
+Plan plan_training(const TrainConfig& config, int world_size, int local_size,
+                   std::vector<UnitSize> units) {
+  if (world_size < 1) throw std::invalid_argument("world size must be at least 1");
+  Plan p;
+  p.strategy = config.fsdp.sharding_strategy;
+  p.world_size = world_size;
+  p.shard_count = shard_count_of(config, world_size, local_size);
+  p.units = std::move(units);
+  p.micro_batches = config.train.gradient_accumulation_steps;
+  const int64_t elem = dtype_size(config.mixed_precision);
+  const int64_t reduce = elem;  // the trainer reduces in mixed_precision too
+  int64_t shard_elems = 0;
+  for (const auto& u : p.units) {
+    p.parameters += u.numel;
+    shard_elems += padded(u.numel, p.shard_count) / p.shard_count;
+  }
+  p.memory.params = 4 * shard_elems;
+  p.memory.grads = 4 * shard_elems;
+  p.memory.optimizer = 8 * shard_elems;
+  p.memory.gathered = gathered_peak(p, config, elem);
+  p.memory.grad_buffers = grad_buffer_peak(p, config, elem, reduce);
+  p.memory.activations = activation_estimate(config, elem);
+  p.comm = comm_plan(p, config, elem, reduce);
+  return p;
+}
+
+std::string format_plan(const Plan& p) {
+  std::string out;
+  auto line = [&](const std::string& what, int64_t bytes) {
+    out += "  " + what + std::string(26 - std::min<size_t>(26, what.size()), ' ') + mib(bytes) +
+           " MiB\n";
+  };
+  out += std::string(to_string(p.strategy)) + ", world size " + std::to_string(p.world_size) +
+         ", sharded over " + std::to_string(p.shard_count) + ", " + std::to_string(p.parameters) +
+         " parameters in " + std::to_string(p.units.size()) + " units\n";
+  out += "memory per rank:\n";
+  line("parameters (fp32 shard)", p.memory.params);
+  line("gradients (fp32 shard)", p.memory.grads);
+  line("optimizer (AdamW m, v)", p.memory.optimizer);
+  line("model state", p.memory.model_state());
+  line("gathered units (peak)", p.memory.gathered);
+  line("gradient buffers (peak)", p.memory.grad_buffers);
+  line("activations (estimate)", p.memory.activations);
+  line("total", p.memory.total());
+  out += "communication per rank per optimizer step (" + std::to_string(p.micro_batches) +
+         " micro-batch" + (p.micro_batches == 1 ? "" : "es") + "):\n";
+  line("all-gather", p.comm.all_gather);
+  line("reduce-scatter", p.comm.reduce_scatter);
+  line("all-reduce", p.comm.all_reduce);
+  line("total", p.comm.total());
+  return out;
+}
+
+}  // namespace fsdp
