@@ -1,14 +1,21 @@
-// fsdp-bench (first version): GPT-2 training step time and per-rank peak memory, NO_SHARD against
-// FULL_SHARD, in one run on the same ranks so the two are comparable as a ratio.
+// fsdp-bench: GPT-2 training throughput, per-rank memory and communication for each sharding
+// strategy and runtime variant (prefetch, activation checkpointing), all in one run on the same
+// ranks so that they compare as ratios, each next to the planner's prediction (fsdp-plan).
 //
-// Usage: mpirun -np 2 build/bin/fsdp-bench [--model 124m|tiny] [--seq 256] [--batch 1]
-//                                          [--steps 3] [--dtype fp32|bf16] [--checkpoint DIR]
-// --checkpoint DIR: after the FULL_SHARD steps, also times a sharded checkpoint's save and load and
-// a full safetensors file's save and load (under DIR, which it empties first), each with the
-// largest growth of any rank's peak resident set above what it held before.
-// Started without mpirun it re-launches itself under `mpirun -np 2`. Per-rank peak memory is the
-// process's peak resident set (VmHWM, reset between strategies) next to the runtime's own
-// accounting; model state is compared with the 16*P/N bytes theory of fp32 AdamW.
+// Usage: build/bin/fsdp-bench [--model 124m|large|tiny] [--seq 512] [--batch 1] [--steps 2]
+//            [--dtype fp32|bf16] [--strategies NO_SHARD,SHARD_GRAD_OP,FULL_SHARD]
+//            [--variants plain,prefetch,ac,prefetch+ac] [--json FILE] [--label TEXT]
+//            [--checkpoint DIR] [--nproc 2]
+// Started without a launcher it re-launches itself under `mpirun -np 2`.
+//
+// Per run: a warm-up step (it records the unit order prefetch follows and faults in every buffer),
+// then --steps timed steps. Memory is the process's peak resident set during the timed steps above
+// its resident set before the model was built (LibTorch and MPI themselves), next to the runtime's
+// accounting and the plan. Communication is counted by fsdp::count_traffic. `prefetch` is forward
+// prefetch with BACKWARD_PRE; `plain` has no prefetch at all. --label (bench/ scripts pass the BLAS
+// kernel and allocator settings) is copied into every JSON record.
+// --checkpoint DIR: after the FULL_SHARD plain run, times a sharded checkpoint's save and load and
+// a full safetensors file's save and load under DIR.
 #include <malloc.h>
 
 #include <algorithm>
@@ -18,23 +25,41 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <sstream>
 
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/checkpoint/full_state.h"
 #include "fsdp/fsdp.h"
+#include "fsdp/train/plan.h"
 #include "tools/tool_util.h"
+#include "train/model_factory.h"
 
 namespace {
 
+using fsdp::ShardingStrategy;
+
 struct Args {
   std::string model = "124m";
-  int64_t seq = 256;
+  int64_t seq = 512;
   int64_t batch = 1;
-  int steps = 3;
+  int steps = 2;
   std::string dtype = "fp32";
+  std::vector<std::string> strategies = {"NO_SHARD", "SHARD_GRAD_OP", "FULL_SHARD"};
+  std::vector<std::string> variants = {"plain", "prefetch", "ac", "prefetch+ac"};
+  std::string json;
+  std::string label;
   int nproc = 2;
   std::string checkpoint_dir;  // empty: no checkpoint timings
 };
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
 
 Args parse_args(int argc, char** argv) {
   Args a;
@@ -44,28 +69,73 @@ Args parse_args(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument("missing value after " + k);
       return argv[++i];
     };
-    if (k == "--model")
+    if (k == "--model") {
       a.model = value();
-    else if (k == "--seq")
+    } else if (k == "--seq") {
       a.seq = std::stoll(value());
-    else if (k == "--batch")
+    } else if (k == "--batch") {
       a.batch = std::stoll(value());
-    else if (k == "--steps")
+    } else if (k == "--steps") {
       a.steps = std::stoi(value());
-    else if (k == "--dtype")
+    } else if (k == "--dtype") {
       a.dtype = value();
-    else if (k == "--nproc")
+    } else if (k == "--strategies") {
+      a.strategies = split_list(value());
+    } else if (k == "--variants") {
+      a.variants = split_list(value());
+    } else if (k == "--json") {
+      a.json = value();
+    } else if (k == "--label") {
+      a.label = value();
+    } else if (k == "--nproc") {
       a.nproc = std::stoi(value());
-    else if (k == "--checkpoint")
+    } else if (k == "--checkpoint") {
       a.checkpoint_dir = value();
-    else
+    } else {
       throw std::invalid_argument(
           "unknown option " + k +
-          " (known: --model --seq --batch --steps --dtype --nproc --checkpoint)");
+          " (known: --model --seq --batch --steps --dtype --strategies --variants --json --label "
+          "--nproc --checkpoint)");
+    }
   }
-  if (a.model != "124m" && a.model != "tiny") throw std::invalid_argument("--model: 124m or tiny");
+  if (a.model != "124m" && a.model != "large" && a.model != "tiny") {
+    throw std::invalid_argument("--model: 124m, large or tiny");
+  }
   if (a.dtype != "fp32" && a.dtype != "bf16") throw std::invalid_argument("--dtype: fp32 or bf16");
+  for (const auto& v : a.variants) {
+    if (v != "plain" && v != "prefetch" && v != "ac" && v != "prefetch+ac") {
+      throw std::invalid_argument("--variants: plain, prefetch, ac, prefetch+ac; got " + v);
+    }
+  }
+  for (const auto& s : a.strategies) fsdp::parse_sharding_strategy(s);  // throws on a bad name
+  if (a.steps < 1) throw std::invalid_argument("--steps must be at least 1");
   return a;
+}
+
+// The trainer's config for this benchmark: GPT-2 at its real context length (1024 positions), so
+// the parameter counts are the published ones.
+fsdp::TrainConfig bench_config(const Args& a, const std::string& strategy,
+                               const std::string& variant) {
+  fsdp::TrainConfig c;
+  c.model.type = fsdp::ModelType::kGPT2;
+  c.model.n_positions = 1024;
+  if (a.model == "124m") {
+    c.model.n_layer = 12, c.model.n_head = 12, c.model.n_embd = 768;
+  } else if (a.model == "large") {
+    c.model.n_layer = 36, c.model.n_head = 20, c.model.n_embd = 1280;
+  } else {
+    c.model.n_layer = 2, c.model.n_head = 2, c.model.n_embd = 64, c.model.n_positions = a.seq;
+  }
+  c.data.seq_len = a.seq;
+  c.train.micro_batch_size = a.batch;
+  c.mixed_precision = a.dtype == "bf16" ? fsdp::DType::kBFloat16 : fsdp::DType::kFloat32;
+  c.fsdp.sharding_strategy = fsdp::parse_sharding_strategy(strategy);
+  const bool prefetch = variant.find("prefetch") != std::string::npos;
+  c.fsdp.forward_prefetch = prefetch;
+  c.fsdp.backward_prefetch =
+      prefetch ? fsdp::BackwardPrefetch::kBackwardPre : fsdp::BackwardPrefetch::kNoPrefetch;
+  c.fsdp.activation_checkpointing = variant.find("ac") != std::string::npos;
+  return c;
 }
 
 int64_t read_status_kib(const char* key) {
@@ -83,18 +153,26 @@ void reset_peak_rss() {
   std::ofstream("/proc/self/clear_refs") << "5";
 }
 
+double mib(int64_t bytes) { return bytes / (1024.0 * 1024.0); }
+
+// The largest value over the ranks.
+int64_t max_over_ranks(fsdp::Comm& world, int64_t mine) {
+  std::vector<int64_t> all(static_cast<size_t>(world.size()));
+  world.all_gather(&mine, all.data(), 1, fsdp::DType::kInt64);
+  return *std::max_element(all.begin(), all.end());
+}
+
 struct Result {
-  double step_seconds = 0;
-  double setup_peak_rss_mib = 0;  // building the full model, then sharding it
-  double peak_rss_mib = 0;        // training steps, after sharding
-  double model_state_mib = 0;     // sharded params + grads + AdamW m, v
-  double peak_gathered_mib = 0;
-  double peak_grad_buffers_mib = 0;
-  double loss = 0;
+  std::string strategy, variant;
+  double step_seconds = 0, tokens_per_second = 0, loss = 0;
+  int64_t peak_rss = 0;  // bytes above the process's resident set before the model was built
+  fsdp::MemoryStats memory;
+  int64_t optimizer_bytes = 0;
+  int64_t comm_bytes = 0;  // per step
+  fsdp::Plan plan;
 };
 
-// One timed checkpoint operation: wall seconds (slowest rank) and the largest peak-RSS growth over
-// the ranks, in MiB.
+// One timed checkpoint operation: wall seconds (slowest rank) and the largest peak-RSS growth.
 struct IoResult {
   std::string what;
   double seconds = 0;
@@ -109,10 +187,7 @@ IoResult timed_io(const std::string& what, fsdp::Comm& world, const std::functio
   fn();
   world.barrier();
   IoResult r{what, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
-  std::vector<int64_t> growth(static_cast<size_t>(world.size()));
-  const int64_t mine = read_status_kib("VmHWM:") - before;
-  world.all_gather(&mine, growth.data(), 1, fsdp::DType::kInt64);
-  r.peak_growth_mib = *std::max_element(growth.begin(), growth.end()) / 1024.0;
+  r.peak_growth_mib = max_over_ranks(world, read_status_kib("VmHWM:") - before) / 1024.0;
   return r;
 }
 
@@ -129,48 +204,100 @@ std::vector<IoResult> checkpoint_io(fsdp::FullyShardedModel& model, fsdp::AdamW&
           timed_io("full load", world, [&] { fsdp::load_full_safetensors(model, st); })};
 }
 
-Result run(fsdp::ShardingStrategy strategy, const Args& a, fsdp::CommPtr world,
-           std::vector<IoResult>* io = nullptr) {
-  reset_peak_rss();
-  fsdp::GPT2Config cfg =
-      a.model == "124m" ? fsdp::GPT2Config::gpt2_124m() : fsdp::GPT2Config::tiny();
-  fsdp::GPT2 model(cfg);
-  auto sharded = fsdp::fully_shard(
-      model.ptr(), world,
-      fsdp::ShardingOptions()
-          .strategy(strategy)
-          .wrap(fsdp::WrapPolicy::by_type({"GPT2Block"}))
-          .param_dtype(a.dtype == "bf16" ? fsdp::DType::kBFloat16 : fsdp::DType::kFloat32));
-  std::vector<fsdp::ShardedParam> params = fsdp::sharded_params(*sharded);
-  fsdp::AdamW opt(params, fsdp::AdamWOptions());
+Result run(const Args& a, const std::string& strategy, const std::string& variant,
+           fsdp::CommPtr world, std::vector<IoResult>* io) {
+  const fsdp::TrainConfig c = bench_config(a, strategy, variant);
+  const int n = world->size();
   Result r;
-  r.setup_peak_rss_mib = read_status_kib("VmHWM:") / 1024.0;
+  r.strategy = strategy;
+  r.variant = variant;
+  r.plan = fsdp::plan_training(c, n, n);
   reset_peak_rss();
+  const int64_t baseline_kib = read_status_kib("VmRSS:");
+  auto counts = std::make_shared<fsdp::TrafficCounts>();
+  fsdp::CausalLM lm = fsdp::build_model(c);
+  auto model = fsdp::fully_shard(lm.module, fsdp::count_traffic(world, counts),
+                                 c.sharding_options().param_init(lm.param_init));
+  fsdp::AdamW opt(fsdp::sharded_params(*model), fsdp::AdamWOptions());
   auto gen = at::make_generator<at::CPUGeneratorImpl>(world->rank() + 1);
-  at::Tensor tokens = at::randint(cfg.vocab_size, {a.batch, a.seq + 1}, gen, at::kLong);
+  at::Tensor tokens = at::randint(c.model.vocab_size, {a.batch, a.seq + 1}, gen, at::kLong);
   auto step = [&] {
     opt.zero_grad();
-    at::Tensor loss = fsdp::gpt2_loss(fsdp::forward(model, tokens.narrow(1, 0, a.seq)),
-                                      tokens.narrow(1, 1, a.seq));
+    at::Tensor loss =
+        fsdp::gpt2_loss(lm.forward(tokens.narrow(1, 0, a.seq)), tokens.narrow(1, 1, a.seq));
     loss.backward();
     opt.step();
     return loss.item<double>();
   };
-  step();  // warm-up: first-touch page faults and lazy initialisation
+  step();  // warm-up: records the unit order, faults in buffers, allocates AdamW state
   world->barrier();
+  model->reset_peak_memory();
+  counts->reset();
+  std::ofstream("/proc/self/clear_refs") << "5";  // peak RSS from here
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < a.steps; ++i) r.loss = step();
   world->barrier();
   r.step_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / a.steps;
-  const auto m = sharded->memory();
-  const double mib = 1024.0 * 1024.0;
-  r.peak_rss_mib = read_status_kib("VmHWM:") / 1024.0;
-  r.model_state_mib = (m.sharded_param_bytes + m.sharded_grad_bytes + opt.state_bytes()) / mib;
-  r.peak_gathered_mib = m.peak_gathered_param_bytes / mib;
-  r.peak_grad_buffers_mib = m.peak_grad_buffer_bytes / mib;
-  if (io) *io = checkpoint_io(*sharded, opt, a.checkpoint_dir, *world);
+  r.tokens_per_second = n * a.batch * a.seq / r.step_seconds;
+  r.peak_rss = max_over_ranks(*world, (read_status_kib("VmHWM:") - baseline_kib) * 1024);
+  r.memory = model->memory();
+  r.optimizer_bytes = opt.state_bytes();
+  r.comm_bytes = counts->total_bytes() / a.steps;
+  if (io) *io = checkpoint_io(*model, opt, a.checkpoint_dir, *world);
   return r;
+}
+
+std::string json_record(const Args& a, int n, const std::string& backend, const Result& r) {
+  const auto& m = r.memory;
+  const auto& p = r.plan.memory;
+  std::ostringstream o;
+  o << "{\"model\": \"gpt2-" << a.model << "\", \"parameters\": " << r.plan.parameters
+    << ", \"world_size\": " << n << ", \"backend\": \"" << backend << "\", \"dtype\": \"" << a.dtype
+    << "\", \"seq\": " << a.seq << ", \"batch_per_rank\": " << a.batch
+    << ", \"threads_per_rank\": 1, \"strategy\": \"" << r.strategy << "\", \"variant\": \""
+    << r.variant << "\", \"steps\": " << a.steps << ", \"step_seconds\": " << r.step_seconds
+    << ", \"tokens_per_second\": " << r.tokens_per_second << ", \"loss\": " << r.loss
+    << ", \"peak_rss_bytes\": " << r.peak_rss << ", \"model_state_bytes\": "
+    << m.sharded_param_bytes + m.sharded_grad_bytes + r.optimizer_bytes
+    << ", \"peak_gathered_bytes\": " << m.peak_gathered_param_bytes
+    << ", \"peak_grad_buffer_bytes\": " << m.peak_grad_buffer_bytes
+    << ", \"pool_bytes\": " << m.pool_bytes << ", \"comm_bytes_per_step\": " << r.comm_bytes
+    << ", \"plan\": {\"model_state_bytes\": " << p.model_state()
+    << ", \"gathered_bytes\": " << p.gathered << ", \"grad_buffer_bytes\": " << p.grad_buffers
+    << ", \"activation_bytes\": " << p.activations << ", \"total_bytes\": " << p.total()
+    << ", \"comm_bytes_per_step\": " << r.plan.comm.total() << "}, \"label\": \"" << a.label
+    << "\"}";
+  return o.str();
+}
+
+void print_table(const Args& a, const std::vector<Result>& results) {
+  const Result* base = nullptr;
+  for (const auto& r : results) {
+    if (r.strategy == "NO_SHARD" && r.variant == "plain") base = &r;
+  }
+  std::printf(
+      "\n| strategy | variant | step (s) | tokens/s | vs NO_SHARD | peak RSS (MiB) | plan (MiB) | "
+      "RSS / plan | model state (MiB) | comm/step (MiB) | comm / theory |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  for (const auto& r : results) {
+    const double model_state =
+        mib(r.memory.sharded_param_bytes + r.memory.sharded_grad_bytes + r.optimizer_bytes);
+    const double theory = static_cast<double>(r.plan.comm.total());
+    std::printf(
+        "| %s | %s | %.2f | %.1f | %s | %.0f | %.0f | %.3f | %.1f | %.1f | %s |\n",
+        r.strategy.c_str(), r.variant.c_str(), r.step_seconds, r.tokens_per_second,
+        base ? std::to_string(r.tokens_per_second / base->tokens_per_second).substr(0, 5).c_str()
+             : "-",
+        mib(r.peak_rss), mib(r.plan.memory.total()),
+        static_cast<double>(r.peak_rss) / r.plan.memory.total(), model_state, mib(r.comm_bytes),
+        theory > 0 ? std::to_string(r.comm_bytes / theory).substr(0, 6).c_str() : "-");
+  }
+  std::printf(
+      "(GPT-2 %s, %s, seq %lld, batch %lld per rank; peak RSS: per rank, above the process before "
+      "the model was built; plan: fsdp-plan's total; comm: bytes of every collective per step)\n",
+      a.model.c_str(), a.dtype.c_str(), static_cast<long long>(a.seq),
+      static_cast<long long>(a.batch));
 }
 
 }  // namespace
@@ -179,45 +306,38 @@ int main(int argc, char** argv) {
   try {
     const Args a = parse_args(argc, argv);
     fsdp::CommPtr world = fsdp::tools::start_ranks(argc, argv, a.nproc);
+    // As fsdp-train: keep freed memory in the heap so that each step reuses the last one's pages.
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
     const int n = world->size();
-    if (world->rank() == 0) {
-      std::printf(
-          "fsdp-bench: GPT-2 %s, world size %d (%s), batch %lld x seq %lld per rank, %s, "
-          "1 thread per rank, %d timed steps\n",
-          a.model.c_str(), n, world->backend().c_str(), static_cast<long long>(a.batch),
-          static_cast<long long>(a.seq), a.dtype.c_str(), a.steps);
-    }
-    std::vector<std::pair<fsdp::ShardingStrategy, Result>> results;
+    std::vector<Result> results;
     std::vector<IoResult> io;
-    for (auto s : {fsdp::ShardingStrategy::kNoShard, fsdp::ShardingStrategy::kFullShard}) {
-      const bool with_io = s == fsdp::ShardingStrategy::kFullShard && !a.checkpoint_dir.empty();
-      results.emplace_back(s, run(s, a, world, with_io ? &io : nullptr));
+    for (const auto& s : a.strategies) {
+      for (const auto& v : a.variants) {
+        const bool with_io = s == "FULL_SHARD" && v == "plain" && !a.checkpoint_dir.empty();
+        results.push_back(run(a, s, v, world, with_io ? &io : nullptr));
+        if (world->rank() == 0) {
+          std::printf("fsdp-bench: %s %s: %.2f s/step\n", s.c_str(), v.c_str(),
+                      results.back().step_seconds);
+          std::fflush(stdout);
+        }
+      }
     }
-    if (world->rank() == 0) {
-      std::printf("%-10s %8s %9s %10s %10s %11s %12s %11s\n", "strategy", "step_s", "tokens/s",
-                  "setup_MiB", "train_MiB", "model_state", "gathered_pk", "gradbuf_pk");
-      for (const auto& [s, r] : results) {
-        std::printf("%-10s %8.3f %9.1f %10.1f %10.1f %11.1f %12.1f %11.1f\n", fsdp::to_string(s),
-                    r.step_seconds, n * a.batch * a.seq / r.step_seconds, r.setup_peak_rss_mib,
-                    r.peak_rss_mib, r.model_state_mib, r.peak_gathered_mib,
-                    r.peak_grad_buffers_mib);
+    if (world->rank() != 0) return 0;
+    print_table(a, results);
+    for (const auto& r : io) {
+      std::printf("checkpoint (FULL_SHARD): %-12s %7.2f s, peak RSS growth %7.1f MiB per rank\n",
+                  r.what.c_str(), r.seconds, r.peak_growth_mib);
+    }
+    if (!a.json.empty()) {
+      std::ofstream out(a.json);
+      out << "[\n";
+      for (size_t i = 0; i < results.size(); ++i) {
+        out << "  " << json_record(a, n, world->backend(), results[i])
+            << (i + 1 < results.size() ? ",\n" : "\n");
       }
-      std::printf(
-          "(MiB per rank; setup/train: peak resident set while building and sharding the "
-          "model / while training; model_state: fp32 shards of params, grads, Adam m and v; "
-          "gathered_pk, gradbuf_pk: the runtime's peaks)\n");
-      const Result& ns = results[0].second;
-      const Result& fs = results[1].second;
-      std::printf(
-          "FULL_SHARD / NO_SHARD: throughput %.3f, training peak RSS %.3f, model state "
-          "%.3f (theory 1/%d = %.3f)\n",
-          ns.step_seconds / fs.step_seconds, fs.peak_rss_mib / ns.peak_rss_mib,
-          fs.model_state_mib / ns.model_state_mib, n, 1.0 / n);
-      for (const auto& r : io) {
-        std::printf(
-            "checkpoint (FULL_SHARD): %-12s %7.2f s, peak RSS growth %7.1f MiB per rank (max)\n",
-            r.what.c_str(), r.seconds, r.peak_growth_mib);
-      }
+      out << "]\n";
+      if (!out) throw std::runtime_error("cannot write " + a.json);
     }
     return 0;
   } catch (const std::exception& e) {

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The benchmarks (bench/README.md): set-up, then GPT-2 124M at world size 2 (fp32 and bf16, every
+# strategy with and without prefetch and activation checkpointing), the planner's view of GPT-2
+# large, and one GPT-2 large FULL_SHARD step. Writes bench/results/*.json and
+# bench/results/table.md, and prints the table. About 20-30 minutes on a 2-core machine.
+#   scripts/bench.sh            everything
+#   scripts/bench.sh --quick    a tiny model only (a minute: checks that the benchmark runs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh >/dev/null
+BUILD_DIR=${BUILD_DIR:-build}
+source scripts/env.sh
+bin=$BUILD_DIR/bin
+out=bench/results
+mkdir -p "$out"
+
+# What the numbers depend on, recorded in every JSON record.
+blas=$(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || echo unknown)
+cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
+label="cpu: $cpu, $(nproc) cores; blas: $blas, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset};"
+label+=" malloc: glibc, M_MMAP_THRESHOLD and M_TRIM_THRESHOLD 1 GiB (fsdp-bench); OpenMPI shared memory"
+
+bench() {  # bench NAME ARGS...: one fsdp-bench run on 2 ranks, its table appended to table.md
+  local name=$1
+  shift
+  echo "== $name" | tee -a "$out/table.md"
+  "$bin/fsdp-run" --backend mpi --nproc-per-node 2 "$bin/fsdp-bench" --label "$label" \
+    --json "$out/$name.json" "$@" | tee "$out/$name.log"
+  sed -n '/^| strategy/,/^(GPT-2/p' "$out/$name.log" >>"$out/table.md"
+  echo >>"$out/table.md"
+}
+
+{
+  echo "# fsdp-bench results, $(date -u +%Y-%m-%d)"
+  echo
+  echo "$label"
+  echo
+} >"$out/table.md"
+
+if [[ "${1:-}" == "--quick" ]]; then
+  bench quick --model tiny --seq 64 --steps 1
+  exit 0
+fi
+
+bench gpt2-124m-fp32 --model 124m --seq 512 --dtype fp32 --steps 2
+bench gpt2-124m-bf16 --model 124m --seq 512 --dtype bf16 --steps 2
+
+large=(--num_processes 2 --model.n_layer 36 --model.n_head 20 --model.n_embd 1280
+  --model.n_positions 1024 --data.seq_len 512 --train.micro_batch_size 1)
+echo "== gpt2-large plan (fsdp-plan)" | tee -a "$out/table.md"
+"$bin/fsdp-plan" "${large[@]}" | tee "$out/gpt2-large-plan.txt"
+sed -n '/^every strategy/,$p' "$out/gpt2-large-plan.txt" >>"$out/table.md"
+echo >>"$out/table.md"
+bench gpt2-large-fp32 --model large --seq 512 --dtype fp32 --steps 1 \
+  --strategies FULL_SHARD --variants prefetch
+
+echo
+cat "$out/table.md"
