@@ -232,7 +232,8 @@ void Runtime::backward_reached(Unit& unit) {
 }
 
 void Runtime::backward_done(Unit& unit) {
-  if (orders_recorded_ && options_.backward_prefetch_ == BackwardPrefetch::kBackwardPost) {
+  if (orders_recorded_ && !finishing_ &&
+      options_.backward_prefetch_ == BackwardPrefetch::kBackwardPost) {
     prefetch_after(backward_order_, unit, /*backward=*/true);
   }
 }
@@ -292,7 +293,9 @@ void Runtime::ensure_final_callback() {
 }
 
 void Runtime::finish_backward() {
+  finishing_ = true;  // units autograd never reached finish here: nothing left to prefetch for
   for (auto& u : units_) u->finish_backward();
+  finishing_ = false;
   drain_reduces();
   callback_queued_ = false;
   orders_recorded_ = orders_recorded_ || !forward_order_.units.empty();

@@ -205,7 +205,8 @@ class Runtime {
   BufferPool pool_;
   Order forward_order_, backward_order_;
   bool orders_recorded_ = false;
-  int ahead_ = 0;  // units gathered by prefetch and not yet used
+  bool finishing_ = false;  // inside finish_backward
+  int ahead_ = 0;           // units gathered by prefetch and not yet used
   int64_t used_prefetches_ = 0, unused_prefetches_ = 0;
 };
 
