@@ -6,6 +6,8 @@
 // registered for `block` this is exactly `block->forward(args...)` (one hash lookup); once the
 // model is sharded, the runtime's pre-forward gathers the block's parameters and its post-forward
 // may release them and wrap the outputs for backward. The model never sees FSDP internals.
+// A checkpointed unit's forward runs through an autograd function that keeps only its inputs and
+// runs the forward again in backward (docs/design.md, [Note: activation checkpointing]).
 //
 // Thread-safety: hooks are registered and removed while no forward runs.
 #pragma once
