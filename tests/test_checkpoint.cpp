@@ -48,10 +48,6 @@ struct Trained {
   std::unique_ptr<AdamW> opt;
 };
 
-bool is_hybrid(ShardingStrategy s) {
-  return s == ShardingStrategy::kHybridShard || s == ShardingStrategy::kHybridShardZero2;
-}
-
 // `shard_group_size` applies to the hybrid strategies only.
 Trained make(CommPtr comm, ShardingStrategy strategy, uint64_t seed, int shard_group_size = 0,
              int64_t n_layer = 2) {

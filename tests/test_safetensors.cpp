@@ -427,10 +427,6 @@ std::string describe(const Layout& l) {
          (l.param_dtype == DType::kBFloat16 ? " bf16" : "");
 }
 
-bool is_hybrid(ShardingStrategy s) {
-  return s == ShardingStrategy::kHybridShard || s == ShardingStrategy::kHybridShardZero2;
-}
-
 // One of every strategy, alternating wrap policies.
 std::vector<Layout> every_strategy() {
   return {{ShardingStrategy::kFullShard, true, DType::kFloat32},

@@ -36,6 +36,10 @@ enum class ShardingStrategy {
 // names otherwise.
 ShardingStrategy parse_sharding_strategy(const std::string& name);
 const char* to_string(ShardingStrategy strategy);
+// HYBRID_SHARD and HYBRID_SHARD_ZERO2: sharded within shard groups, replicated across them.
+bool is_hybrid(ShardingStrategy strategy);
+// FULL_SHARD and HYBRID_SHARD free a (non-root) unit's gathered parameters after its forward.
+bool reshards_after_forward(ShardingStrategy strategy);
 
 // When backward gathers the next unit's parameters (PyTorch's BackwardPrefetch), by the unit order
 // the first backward recorded.

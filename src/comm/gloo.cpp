@@ -360,10 +360,8 @@ class GlooComm : public Comm {
   WorkPtr post(std::string what, size_t count, std::function<void()> run) {
     auto state = std::make_shared<TaskState>();
     state->what = std::move(what);
-    if (board_ && size() > 1) {
-      const uint64_t seq = board_->post(state->what);
-      state->diagnose = [board = board_, seq] { return board->report(seq); };
-    }
+    if (board_ && size() > 1)
+      state->diagnose = ProgressBoard::post_and_diagnose(board_, state->what);
     if (count == 0) {
       state->finish("");
     } else {

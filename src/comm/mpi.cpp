@@ -355,8 +355,7 @@ class MpiComm : public Comm {
                  const std::string& what) {
     std::function<std::string()> diagnose;
     if (board_ && size_ > 1) {
-      const uint64_t seq = board_->post(what);
-      diagnose = [board = board_, seq] { return board->report(seq); };
+      diagnose = ProgressBoard::post_and_diagnose(board_, what);
     } else if (size_ > 1) {
       diagnose = [] {
         return std::string(

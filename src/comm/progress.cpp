@@ -114,6 +114,12 @@ std::string ProgressBoard::report(uint64_t seq) const {
          "): " + (reached.empty() ? std::string("none") : reached) + behind;
 }
 
+std::function<std::string()> ProgressBoard::post_and_diagnose(
+    const std::shared_ptr<ProgressBoard>& board, const std::string& what) {
+  const uint64_t seq = board->post(what);
+  return [board, seq] { return board->report(seq); };
+}
+
 std::shared_ptr<ProgressBoard> ProgressBoard::subgroup(const std::string& name, int rank,
                                                        int size) const {
   return std::make_shared<ProgressBoard>(slots_, group_ + "/" + name, rank, size);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -40,6 +41,10 @@ class ProgressBoard {
   // What a rank waiting for collective `seq` says about its peers:
   // "; ranks that issued this collective (#57): 0, 1; rank 2 last issued #41 all_gather of ..."
   std::string report(uint64_t seq) const;
+
+  // Posts `what` (as post) and returns what a timeout of that collective adds to its message.
+  static std::function<std::string()> post_and_diagnose(const std::shared_ptr<ProgressBoard>& board,
+                                                        const std::string& what);
 
   // The board of a subgroup made by a split: same slots, another group name.
   std::shared_ptr<ProgressBoard> subgroup(const std::string& name, int rank, int size) const;

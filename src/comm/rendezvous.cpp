@@ -1,9 +1,9 @@
 // init_comm: the one place in fsdp.cpp that reads environment variables. It recognises two
 // launchers: torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
 // and fsdp-run's FSDP_RUN_DIR) and OpenMPI's mpirun (OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK,
-// _LOCAL_SIZE), picks a backend
-// ("auto": MPI under mpirun, Gloo under torchrun, local otherwise) and hands the backend what it
-// needs. Everything is validated here so that a bad launch fails with the variable's name.
+// _LOCAL_SIZE), picks a backend ("auto": MPI under mpirun, Gloo under torchrun, local otherwise)
+// and hands the backend what it needs. Everything is validated here so that a bad launch fails with
+// the variable's name.
 #include "comm/rendezvous.h"
 
 #include <cerrno>

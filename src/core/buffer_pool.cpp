@@ -19,7 +19,6 @@ struct BufferPool::State {
   void put(void* ptr, size_t nbytes) {
     std::lock_guard<std::mutex> lock(mutex);
     free_blocks.emplace(nbytes, ptr);
-    stats.in_use_bytes -= static_cast<int64_t>(nbytes);
   }
 
   ~State() {
@@ -55,14 +54,12 @@ c10::DataPtr BufferPool::take(size_t nbytes) {
     if (it != state_->free_blocks.end()) {
       ptr = it->second;
       state_->free_blocks.erase(it);
-      ++s.reused_blocks;
     } else {
       ptr = c10::alloc_cpu(std::max<size_t>(nbytes, 1));
       ++s.fresh_blocks;
       s.held_bytes += static_cast<int64_t>(nbytes);
       s.peak_held_bytes = std::max(s.peak_held_bytes, s.held_bytes);
     }
-    s.in_use_bytes += static_cast<int64_t>(nbytes);
   }
   return c10::DataPtr(ptr, new Lease{state_, ptr, nbytes}, &give_back, c10::Device(c10::kCPU));
 }
@@ -77,15 +74,6 @@ at::Tensor BufferPool::empty(int64_t numel, at::ScalarType dtype) {
 BufferPoolStats BufferPool::stats() const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   return state_->stats;
-}
-
-void BufferPool::release_cached() {
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  for (auto& [nbytes, ptr] : state_->free_blocks) {
-    c10::free_cpu(ptr);
-    state_->stats.held_bytes -= static_cast<int64_t>(nbytes);
-  }
-  state_->free_blocks.clear();
 }
 
 }  // namespace fsdp

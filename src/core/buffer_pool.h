@@ -19,10 +19,8 @@ namespace fsdp {
 
 struct BufferPoolStats {
   int64_t held_bytes = 0;       // in use plus cached
-  int64_t in_use_bytes = 0;     // handed out and not yet returned
   int64_t peak_held_bytes = 0;  // since construction
   int64_t fresh_blocks = 0;     // blocks obtained from the system, ever
-  int64_t reused_blocks = 0;    // requests served from the cache, ever
 };
 
 class BufferPool {
@@ -35,8 +33,6 @@ class BufferPool {
   at::Tensor empty(int64_t numel, at::ScalarType dtype);
 
   BufferPoolStats stats() const;
-  // Returns cached (unused) blocks to the system; blocks in use stay where they are.
-  void release_cached();
 
   struct State;
 

@@ -62,6 +62,14 @@ WrapPolicy WrapPolicy::by_name(std::vector<std::string> names) {
   return p;
 }
 
+bool is_hybrid(ShardingStrategy s) {
+  return s == ShardingStrategy::kHybridShard || s == ShardingStrategy::kHybridShardZero2;
+}
+
+bool reshards_after_forward(ShardingStrategy s) {
+  return s == ShardingStrategy::kFullShard || s == ShardingStrategy::kHybridShard;
+}
+
 const char* to_string(BackwardPrefetch prefetch) {
   switch (prefetch) {
     case BackwardPrefetch::kBackwardPre:

@@ -83,14 +83,13 @@ Runtime::Runtime(std::shared_ptr<torch::nn::Module> root, CommPtr comm, Sharding
   check_dtypes(options_);
   check_prefetch_options();
   make_groups();
-  build_units(select_units(*root_, options_.wrap_));
+  build_units(unit_specs(*root_, options_.wrap_));
 }
 
 // A strategy is a (replicate x shard) mesh: see docs/design.md, "Strategies as two groups".
 void Runtime::make_groups() {
   const ShardingStrategy strategy = options_.strategy_;
-  const bool hybrid =
-      strategy == ShardingStrategy::kHybridShard || strategy == ShardingStrategy::kHybridShardZero2;
+  const bool hybrid = is_hybrid(strategy);
   FSDP_CHECK(options_.shard_group_size_ >= 0,
              "shard_group_size must be positive (or 0 for one "
              "node), got ",
@@ -117,15 +116,24 @@ void Runtime::make_groups() {
   }
 }
 
-std::vector<UnitSize> unit_sizes(torch::nn::Module& root, const WrapPolicy& policy) {
+std::vector<UnitSpec> unit_specs(torch::nn::Module& root, const WrapPolicy& policy) {
   const auto wrapped = select_units(root, policy);
-  const auto slots = assign_params(root, wrapped);
-  std::vector<UnitSize> out;
+  auto slots = assign_params(root, wrapped);
+  std::vector<UnitSpec> out;
   for (size_t u = 0; u <= wrapped.size(); ++u) {
     const bool is_root = u == wrapped.size();
-    if (!is_root && slots[u].empty()) continue;  // as build_units: no parameters, no unit
-    UnitSize size{is_root ? std::string() : wrapped[u].first, 0};
-    for (const auto& s : slots[u]) size.numel += s.param.numel();
+    if (!is_root && slots[u].empty()) continue;  // nothing to shard in this module
+    out.push_back({is_root ? std::string() : wrapped[u].first, is_root ? &root : wrapped[u].second,
+                   std::move(slots[u]), is_root});
+  }
+  return out;
+}
+
+std::vector<UnitSize> unit_sizes(torch::nn::Module& root, const WrapPolicy& policy) {
+  std::vector<UnitSize> out;
+  for (const UnitSpec& spec : unit_specs(root, policy)) {
+    UnitSize size{spec.name, 0};
+    for (const auto& s : spec.slots) size.numel += s.param.numel();
     out.push_back(std::move(size));
   }
   return out;
@@ -135,12 +143,10 @@ Runtime::~Runtime() {
   for (auto& u : units_) set_module_hooks(u->module(), nullptr);
 }
 
-void Runtime::build_units(
-    const std::vector<std::pair<std::string, const torch::nn::Module*>>& wrapped) {
-  auto slots = assign_params(*root_, wrapped);
+void Runtime::build_units(std::vector<UnitSpec> specs) {
   int64_t total = 0;
-  for (const auto& unit_slots : slots) {
-    for (const auto& s : unit_slots) {
+  for (const auto& spec : specs) {
+    for (const auto& s : spec.slots) {
       check_param(s);
       total += s.param.numel();
     }
@@ -148,26 +154,19 @@ void Runtime::build_units(
   FSDP_CHECK(world_->size() <= total, "world size ", world_->size(),
              " is larger than the model's parameter count ", total,
              ": some ranks would hold no parameters");
-  check_unit_names(wrapped, slots);
-  for (size_t u = 0; u <= wrapped.size(); ++u) {
-    const bool is_root = u == wrapped.size();
-    if (!is_root && slots[u].empty()) continue;  // nothing to shard in this module
-    const std::string name = is_root ? std::string() : wrapped[u].first;
-    const torch::nn::Module* module = is_root ? root_.get() : wrapped[u].second;
-    units_.push_back(std::make_shared<Unit>(*this, name, module, std::move(slots[u]), is_root,
-                                            policy_of(name, is_root)));
-    set_module_hooks(module, units_.back());
+  check_unit_names(specs);
+  for (auto& spec : specs) {
+    const UnitPolicy policy = policy_of(spec.name, spec.is_root);
+    units_.push_back(std::make_shared<Unit>(*this, spec.name, spec.module, std::move(spec.slots),
+                                            spec.is_root, policy));
+    set_module_hooks(spec.module, units_.back());
   }
 }
 
 // Before any unit exists: a failed fully_shard must leave no hooks behind.
-void Runtime::check_unit_names(
-    const std::vector<std::pair<std::string, const torch::nn::Module*>>& wrapped,
-    const std::vector<std::vector<ParamSlot>>& slots) const {
-  std::set<std::string> names = {"", "(root)"};
-  for (size_t u = 0; u < wrapped.size(); ++u) {
-    if (!slots[u].empty()) names.insert(wrapped[u].first);
-  }
+void Runtime::check_unit_names(const std::vector<UnitSpec>& specs) const {
+  std::set<std::string> names = {"(root)"};
+  for (const auto& spec : specs) names.insert(spec.name);  // the root's is ""
   const char* kUnits =
       "units are the wrapped modules' qualified names, and \"\" or \"(root)\" for the root";
   for (const auto& [name, reshard] : options_.reshard_after_forward_) {
@@ -191,12 +190,9 @@ UnitPolicy Runtime::policy_of(const std::string& name, bool is_root) const {
   const auto& chosen = options_.reshard_after_forward_;
   auto it = chosen.find(name);
   if (it == chosen.end() && is_root) it = chosen.find("(root)");
-  const ShardingStrategy s = options_.strategy_;
   // The root keeps its parameters from forward to the end of backward, as in PyTorch FSDP.
   policy.reshard_after_forward =
-      it != chosen.end()
-          ? it->second
-          : !is_root && (s == ShardingStrategy::kFullShard || s == ShardingStrategy::kHybridShard);
+      it != chosen.end() ? it->second : !is_root && reshards_after_forward(options_.strategy_);
   const auto& ac = options_.checkpoint_units_;
   policy.checkpoint = !is_root && std::any_of(ac.begin(), ac.end(), [&](const std::string& n) {
     return n == "*" || n == name;
@@ -254,14 +250,9 @@ void Runtime::prefetch_after(const Order& order, const Unit& unit, bool backward
   }
 }
 
-void Runtime::prefetch_used(Unit& /*unit*/) {
+void Runtime::prefetch_settled(bool used) {
   --ahead_;
-  ++used_prefetches_;
-}
-
-void Runtime::prefetch_unused(Unit& /*unit*/) {
-  --ahead_;
-  ++unused_prefetches_;
+  ++(used ? used_prefetches_ : unused_prefetches_);
 }
 
 void Runtime::begin_forward() {

@@ -35,6 +35,14 @@ namespace fsdp {
 
 class Runtime;
 
+// A unit to be: a wrapped module that owns parameters, or the root (last), with its parameters.
+struct UnitSpec {
+  std::string name;  // "" for the root
+  const torch::nn::Module* module = nullptr;
+  std::vector<ParamSlot> slots;
+  bool is_root = false;
+};
+
 enum class UnitState { kSharded, kGathering, kUnsharded };
 
 // Per-unit choices the options make.
@@ -81,7 +89,6 @@ class Unit : public ModuleHooks {
   FlatParam& flat() { return flat_; }
   const FlatParam& flat() const { return flat_; }
   bool forwarded() const { return forwarded_; }
-  bool reshard_after_forward() const { return policy_.reshard_after_forward; }
   bool in_backward() const { return in_backward_; }
   void clear_forwarded() { forwarded_ = false; }
 
@@ -89,8 +96,8 @@ class Unit : public ModuleHooks {
   void reduce_gradients();
   void register_grad_hooks();
   void set_context(const char* phase) const;
-  // Clears the prefetched mark; true when it was set.
-  bool take_prefetched();
+  // Clears a prefetch's mark, telling the runtime whether the unit used what it gathered.
+  void settle_prefetch(bool used);
 
   Runtime& runtime_;
   std::string name_;
@@ -160,10 +167,7 @@ class Runtime {
   void backward_reached(Unit& unit);
   void backward_done(Unit& unit);
   // A prefetched unit was used, or resharded unused: one fewer gathered ahead.
-  void prefetch_used(Unit& unit);
-  void prefetch_unused(Unit& unit);
-  const std::vector<Unit*>& forward_order() const { return forward_order_.units; }
-  const std::vector<Unit*>& backward_order() const { return backward_order_.units; }
+  void prefetch_settled(bool used);
 
   // Memory accounting.
   void track_gathered(int64_t delta);
@@ -175,13 +179,11 @@ class Runtime {
 
  private:
   void make_groups();
-  void build_units(const std::vector<std::pair<std::string, const torch::nn::Module*>>& wrapped);
+  void build_units(std::vector<UnitSpec> specs);
   void complete_reduce(PendingReduce& pending);
   UnitPolicy policy_of(const std::string& name, bool is_root) const;
   void check_prefetch_options() const;
-  void check_unit_names(
-      const std::vector<std::pair<std::string, const torch::nn::Module*>>& wrapped,
-      const std::vector<std::vector<ParamSlot>>& slots) const;
+  void check_unit_names(const std::vector<UnitSpec>& specs) const;
 
   // Units in the order a pass first reached them.
   struct Order {
@@ -214,5 +216,10 @@ class Runtime {
 // Throws when a policy that should match something matches nothing.
 std::vector<std::pair<std::string, const torch::nn::Module*>> select_units(
     torch::nn::Module& root, const WrapPolicy& policy);
+
+// The units `policy` makes of `root`, root last: each parameter goes to the innermost wrapped
+// module holding it (tied across units: the root), and a wrapped module left with no parameters
+// is no unit. fully_shard builds these; fsdp::unit_sizes reports them.
+std::vector<UnitSpec> unit_specs(torch::nn::Module& root, const WrapPolicy& policy);
 
 }  // namespace fsdp

@@ -134,15 +134,15 @@ bool Unit::prefetch(const char* phase) {
   return true;
 }
 
-bool Unit::take_prefetched() {
-  const bool was = prefetched_;
+void Unit::settle_prefetch(bool used) {
+  if (!prefetched_) return;
   prefetched_ = false;
-  return was;
+  runtime_.prefetch_settled(used);
 }
 
 void Unit::reshard() {
   wait_unshard();  // the collective writes into the buffer this frees
-  if (take_prefetched()) runtime_.prefetch_unused(*this);
+  settle_prefetch(/*used=*/false);
   if (state_ == UnitState::kSharded) return;
   state_ = UnitState::kSharded;
   if (flat_.aliased()) return;
@@ -158,7 +158,7 @@ void Unit::pre_forward() {
                "' ran before the root module: call the root through fsdp::forward(model, ...)");
   }
   forwarded_ = true;
-  if (take_prefetched()) runtime_.prefetch_used(*this);
+  settle_prefetch(/*used=*/true);
   issue_unshard("forward all-gather");
   runtime_.forward_reached(*this);
   wait_unshard();
@@ -180,7 +180,7 @@ void Unit::pre_backward() {
   in_backward_ = true;
   post_backward_done_ = false;
   runtime_.ensure_final_callback();
-  if (take_prefetched()) runtime_.prefetch_used(*this);
+  settle_prefetch(/*used=*/true);
   issue_unshard("backward all-gather");
   runtime_.backward_reached(*this);
   wait_unshard();

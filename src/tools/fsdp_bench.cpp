@@ -147,10 +147,13 @@ int64_t read_status_kib(const char* key) {
   return -1;
 }
 
-// Returns freed heap to the OS, then restarts the peak-RSS counter from the current RSS.
+// Restarts the peak-RSS counter (VmHWM) from the current RSS.
+void restart_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+// Returns freed heap to the OS, then restarts the peak-RSS counter.
 void reset_peak_rss() {
   malloc_trim(0);
-  std::ofstream("/proc/self/clear_refs") << "5";
+  restart_peak_rss();
 }
 
 double mib(int64_t bytes) { return bytes / (1024.0 * 1024.0); }
@@ -233,7 +236,7 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
   world->barrier();
   model->reset_peak_memory();
   counts->reset();
-  std::ofstream("/proc/self/clear_refs") << "5";  // peak RSS from here
+  restart_peak_rss();  // the timed steps' peak, over heap the warm-up left in place
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < a.steps; ++i) r.loss = step();
   world->barrier();

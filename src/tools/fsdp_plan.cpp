@@ -38,7 +38,7 @@ void compare_strategies(fsdp::TrainConfig config, int world, int local,
   using S = fsdp::ShardingStrategy;
   for (S s : {S::kNoShard, S::kShardGradOp, S::kFullShard, S::kHybridShard, S::kHybridShardZero2}) {
     config.fsdp.sharding_strategy = s;
-    if (s != S::kHybridShard && s != S::kHybridShardZero2) config.fsdp.shard_group_size = 0;
+    if (!fsdp::is_hybrid(s)) config.fsdp.shard_group_size = 0;
     try {
       const fsdp::Plan p = fsdp::plan_training(config, world, local, units);
       const auto& m = p.memory;

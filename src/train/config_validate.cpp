@@ -127,10 +127,6 @@ void check_train(const Checks& k, const TrainLoopConfig& t, const DataConfig& d)
             "train.eval_every to 0");
 }
 
-bool hybrid(ShardingStrategy s) {
-  return s == ShardingStrategy::kHybridShard || s == ShardingStrategy::kHybridShardZero2;
-}
-
 void check_fsdp(const Checks& k, const TrainConfig& c) {
   const FsdpConfig& f = c.fsdp;
   k.at_least("fsdp_config.fsdp_min_num_params", f.min_num_params, 1);
@@ -140,7 +136,7 @@ void check_fsdp(const Checks& k, const TrainConfig& c) {
   k.require(!f.activation_checkpointing || f.auto_wrap_policy != AutoWrapPolicy::kNoWrap,
             {"fsdp_config.fsdp_activation_checkpointing", "fsdp_config.fsdp_auto_wrap_policy"},
             "activation checkpointing recomputes wrapped units, and NO_WRAP wraps none");
-  k.require(f.shard_group_size == 0 || hybrid(f.sharding_strategy),
+  k.require(f.shard_group_size == 0 || is_hybrid(f.sharding_strategy),
             {"fsdp_config.shard_group_size", "fsdp_config.fsdp_sharding_strategy"},
             "shard_group_size applies to HYBRID_SHARD and HYBRID_SHARD_ZERO2 only, and the "
             "strategy is " +

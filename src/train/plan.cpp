@@ -13,14 +13,10 @@
 namespace fsdp {
 namespace {
 
-bool hybrid(ShardingStrategy s) {
-  return s == ShardingStrategy::kHybridShard || s == ShardingStrategy::kHybridShardZero2;
-}
-
 int shard_count_of(const TrainConfig& c, int world_size, int local_size) {
   const ShardingStrategy s = c.fsdp.sharding_strategy;
   if (s == ShardingStrategy::kNoShard) return 1;
-  if (!hybrid(s)) return world_size;
+  if (!is_hybrid(s)) return world_size;
   const int group = c.fsdp.shard_group_size > 0 ? c.fsdp.shard_group_size
                                                 : (local_size > 0 ? local_size : world_size);
   if (world_size % group != 0) {
@@ -39,52 +35,55 @@ int64_t ahead(const FsdpConfig& f, int64_t blocks) {
   return std::max<int64_t>(0, std::min(n, blocks - 1));
 }
 
-// [Note: plan gathered] in docs/plan.md.
-int64_t gathered_peak(const Plan& p, const TrainConfig& c, int64_t elem) {
-  if (p.shard_count == 1 && elem == 4) return 0;  // one fp32 shard is the parameter itself
-  const int64_t root = padded(p.units.back().numel, p.shard_count) * elem;
-  int64_t all = 0, block = 0;
-  const int64_t blocks = static_cast<int64_t>(p.units.size()) - 1;
-  for (size_t u = 0; u + 1 < p.units.size(); ++u) {
-    const int64_t bytes = padded(p.units[u].numel, p.shard_count) * elem;
-    all += bytes;
-    block = std::max(block, bytes);
+// Padded element counts: the root's, the largest block's, all blocks' together, and how many
+// blocks (non-root units) there are.
+struct UnitElems {
+  int64_t root = 0, block = 0, all_blocks = 0, blocks = 0;
+};
+
+UnitElems unit_elems(const Plan& p) {
+  UnitElems e;
+  e.root = padded(p.units.back().numel, p.shard_count);
+  e.blocks = static_cast<int64_t>(p.units.size()) - 1;
+  for (int64_t u = 0; u < e.blocks; ++u) {
+    const int64_t n = padded(p.units[static_cast<size_t>(u)].numel, p.shard_count);
+    e.all_blocks += n;
+    e.block = std::max(e.block, n);
   }
-  const ShardingStrategy s = c.fsdp.sharding_strategy;
-  const bool reshard = s == ShardingStrategy::kFullShard || s == ShardingStrategy::kHybridShard;
-  if (!reshard || blocks == 0) return root + all;
-  const int64_t forward = 1 + (c.fsdp.forward_prefetch ? ahead(c.fsdp, blocks) : 0);
+  return e;
+}
+
+// [Note: plan gathered] in docs/plan.md.
+int64_t gathered_peak(const Plan& p, const TrainConfig& c, const UnitElems& e, int64_t elem) {
+  if (p.shard_count == 1 && elem == 4) return 0;  // one fp32 shard is the parameter itself
+  if (!reshards_after_forward(c.fsdp.sharding_strategy) || e.blocks == 0) {
+    return (e.root + e.all_blocks) * elem;
+  }
+  const int64_t forward = 1 + (c.fsdp.forward_prefetch ? ahead(c.fsdp, e.blocks) : 0);
   const int64_t backward =
-      1 + (c.fsdp.backward_prefetch == BackwardPrefetch::kBackwardPre ? ahead(c.fsdp, blocks) : 0);
-  return root + std::max(forward, backward) * block;
+      1 +
+      (c.fsdp.backward_prefetch == BackwardPrefetch::kBackwardPre ? ahead(c.fsdp, e.blocks) : 0);
+  return (e.root + std::max(forward, backward) * e.block) * elem;
 }
 
 // [Note: plan gradient buffers] in docs/plan.md.
-int64_t grad_buffer_peak(const Plan& p, const TrainConfig& c, int64_t elem, int64_t reduce) {
-  auto held = [&](const UnitSize& u) { return padded(u.numel, p.shard_count) * elem; };
+int64_t grad_buffer_peak(const Plan& p, const TrainConfig& c, const UnitElems& e, int64_t elem,
+                         int64_t reduce) {
   // A reduction in flight holds the gradient buffer, its reduce_dtype copy and the output chunk.
-  auto reducing = [&](const UnitSize& u) {
-    const int64_t n = padded(u.numel, p.shard_count);
-    return held(u) + (reduce != elem ? n * reduce : 0) +
+  auto reducing = [&](int64_t n) {
+    return n * elem + (reduce != elem ? n * reduce : 0) +
            (p.shard_count > 1 ? n / p.shard_count * reduce : 0);
   };
-  const UnitSize& root = p.units.back();
-  int64_t block_held = 0, block_reducing = 0, all_held = 0;
-  for (const auto& u : p.units) all_held += held(u);
-  for (size_t u = 0; u + 1 < p.units.size(); ++u) {
-    block_held = std::max(block_held, held(p.units[u]));
-    block_reducing = std::max(block_reducing, reducing(p.units[u]));
-  }
-  const size_t blocks = p.units.size() - 1;
-  if (blocks == 0) return reducing(root);
+  if (e.blocks == 0) return reducing(e.root);
   // The root's buffer lives through the whole backward (it begins first and finishes last); a
   // block issues its reduction before the previous one completes, so two are in flight at once.
   // Under gradient accumulation every unit's buffer lives from the first micro-batch on.
-  const int64_t in_flight = blocks >= 2 ? 2 : 1;
-  const int64_t during_blocks = c.train.gradient_accumulation_steps > 1
-                                    ? all_held + in_flight * (block_reducing - block_held)
-                                    : held(root) + in_flight * block_reducing;
-  return std::max(during_blocks, reducing(root) + block_reducing);
+  const int64_t in_flight = e.blocks >= 2 ? 2 : 1;
+  const int64_t during_blocks =
+      c.train.gradient_accumulation_steps > 1
+          ? (e.root + e.all_blocks) * elem + in_flight * (reducing(e.block) - e.block * elem)
+          : e.root * elem + in_flight * reducing(e.block);
+  return std::max(during_blocks, reducing(e.root) + reducing(e.block));
 }
 
 // Elements one transformer block keeps for backward, per sequence position (x its batch).
@@ -118,8 +117,7 @@ int64_t activation_estimate(const TrainConfig& c, int64_t elem) {
 CommPlan comm_plan(const Plan& p, const TrainConfig& c, int64_t elem, int64_t reduce) {
   CommPlan comm;
   const int64_t micro = c.train.gradient_accumulation_steps;
-  const ShardingStrategy s = c.fsdp.sharding_strategy;
-  const bool reshard = s == ShardingStrategy::kFullShard || s == ShardingStrategy::kHybridShard;
+  const bool reshard = reshards_after_forward(c.fsdp.sharding_strategy);
   const int replicas = p.world_size / p.shard_count;
   for (size_t u = 0; u < p.units.size(); ++u) {
     const int64_t n = padded(p.units[u].numel, p.shard_count);
@@ -170,8 +168,9 @@ Plan plan_training(const TrainConfig& config, int world_size, int local_size,
   p.memory.params = 4 * shard_elems;
   p.memory.grads = 4 * shard_elems;
   p.memory.optimizer = 8 * shard_elems;
-  p.memory.gathered = gathered_peak(p, config, elem);
-  p.memory.grad_buffers = grad_buffer_peak(p, config, elem, reduce);
+  const UnitElems sizes = unit_elems(p);
+  p.memory.gathered = gathered_peak(p, config, sizes, elem);
+  p.memory.grad_buffers = grad_buffer_peak(p, config, sizes, elem, reduce);
   p.memory.activations = activation_estimate(config, elem);
   p.comm = comm_plan(p, config, elem, reduce);
   return p;
