@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The benchmarks (bench/README.md): set-up, then GPT-2 124M at world size 2 (fp32 and bf16, every
 # strategy with and without prefetch and activation checkpointing), the planner's view of GPT-2
-# large, and one GPT-2 large FULL_SHARD step. Writes bench/results/*.json and
-# bench/results/table.md, and prints the table. About 20-30 minutes on a 2-core machine.
+# large, and one GPT-2 large FULL_SHARD step; and NO_SHARD/FULL_SHARD again with glibc's heap for
+# every block instead of fsdp's host allocator. Writes bench/results/*.json and
+# bench/results/table.md, and prints the table. About 20 minutes on a 2-core machine.
 #   scripts/bench.sh            everything
 #   scripts/bench.sh --quick    a tiny model only (a minute: checks that the benchmark runs)
 set -euo pipefail
@@ -18,7 +19,9 @@ mkdir -p "$out"
 blas=$(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || echo unknown)
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
 label="cpu: $cpu, $(nproc) cores; blas: $blas, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset};"
-label+=" malloc: glibc, M_MMAP_THRESHOLD and M_TRIM_THRESHOLD 1 GiB (fsdp-bench); OpenMPI shared memory"
+label+=" allocator: blocks >= 1 MiB fsdp's host allocator (cached, headroom 0.3; --allocator glibc:"
+label+=" malloc), smaller ones glibc malloc with M_MMAP_THRESHOLD and M_TRIM_THRESHOLD 1 GiB;"
+label+=" OpenMPI shared memory"
 
 bench() {  # bench NAME ARGS...: one fsdp-bench run on 2 ranks, its table appended to table.md
   local name=$1
@@ -42,8 +45,11 @@ if [[ "${1:-}" == "--quick" ]]; then
   exit 0
 fi
 
-bench gpt2-124m-fp32 --model 124m --seq 512 --dtype fp32 --steps 2
-bench gpt2-124m-bf16 --model 124m --seq 512 --dtype bf16 --steps 2
+# Two timed steps per run, every run twice (interleaved): medians of four steps.
+bench gpt2-124m-fp32 --model 124m --seq 512 --dtype fp32 --steps 2 --repeats 2
+bench gpt2-124m-bf16 --model 124m --seq 512 --dtype bf16 --steps 2 --repeats 2
+bench gpt2-124m-fp32-glibc --model 124m --seq 512 --dtype fp32 --steps 3 --allocator glibc \
+  --strategies NO_SHARD,FULL_SHARD --variants plain
 
 large=(--num_processes 2 --model.n_layer 36 --model.n_head 20 --model.n_embd 1280
   --model.n_positions 1024 --data.seq_len 512 --train.micro_batch_size 1)

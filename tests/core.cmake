@@ -14,3 +14,5 @@ foreach(np 1 2 3 4)
   fsdp_mpi_test(NAME init_mpi_np${np} EXE test_init NP ${np} BACKEND mpi)
 endforeach()
 fsdp_mpi_test(NAME init_gloo_np3 EXE test_init NP 3 BACKEND gloo)
+# The host allocator: exact counting, block reuse, raw allocations, its bound on cached blocks.
+fsdp_unit_test(test_host_memory test_host_memory.cpp)

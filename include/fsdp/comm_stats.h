@@ -2,7 +2,8 @@
 // moves, for benchmarks and tests that hold the runtime to its communication theory. Groups split
 // from it count into the same totals. Bytes are the collectives' full buffers: an all-gather's
 // output (size() x count elements), a reduce-scatter's input (the same), an all-reduce's or a
-// broadcast's buffer.
+// broadcast's buffer. Time is what the calling threads spent inside the collectives' calls (issue
+// and wait): the communication a step did not overlap with compute.
 #pragma once
 
 #include <atomic>
@@ -16,11 +17,13 @@ namespace fsdp {
 struct TrafficCounts {
   std::atomic<int64_t> all_gather_bytes{0}, reduce_scatter_bytes{0}, all_reduce_bytes{0},
       broadcast_bytes{0}, collectives{0};
+  std::atomic<int64_t> blocked_ns{0};  // inside issue and wait calls, summed over calling threads
   int64_t total_bytes() const {
     return all_gather_bytes + reduce_scatter_bytes + all_reduce_bytes + broadcast_bytes;
   }
   void reset() {
-    all_gather_bytes = reduce_scatter_bytes = all_reduce_bytes = broadcast_bytes = collectives = 0;
+    all_gather_bytes = reduce_scatter_bytes = all_reduce_bytes = broadcast_bytes = collectives =
+        blocked_ns = 0;
   }
 };
 

@@ -10,4 +10,5 @@
 #include "fsdp/models/llama.h"
 #include "fsdp/optim.h"
 #include "fsdp/options.h"
+#include "fsdp/host_memory.h"
 #include "fsdp/units.h"

@@ -3,7 +3,7 @@
 #include "core/buffer_pool.h"
 
 #include <ATen/ops/empty.h>
-#include <c10/core/impl/alloc_cpu.h>
+#include <c10/core/CPUAllocator.h>
 
 #include <algorithm>
 #include <map>
@@ -12,6 +12,9 @@
 namespace fsdp {
 
 struct BufferPool::State {
+  // LibTorch's CPU allocator when the pool was made (fsdp/host_memory.h's, once installed, so
+  // that pooled blocks count as tensor memory); every block goes back to the one it came from.
+  c10::Allocator* allocator = c10::GetCPUAllocator();
   std::mutex mutex;
   std::multimap<size_t, void*> free_blocks;
   BufferPoolStats stats;
@@ -22,7 +25,7 @@ struct BufferPool::State {
   }
 
   ~State() {
-    for (auto& [nbytes, ptr] : free_blocks) c10::free_cpu(ptr);
+    for (auto& [nbytes, ptr] : free_blocks) allocator->raw_deleter()(ptr);
   }
 };
 
@@ -55,7 +58,7 @@ c10::DataPtr BufferPool::take(size_t nbytes) {
       ptr = it->second;
       state_->free_blocks.erase(it);
     } else {
-      ptr = c10::alloc_cpu(std::max<size_t>(nbytes, 1));
+      ptr = state_->allocator->raw_allocate(std::max<size_t>(nbytes, 1));
       ++s.fresh_blocks;
       s.held_bytes += static_cast<int64_t>(nbytes);
       s.peak_held_bytes = std::max(s.peak_held_bytes, s.held_bytes);

@@ -53,13 +53,25 @@ void AdamW::step_shard(size_t i, double bias_correction1, double bias_correction
     const double keep = 1 - lr_ * options_.weight_decay;
     on_decayed(i, p, [keep](at::Tensor& region, int64_t, int64_t) { region.mul_(keep); });
   }
-  at::Tensor& exp_avg = exp_avg_[i];
-  at::Tensor& exp_avg_sq = exp_avg_sq_[i];
-  exp_avg.mul_(options_.beta1).add_(grad, 1 - options_.beta1);
-  exp_avg_sq.mul_(options_.beta2).addcmul_(grad, grad, 1 - options_.beta2);
-  at::Tensor denom = (exp_avg_sq.sqrt() / std::sqrt(bias_correction2)).add_(options_.eps);
+  // The rest is elementwise: done in chunks that stay in cache, with one chunk-sized temporary
+  // for the denominator instead of two shard-sized ones; each element sees torch's operations in
+  // torch's order, so the results are the same.
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  const at::Tensor flat_p = p.view(-1), flat_grad = grad.view(-1);
+  const at::Tensor exp_avg = exp_avg_[i].view(-1), exp_avg_sq = exp_avg_sq_[i].view(-1);
+  const int64_t n = flat_p.numel();
+  const at::Tensor denom = at::empty({std::min(n, kChunk)}, p.options());
   const double step_size = lr_ / bias_correction1;
-  p.addcdiv_(exp_avg, denom, -step_size);
+  for (int64_t begin = 0; begin < n; begin += kChunk) {
+    const int64_t len = std::min(kChunk, n - begin);
+    const at::Tensor g = flat_grad.narrow(0, begin, len);
+    at::Tensor m = exp_avg.narrow(0, begin, len), v = exp_avg_sq.narrow(0, begin, len);
+    at::Tensor d = denom.narrow(0, 0, len);
+    m.mul_(options_.beta1).add_(g, 1 - options_.beta1);
+    v.mul_(options_.beta2).addcmul_(g, g, 1 - options_.beta2);
+    at::sqrt_out(d, v).div_(std::sqrt(bias_correction2)).add_(options_.eps);
+    flat_p.narrow(0, begin, len).addcdiv_(m, d, -step_size);
+  }
 }
 
 std::vector<std::pair<std::string, at::Tensor>> AdamW::state(size_t i) const {

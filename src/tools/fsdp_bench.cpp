@@ -2,21 +2,27 @@
 // strategy and runtime variant (prefetch, activation checkpointing), all in one run on the same
 // ranks so that they compare as ratios, each next to the planner's prediction (fsdp-plan).
 //
-// Usage: build/bin/fsdp-bench [--model 124m|large|tiny] [--seq 512] [--batch 1] [--steps 2]
-//            [--dtype fp32|bf16] [--strategies NO_SHARD,SHARD_GRAD_OP,FULL_SHARD]
-//            [--variants plain,prefetch,ac,prefetch+ac] [--json FILE] [--label TEXT]
-//            [--checkpoint DIR] [--nproc 2]
+// Usage: build/bin/fsdp-bench [--model 124m|large|tiny] [--seq 512] [--batch 1] [--steps 3]
+//            [--repeats 1] [--dtype fp32|bf16] [--strategies NO_SHARD,SHARD_GRAD_OP,FULL_SHARD]
+//            [--variants plain,prefetch,ac,prefetch+ac] [--allocator fsdp|glibc] [--json FILE]
+//            [--label TEXT] [--checkpoint DIR] [--nproc 2]
 // Started without a launcher it re-launches itself under `mpirun -np 2`.
 //
 // Per run: a warm-up step (it records the unit order prefetch follows and faults in every buffer),
-// then --steps timed steps. Memory is the process's peak resident set during the timed steps above
-// its resident set before the model was built (LibTorch and MPI themselves), next to the runtime's
-// accounting and the plan. Communication is counted by fsdp::count_traffic. `prefetch` is forward
-// prefetch with BACKWARD_PRE; `plain` has no prefetch at all. --label (bench/ scripts pass the BLAS
-// kernel and allocator settings) is copied into every JSON record.
+// then --steps timed steps; --repeats runs every (strategy, variant) again, in the same order, so
+// that a slow stretch of the machine spreads over all of them. Step times are medians over every
+// timed step, each the slowest rank's, split into forward, backward and optimizer, and the time
+// spent inside collective calls (the communication compute did not hide). Memory is the peak,
+// during the timed steps, of the live tensor bytes (fsdp/host_memory.h) and of the resident set,
+// both above their values before the model was built, next to the plan. Communication is counted
+// by fsdp::count_traffic. `prefetch` is forward prefetch with BACKWARD_PRE; `plain` has no
+// prefetch at all. --allocator: `fsdp` (default, as fsdp-train) caches large blocks
+// (fsdp/host_memory.h); `glibc` leaves every block to malloc, with freed memory kept in its heap.
+// --label (bench/ scripts pass the BLAS kernel) is copied into every JSON record.
 // --checkpoint DIR: after the FULL_SHARD plain run, times a sharded checkpoint's save and load and
 // a full safetensors file's save and load under DIR.
 #include <malloc.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -42,14 +48,16 @@ struct Args {
   std::string model = "124m";
   int64_t seq = 512;
   int64_t batch = 1;
-  int steps = 2;
+  int steps = 3;
+  int repeats = 1;
   std::string dtype = "fp32";
   std::vector<std::string> strategies = {"NO_SHARD", "SHARD_GRAD_OP", "FULL_SHARD"};
   std::vector<std::string> variants = {"plain", "prefetch", "ac", "prefetch+ac"};
   std::string json;
   std::string label;
   int nproc = 2;
-  std::string checkpoint_dir;  // empty: no checkpoint timings
+  std::string checkpoint_dir;      // empty: no checkpoint timings
+  std::string allocator = "fsdp";  // fsdp: fsdp/host_memory.h's; glibc: malloc's heap (counted)
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -77,6 +85,8 @@ Args parse_args(int argc, char** argv) {
       a.batch = std::stoll(value());
     } else if (k == "--steps") {
       a.steps = std::stoi(value());
+    } else if (k == "--repeats") {
+      a.repeats = std::stoi(value());
     } else if (k == "--dtype") {
       a.dtype = value();
     } else if (k == "--strategies") {
@@ -89,19 +99,24 @@ Args parse_args(int argc, char** argv) {
       a.label = value();
     } else if (k == "--nproc") {
       a.nproc = std::stoi(value());
+    } else if (k == "--allocator") {
+      a.allocator = value();
     } else if (k == "--checkpoint") {
       a.checkpoint_dir = value();
     } else {
-      throw std::invalid_argument(
-          "unknown option " + k +
-          " (known: --model --seq --batch --steps --dtype --strategies --variants --json --label "
-          "--nproc --checkpoint)");
+      throw std::invalid_argument("unknown option " + k +
+                                  " (known: --model --seq --batch --steps --repeats --dtype "
+                                  "--strategies --variants --json --label "
+                                  "--nproc --checkpoint --allocator)");
     }
   }
   if (a.model != "124m" && a.model != "large" && a.model != "tiny") {
     throw std::invalid_argument("--model: 124m, large or tiny");
   }
   if (a.dtype != "fp32" && a.dtype != "bf16") throw std::invalid_argument("--dtype: fp32 or bf16");
+  if (a.allocator != "fsdp" && a.allocator != "glibc") {
+    throw std::invalid_argument("--allocator: fsdp or glibc");
+  }
   for (const auto& v : a.variants) {
     if (v != "plain" && v != "prefetch" && v != "ac" && v != "prefetch+ac") {
       throw std::invalid_argument("--variants: plain, prefetch, ac, prefetch+ac; got " + v);
@@ -109,6 +124,7 @@ Args parse_args(int argc, char** argv) {
   }
   for (const auto& s : a.strategies) fsdp::parse_sharding_strategy(s);  // throws on a bad name
   if (a.steps < 1) throw std::invalid_argument("--steps must be at least 1");
+  if (a.repeats < 1) throw std::invalid_argument("--repeats must be at least 1");
   return a;
 }
 
@@ -156,6 +172,12 @@ void reset_peak_rss() {
   restart_peak_rss();
 }
 
+int64_t minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
 double mib(int64_t bytes) { return bytes / (1024.0 * 1024.0); }
 
 // The largest value over the ranks.
@@ -165,15 +187,63 @@ int64_t max_over_ranks(fsdp::Comm& world, int64_t mine) {
   return *std::max_element(all.begin(), all.end());
 }
 
+// One step's wall time and its parts, in nanoseconds, and the page faults it took (fresh pages
+// cost about 2 us each here), each the slowest rank's.
+struct StepTimes {
+  int64_t step = 0, forward = 0, backward = 0, optimizer = 0, comm = 0, faults = 0;
+};
+constexpr int kStepParts = 6;
+
+double seconds(int64_t ns) { return ns * 1e-9; }
+
 struct Result {
   std::string strategy, variant;
-  double step_seconds = 0, tokens_per_second = 0, loss = 0;
-  int64_t peak_rss = 0;  // bytes above the process's resident set before the model was built
+  std::vector<StepTimes> steps;  // every timed step of every repeat
+  double loss = 0;
+  // Peaks over the ranks and repeats, above the values before the model was built: live tensor
+  // bytes and resident set.
+  int64_t peak_tensors = 0, peak_rss = 0;
+  int64_t peak_held = 0;     // live tensors and the host allocator's cached blocks
+  int64_t fresh_blocks = 0;  // large blocks the host allocator mapped during the timed steps
   fsdp::MemoryStats memory;
   int64_t optimizer_bytes = 0;
   int64_t comm_bytes = 0;  // per step
   fsdp::Plan plan;
+
+  // The median of each part on its own.
+  StepTimes median() const {
+    auto med = [&](int64_t StepTimes::*part) {
+      std::vector<int64_t> v;
+      for (const auto& t : steps) v.push_back(t.*part);
+      std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+      return v[v.size() / 2];
+    };
+    return {med(&StepTimes::step),      med(&StepTimes::forward), med(&StepTimes::backward),
+            med(&StepTimes::optimizer), med(&StepTimes::comm),    med(&StepTimes::faults)};
+  }
+  double tokens_per_second(const Args& a) const {
+    return plan.world_size * a.batch * a.seq / seconds(median().step);
+  }
 };
+
+// Each step's parts, the largest over the ranks.
+std::vector<StepTimes> slowest_rank(fsdp::Comm& world, const std::vector<StepTimes>& mine) {
+  std::vector<int64_t> flat;
+  for (const auto& t : mine)
+    flat.insert(flat.end(), {t.step, t.forward, t.backward, t.optimizer, t.comm, t.faults});
+  std::vector<int64_t> all(flat.size() * static_cast<size_t>(world.size()));
+  world.all_gather(flat.data(), all.data(), flat.size(), fsdp::DType::kInt64);
+  std::vector<StepTimes> out = mine;
+  for (size_t r = 0; r < static_cast<size_t>(world.size()); ++r) {
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const int64_t* t = &all[r * flat.size() + i * kStepParts];
+      StepTimes& o = out[i];
+      o = {std::max(o.step, t[0]),      std::max(o.forward, t[1]), std::max(o.backward, t[2]),
+           std::max(o.optimizer, t[3]), std::max(o.comm, t[4]),    std::max(o.faults, t[5])};
+    }
+  }
+  return out;
+}
 
 // One timed checkpoint operation: wall seconds (slowest rank) and the largest peak-RSS growth.
 struct IoResult {
@@ -209,14 +279,17 @@ std::vector<IoResult> checkpoint_io(fsdp::FullyShardedModel& model, fsdp::AdamW&
 
 Result run(const Args& a, const std::string& strategy, const std::string& variant,
            fsdp::CommPtr world, std::vector<IoResult>* io) {
+  using Clock = std::chrono::steady_clock;
   const fsdp::TrainConfig c = bench_config(a, strategy, variant);
   const int n = world->size();
   Result r;
   r.strategy = strategy;
   r.variant = variant;
   r.plan = fsdp::plan_training(c, n, n);
+  fsdp::release_cached_host_memory();  // the previous run's blocks
   reset_peak_rss();
   const int64_t baseline_kib = read_status_kib("VmRSS:");
+  const int64_t baseline_tensors = fsdp::host_memory().live;
   auto counts = std::make_shared<fsdp::TrafficCounts>();
   fsdp::CausalLM lm = fsdp::build_model(c);
   auto model = fsdp::fully_shard(lm.module, fsdp::count_traffic(world, counts),
@@ -225,25 +298,44 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
   auto gen = at::make_generator<at::CPUGeneratorImpl>(world->rank() + 1);
   at::Tensor tokens = at::randint(c.model.vocab_size, {a.batch, a.seq + 1}, gen, at::kLong);
   auto step = [&] {
+    StepTimes t;
+    world->barrier();
+    const int64_t blocked = counts->blocked_ns, faults = minor_faults();
+    const auto t0 = Clock::now();
     opt.zero_grad();
     at::Tensor loss =
         fsdp::gpt2_loss(lm.forward(tokens.narrow(1, 0, a.seq)), tokens.narrow(1, 1, a.seq));
+    const auto t1 = Clock::now();
     loss.backward();
+    const auto t2 = Clock::now();
     opt.step();
-    return loss.item<double>();
+    r.loss = loss.item<double>();
+    const auto t3 = Clock::now();
+    auto ns = [](Clock::duration d) {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+    };
+    return StepTimes{ns(t3 - t0),
+                     ns(t1 - t0),
+                     ns(t2 - t1),
+                     ns(t3 - t2),
+                     counts->blocked_ns - blocked,
+                     minor_faults() - faults};
   };
   step();  // warm-up: records the unit order, faults in buffers, allocates AdamW state
   world->barrier();
   model->reset_peak_memory();
   counts->reset();
   restart_peak_rss();  // the timed steps' peak, over heap the warm-up left in place
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < a.steps; ++i) r.loss = step();
-  world->barrier();
-  r.step_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / a.steps;
-  r.tokens_per_second = n * a.batch * a.seq / r.step_seconds;
+  fsdp::reset_host_memory_peak();
+  const int64_t mapped = fsdp::host_memory().mapped_blocks;
+  std::vector<StepTimes> mine;
+  for (int i = 0; i < a.steps; ++i) mine.push_back(step());
+  r.steps = slowest_rank(*world, mine);
   r.peak_rss = max_over_ranks(*world, (read_status_kib("VmHWM:") - baseline_kib) * 1024);
+  const fsdp::HostMemoryStats host = fsdp::host_memory();
+  r.peak_tensors = max_over_ranks(*world, host.peak_live - baseline_tensors);
+  r.peak_held = max_over_ranks(*world, host.peak_held - baseline_tensors);
+  r.fresh_blocks = max_over_ranks(*world, host.mapped_blocks - mapped);
   r.memory = model->memory();
   r.optimizer_bytes = opt.state_bytes();
   r.comm_bytes = counts->total_bytes() / a.steps;
@@ -251,16 +343,37 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
   return r;
 }
 
+// Adds a repeat's measurements to the first run of the same strategy and variant.
+void merge(Result& into, const Result& again) {
+  into.steps.insert(into.steps.end(), again.steps.begin(), again.steps.end());
+  into.peak_tensors = std::max(into.peak_tensors, again.peak_tensors);
+  into.peak_rss = std::max(into.peak_rss, again.peak_rss);
+  into.fresh_blocks = std::max(into.fresh_blocks, again.fresh_blocks);
+  into.peak_held = std::max(into.peak_held, again.peak_held);
+}
+
 std::string json_record(const Args& a, int n, const std::string& backend, const Result& r) {
   const auto& m = r.memory;
   const auto& p = r.plan.memory;
+  const StepTimes t = r.median();
   std::ostringstream o;
   o << "{\"model\": \"gpt2-" << a.model << "\", \"parameters\": " << r.plan.parameters
     << ", \"world_size\": " << n << ", \"backend\": \"" << backend << "\", \"dtype\": \"" << a.dtype
     << "\", \"seq\": " << a.seq << ", \"batch_per_rank\": " << a.batch
     << ", \"threads_per_rank\": 1, \"strategy\": \"" << r.strategy << "\", \"variant\": \""
-    << r.variant << "\", \"steps\": " << a.steps << ", \"step_seconds\": " << r.step_seconds
-    << ", \"tokens_per_second\": " << r.tokens_per_second << ", \"loss\": " << r.loss
+    << r.variant << "\", \"timed_steps\": " << r.steps.size() << ", \"step_seconds\": [" <<
+      [&] {
+        std::string list;
+        for (const auto& s : r.steps)
+          list += (list.empty() ? "" : ", ") + std::to_string(seconds(s.step));
+        return list;
+      }()
+    << "], \"median\": {\"step\": " << seconds(t.step) << ", \"forward\": " << seconds(t.forward)
+    << ", \"backward\": " << seconds(t.backward) << ", \"optimizer\": " << seconds(t.optimizer)
+    << ", \"in_collectives\": " << seconds(t.comm) << ", \"page_faults\": " << t.faults
+    << "}, \"tokens_per_second\": " << r.tokens_per_second(a) << ", \"loss\": " << r.loss
+    << ", \"allocator\": \"" << a.allocator << "\", \"fresh_blocks\": " << r.fresh_blocks
+    << ", \"peak_tensor_bytes\": " << r.peak_tensors << ", \"peak_held_bytes\": " << r.peak_held
     << ", \"peak_rss_bytes\": " << r.peak_rss << ", \"model_state_bytes\": "
     << m.sharded_param_bytes + m.sharded_grad_bytes + r.optimizer_bytes
     << ", \"peak_gathered_bytes\": " << m.peak_gathered_param_bytes
@@ -268,10 +381,17 @@ std::string json_record(const Args& a, int n, const std::string& backend, const 
     << ", \"pool_bytes\": " << m.pool_bytes << ", \"comm_bytes_per_step\": " << r.comm_bytes
     << ", \"plan\": {\"model_state_bytes\": " << p.model_state()
     << ", \"gathered_bytes\": " << p.gathered << ", \"grad_buffer_bytes\": " << p.grad_buffers
-    << ", \"activation_bytes\": " << p.activations << ", \"total_bytes\": " << p.total()
+    << ", \"activation_bytes\": " << p.activations
+    << ", \"embedding_grad_bytes\": " << p.embedding_grads << ", \"total_bytes\": " << p.total()
     << ", \"comm_bytes_per_step\": " << r.plan.comm.total() << "}, \"label\": \"" << a.label
     << "\"}";
   return o.str();
+}
+
+std::string fixed(double v, int digits) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
 }
 
 void print_table(const Args& a, const std::vector<Result>& results) {
@@ -280,27 +400,37 @@ void print_table(const Args& a, const std::vector<Result>& results) {
     if (r.strategy == "NO_SHARD" && r.variant == "plain") base = &r;
   }
   std::printf(
-      "\n| strategy | variant | step (s) | tokens/s | vs NO_SHARD | peak RSS (MiB) | plan (MiB) | "
-      "RSS / plan | model state (MiB) | comm/step (MiB) | comm / theory |\n"
-      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+      "\n| strategy | variant | step (s) | tokens/s | vs NO_SHARD | forward | backward | optimizer "
+      "| "
+      "in collectives | tensors (MiB) | plan (MiB) | tensors / plan | peak RSS (MiB) | RSS / plan "
+      "| "
+      "model state (MiB) | comm/step (MiB) | comm / theory |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | "
+      "--- "
+      "| --- |\n");
   for (const auto& r : results) {
+    const StepTimes t = r.median();
     const double model_state =
         mib(r.memory.sharded_param_bytes + r.memory.sharded_grad_bytes + r.optimizer_bytes);
+    const double plan = static_cast<double>(r.plan.memory.total());
     const double theory = static_cast<double>(r.plan.comm.total());
     std::printf(
-        "| %s | %s | %.2f | %.1f | %s | %.0f | %.0f | %.3f | %.1f | %.1f | %s |\n",
-        r.strategy.c_str(), r.variant.c_str(), r.step_seconds, r.tokens_per_second,
-        base ? std::to_string(r.tokens_per_second / base->tokens_per_second).substr(0, 5).c_str()
-             : "-",
-        mib(r.peak_rss), mib(r.plan.memory.total()),
-        static_cast<double>(r.peak_rss) / r.plan.memory.total(), model_state, mib(r.comm_bytes),
-        theory > 0 ? std::to_string(r.comm_bytes / theory).substr(0, 6).c_str() : "-");
+        "| %s | %s | %.2f | %.1f | %s | %.2f | %.2f | %.2f | %.2f | %.0f | %.0f | %.3f | %.0f | "
+        "%.3f | %.1f | %.1f | %s |\n",
+        r.strategy.c_str(), r.variant.c_str(), seconds(t.step), r.tokens_per_second(a),
+        base ? fixed(r.tokens_per_second(a) / base->tokens_per_second(a), 3).c_str() : "-",
+        seconds(t.forward), seconds(t.backward), seconds(t.optimizer), seconds(t.comm),
+        mib(r.peak_tensors), mib(r.plan.memory.total()), r.peak_tensors / plan, mib(r.peak_rss),
+        r.peak_rss / plan, model_state, mib(r.comm_bytes),
+        theory > 0 ? fixed(r.comm_bytes / theory, 4).c_str() : "-");
   }
   std::printf(
-      "(GPT-2 %s, %s, seq %lld, batch %lld per rank; peak RSS: per rank, above the process before "
-      "the model was built; plan: fsdp-plan's total; comm: bytes of every collective per step)\n",
+      "(GPT-2 %s, %s, seq %lld, batch %lld per rank; times: medians of %zu timed steps, slowest "
+      "rank; in collectives: inside the collectives' issue and wait calls; tensors and peak RSS: "
+      "per rank, peak above the process before the model was built; plan: fsdp-plan's total; "
+      "comm: bytes of every collective per step)\n",
       a.model.c_str(), a.dtype.c_str(), static_cast<long long>(a.seq),
-      static_cast<long long>(a.batch));
+      static_cast<long long>(a.batch), results.empty() ? size_t{0} : results[0].steps.size());
 }
 
 }  // namespace
@@ -308,6 +438,9 @@ void print_table(const Args& a, const std::vector<Result>& results) {
 int main(int argc, char** argv) {
   try {
     const Args a = parse_args(argc, argv);
+    fsdp::HostAllocatorOptions host;
+    if (a.allocator == "glibc") host.cache_min_bytes = SIZE_MAX;  // count only: all to malloc
+    fsdp::install_host_allocator(host);
     fsdp::CommPtr world = fsdp::tools::start_ranks(argc, argv, a.nproc);
     // As fsdp-train: keep freed memory in the heap so that each step reuses the last one's pages.
     mallopt(M_MMAP_THRESHOLD, 1 << 30);
@@ -315,14 +448,24 @@ int main(int argc, char** argv) {
     const int n = world->size();
     std::vector<Result> results;
     std::vector<IoResult> io;
-    for (const auto& s : a.strategies) {
-      for (const auto& v : a.variants) {
-        const bool with_io = s == "FULL_SHARD" && v == "plain" && !a.checkpoint_dir.empty();
-        results.push_back(run(a, s, v, world, with_io ? &io : nullptr));
-        if (world->rank() == 0) {
-          std::printf("fsdp-bench: %s %s: %.2f s/step\n", s.c_str(), v.c_str(),
-                      results.back().step_seconds);
-          std::fflush(stdout);
+    for (int repeat = 0; repeat < a.repeats; ++repeat) {
+      size_t i = 0;
+      for (const auto& s : a.strategies) {
+        for (const auto& v : a.variants) {
+          const bool with_io =
+              repeat == 0 && s == "FULL_SHARD" && v == "plain" && !a.checkpoint_dir.empty();
+          Result r = run(a, s, v, world, with_io ? &io : nullptr);
+          if (world->rank() == 0) {
+            std::printf("fsdp-bench: %s %s: %.2f s/step\n", s.c_str(), v.c_str(),
+                        seconds(r.median().step));
+            std::fflush(stdout);
+          }
+          if (repeat == 0) {
+            results.push_back(std::move(r));
+          } else {
+            merge(results[i], r);
+          }
+          ++i;
         }
       }
     }

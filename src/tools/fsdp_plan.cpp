@@ -73,13 +73,7 @@ int main(int argc, char** argv) {
     std::cerr << "fsdp-plan: num_processes is not set: give the world size (--num_processes N)\n";
     return 2;
   }
-  const int machines = std::max(1, c.num_machines);
-  if (c.num_processes % machines != 0) {
-    std::cerr << "fsdp-plan: num_processes (" << c.num_processes
-              << ") is not a multiple of num_machines (" << machines << ")\n";
-    return 2;
-  }
-  const int local = c.num_processes / machines;
+  const int local = c.num_processes / std::max(1, c.num_machines);  // the config checked it divides
   try {
     const std::vector<fsdp::UnitSize> units = fsdp::plan_units(c);
     std::cout << fsdp::format_plan(fsdp::plan_training(c, c.num_processes, local, units));

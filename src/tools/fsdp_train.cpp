@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "fsdp/comm.h"
+#include "fsdp/host_memory.h"
 #include "fsdp/train/config.h"
 #include "fsdp/train/trainer.h"
 
@@ -31,10 +32,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   // Each step allocates the same large tensors (logits, activations, gathered units) and frees
-  // them. glibc hands blocks above 32 MiB straight back to the OS, and every fresh page then
-  // costs a fault (about 2 us per 4 KiB here): without this, most of a small model's step is
-  // system time. Keeping freed memory in the heap lets the next step reuse it; the process's
-  // footprint stays at its peak, which is what it needs anyway.
+  // them; every fresh page costs a fault (about 2 us per 4 KiB here). The host allocator keeps
+  // large blocks for the next step without letting the heap fragment (fsdp/host_memory.h); the
+  // small ones stay in malloc's heap instead of going back to the OS.
+  fsdp::install_host_allocator();
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   int rank = -1;

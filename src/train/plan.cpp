@@ -114,6 +114,13 @@ int64_t activation_estimate(const TrainConfig& c, int64_t elem) {
   return m.n_layer * block + head;
 }
 
+// [Note: plan embedding gradients] in docs/plan.md.
+int64_t embedding_grad_estimate(const TrainConfig& c, int64_t elem) {
+  const ModelConfig& m = c.model;
+  const bool tied = m.type == ModelType::kGPT2 || m.tie_embeddings;
+  return (tied ? 3 : 2) * m.vocab_size * m.width() * elem;
+}
+
 CommPlan comm_plan(const Plan& p, const TrainConfig& c, int64_t elem, int64_t reduce) {
   CommPlan comm;
   const int64_t micro = c.train.gradient_accumulation_steps;
@@ -172,6 +179,7 @@ Plan plan_training(const TrainConfig& config, int world_size, int local_size,
   p.memory.gathered = gathered_peak(p, config, sizes, elem);
   p.memory.grad_buffers = grad_buffer_peak(p, config, sizes, elem, reduce);
   p.memory.activations = activation_estimate(config, elem);
+  p.memory.embedding_grads = embedding_grad_estimate(config, elem);
   p.comm = comm_plan(p, config, elem, reduce);
   return p;
 }
@@ -193,6 +201,7 @@ std::string format_plan(const Plan& p) {
   line("gathered units (peak)", p.memory.gathered);
   line("gradient buffers (peak)", p.memory.grad_buffers);
   line("activations (estimate)", p.memory.activations);
+  line("embedding grads (estimate)", p.memory.embedding_grads);
   line("total", p.memory.total());
   out += "communication per rank per optimizer step (" + std::to_string(p.micro_batches) +
          " micro-batch" + (p.micro_batches == 1 ? "" : "es") + "):\n";

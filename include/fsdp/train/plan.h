@@ -5,6 +5,7 @@
 // with its accounting); activations are an estimate from the model's shapes.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,8 +24,13 @@ struct MemoryPlan {
   int64_t gathered = 0;
   int64_t grad_buffers = 0;
   int64_t activations = 0;  // estimate: what autograd keeps for backward at its peak
+  // Estimate: the embedding's V x h gradients autograd holds at the end of backward, when the
+  // activations are gone. Larger than the activations for small models with a large vocabulary.
+  int64_t embedding_grads = 0;
   int64_t model_state() const { return params + grads + optimizer; }
-  int64_t total() const { return model_state() + gathered + grad_buffers + activations; }
+  int64_t total() const {
+    return model_state() + gathered + grad_buffers + std::max(activations, embedding_grads);
+  }
 };
 
 // Bytes per optimizer step on each rank, counted as the collectives' full buffers (an all-gather's

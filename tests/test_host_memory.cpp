@@ -1,0 +1,98 @@
+// The host allocator (fsdp/host_memory.h): it counts live tensor bytes exactly, reuses a cached
+// block for a tensor of the same size instead of mapping a new one, serves LibTorch's raw
+// allocations, and gives cached blocks back once it would hold more than its headroom over the
+// live peak.
+#include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
+#include <gtest/gtest.h>
+
+#include "fsdp/host_memory.h"
+
+namespace {
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+class HostMemory : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    fsdp::HostAllocatorOptions o;
+    o.cache_min_bytes = kMiB;
+    o.headroom = 0.5;
+    fsdp::install_host_allocator(o);
+  }
+  void SetUp() override {
+    fsdp::release_cached_host_memory();
+    fsdp::reset_host_memory_peak();
+  }
+};
+
+TEST_F(HostMemory, CountsLiveBytesOfLargeAndSmallTensors) {
+  ASSERT_TRUE(fsdp::host_allocator_installed());
+  const int64_t before = fsdp::host_memory().live;
+  {
+    at::Tensor big = at::empty({3 * kMiB / 4}, at::kFloat);  // 3 MiB: mapped
+    at::Tensor small = at::empty({1000}, at::kFloat);        // 4000 bytes: malloc
+    EXPECT_EQ(fsdp::host_memory().live - before, 3 * kMiB + 4000);
+    EXPECT_EQ(fsdp::host_memory().peak_live - before, 3 * kMiB + 4000);
+    big.fill_(1.5f);
+    small.fill_(2.5f);
+    EXPECT_EQ(big.sum().item<float>(), 1.5f * big.numel());
+    EXPECT_EQ(small.sum().item<float>(), 2.5f * 1000);
+  }
+  const fsdp::HostMemoryStats s = fsdp::host_memory();
+  EXPECT_EQ(s.live, before);
+  EXPECT_GE(s.cached, 3 * kMiB);  // the large block, kept
+}
+
+TEST_F(HostMemory, ReusesACachedBlockOfTheSameSize) {
+  { at::Tensor a = at::empty({2 * kMiB}, at::kByte); }
+  const int64_t mapped = fsdp::host_memory().mapped_blocks;
+  for (int i = 0; i < 5; ++i) {
+    at::Tensor a = at::empty({2 * kMiB}, at::kByte);
+    a.fill_(i);
+  }
+  EXPECT_EQ(fsdp::host_memory().mapped_blocks, mapped);
+  // A different size maps its own block.
+  at::Tensor b = at::empty({5 * kMiB}, at::kByte);
+  EXPECT_EQ(fsdp::host_memory().mapped_blocks, mapped + 1);
+}
+
+TEST_F(HostMemory, ServesRawAllocations) {
+  c10::Allocator* a = c10::GetCPUAllocator();
+  const int64_t before = fsdp::host_memory().live;
+  void* big = a->raw_allocate(4 * kMiB);
+  void* small = a->raw_allocate(100);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big) % 64, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small) % 64, 0u);
+  static_cast<char*>(big)[4 * kMiB - 1] = 1;
+  EXPECT_EQ(fsdp::host_memory().live - before, 4 * kMiB + 100);
+  a->raw_deleter()(big);
+  a->raw_deleter()(small);
+  EXPECT_EQ(fsdp::host_memory().live, before);
+}
+
+TEST_F(HostMemory, HoldsNoMoreThanTheHeadroomOverTheLivePeak) {
+  // Tensors of ever new sizes, one at a time: without the bound every block would stay cached.
+  int64_t largest = 0;
+  for (int64_t i = 0; i < 40; ++i) {
+    const int64_t bytes = (4 + i) * kMiB;
+    largest = std::max(largest, bytes);
+    at::Tensor t = at::empty({bytes}, at::kByte);
+    const fsdp::HostMemoryStats s = fsdp::host_memory();
+    // What this process held before (tests, LibTorch) counts toward the live peak too.
+    EXPECT_LE(s.live + s.cached, static_cast<int64_t>(1.5 * s.peak_live) + kMiB) << "size " << i;
+  }
+  const fsdp::HostMemoryStats s = fsdp::host_memory();
+  EXPECT_GT(s.unmapped_blocks, 0);
+  fsdp::release_cached_host_memory();
+  EXPECT_EQ(fsdp::host_memory().cached, 0);
+}
+
+TEST_F(HostMemory, FreesFromAnyThread) {
+  at::Tensor t = at::empty({3 * kMiB}, at::kByte);
+  const int64_t live = fsdp::host_memory().live;
+  std::thread([moved = std::move(t)]() mutable { moved.reset(); }).join();
+  EXPECT_EQ(fsdp::host_memory().live, live - 3 * kMiB);
+}
+
+}  // namespace
