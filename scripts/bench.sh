@@ -19,7 +19,7 @@ mkdir -p "$out"
 blas=$(readlink -f /etc/alternatives/libblas.so.3-x86_64-linux-gnu 2>/dev/null || echo unknown)
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
 label="cpu: $cpu, $(nproc) cores; blas: $blas, OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset};"
-label+=" allocator: blocks >= 1 MiB fsdp's host allocator (cached, headroom 0.3; --allocator glibc:"
+label+=" allocator: blocks >= 1 MiB fsdp's host allocator (cached, headroom 0.5; --allocator glibc:"
 label+=" malloc), smaller ones glibc malloc with M_MMAP_THRESHOLD and M_TRIM_THRESHOLD 1 GiB;"
 label+=" OpenMPI shared memory"
 

@@ -42,6 +42,7 @@ scripts/fetch_assets.sh
 
 BUILD_DIR=${BUILD_DIR:-build}
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release
+  # FSDP_CMAKE_ARGS: extra configure options (scripts/test.sh --sanitize passes -DFSDP_SANITIZE=ON).
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release ${FSDP_CMAKE_ARGS:-}
 fi
 cmake --build "$BUILD_DIR" -j"$(nproc)"

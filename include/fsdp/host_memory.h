@@ -8,7 +8,8 @@
 // allocator maps each large block on its own and caches it by size, so a step reuses the last
 // step's blocks, and it gives cached blocks back once what it holds would pass the highest live
 // total so far by more than a headroom, so the resident set stays near the planner's figure.
-// Small blocks go to malloc, counted but not cached.
+// Small blocks go to malloc, counted but not cached; so do all blocks in a build with
+// AddressSanitizer (FSDP_SANITIZE), which must see every allocation.
 #pragma once
 
 #include <cstddef>
@@ -20,11 +21,14 @@ struct HostAllocatorOptions {
   // Blocks of at least this many bytes are mapped on their own and cached. Default: 1 MiB.
   size_t cache_min_bytes = size_t{1} << 20;
   // Cached-but-free blocks are given back when live + cached bytes would exceed the highest live
-  // total so far by more than this fraction of it. Default: 0.3. A training step uses some sizes
-  // only in one phase (the tied embedding's V x h gradients at the end of backward, for one), so
-  // the blocks a step comes back to add up to 20-27 % above its live peak (GPT-2 124M); a tighter
-  // bound gives some back every step and maps them again, page by page.
-  double headroom = 0.3;
+  // total (since install or release_cached_host_memory()) by more than this fraction of it.
+  // Default: 0.5. A training step uses some sizes only in one phase (the tied embedding's V x h
+  // gradients at the end of backward, for one), so the blocks a step comes back to add up to
+  // 20-27 % above its live peak (GPT-2 124M); a bound that tight gives some back every step and
+  // maps them again, page by page (0.3 cost FULL_SHARD 200 MiB of page faults per step). The
+  // bound is a guard against sizes that keep changing, not a target: steady steps hold what they
+  // reuse.
+  double headroom = 0.5;
 };
 
 struct HostMemoryStats {
@@ -45,7 +49,8 @@ bool host_allocator_installed();
 HostMemoryStats host_memory();
 // Restarts peak_live and peak_held from the current values.
 void reset_host_memory_peak();
-// Gives every cached block back to the system.
+// Gives every cached block back to the system, and bounds the cache from here on by the live
+// totals to come (a new job in the same process: the previous one's peak no longer counts).
 void release_cached_host_memory();
 
 }  // namespace fsdp

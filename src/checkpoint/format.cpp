@@ -290,11 +290,15 @@ CheckpointMetadata metadata_from_json(const std::string& text, const std::string
   } catch (const json::exception& e) {
     bad(path, std::string("not valid JSON: ") + e.what());
   }
-  check(j.is_object() && j.value("format", "") == kFormatName, path,
+  // Typed lookups: json::value() throws its own type_error for a "format": 5 (found by fuzzing).
+  const auto member = [&](const char* key) {
+    return j.is_object() && j.contains(key) ? j.at(key) : json();
+  };
+  const json format = member("format"), version = member("version");
+  check(format.is_string() && format.get<std::string>() == kFormatName, path,
         std::string("not an fsdp.cpp checkpoint (\"format\" is not \"") + kFormatName + "\")");
-  const int version = j.value("version", -1);
-  check(version == kFormatVersion, path,
-        "format version " + std::to_string(version) + "; this build reads version " +
+  check(version.is_number_integer() && version.get<int64_t>() == kFormatVersion, path,
+        "format version " + version.dump() + "; this build reads version " +
             std::to_string(kFormatVersion));
   CheckpointMetadata m;
   try {

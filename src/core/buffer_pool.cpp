@@ -9,6 +9,13 @@
 #include <map>
 #include <mutex>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#else
+#define ASAN_POISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#define ASAN_UNPOISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#endif
+
 namespace fsdp {
 
 struct BufferPool::State {
@@ -20,12 +27,16 @@ struct BufferPool::State {
   BufferPoolStats stats;
 
   void put(void* ptr, size_t nbytes) {
+    ASAN_POISON_MEMORY_REGION(ptr, nbytes);  // a stale tensor's access to a pooled block is an error
     std::lock_guard<std::mutex> lock(mutex);
     free_blocks.emplace(nbytes, ptr);
   }
 
   ~State() {
-    for (auto& [nbytes, ptr] : free_blocks) allocator->raw_deleter()(ptr);
+    for (auto& [nbytes, ptr] : free_blocks) {
+      ASAN_UNPOISON_MEMORY_REGION(ptr, nbytes);
+      allocator->raw_deleter()(ptr);
+    }
   }
 };
 
@@ -57,6 +68,7 @@ c10::DataPtr BufferPool::take(size_t nbytes) {
     if (it != state_->free_blocks.end()) {
       ptr = it->second;
       state_->free_blocks.erase(it);
+      ASAN_UNPOISON_MEMORY_REGION(ptr, nbytes);
     } else {
       ptr = state_->allocator->raw_allocate(std::max<size_t>(nbytes, 1));
       ++s.fresh_blocks;

@@ -54,6 +54,7 @@ class HostAllocator final : public c10::Allocator {
   void release_cached() {
     std::lock_guard<std::mutex> lock(mutex_);
     while (!lru_.empty()) unmap_oldest_free();
+    high_water_ = stats_.live;
   }
 
   static void host_free(void* data);
@@ -142,7 +143,7 @@ class HostAllocator final : public c10::Allocator {
   std::list<FreeBlock> lru_;  // cached blocks, freed longest ago first
   std::multimap<size_t, std::list<FreeBlock>::iterator> by_length_;
   HostMemoryStats stats_;
-  int64_t high_water_ = 0;  // the highest live total ever (reset_peak leaves it)
+  int64_t high_water_ = 0;  // the highest live total since install or release_cached()
 };
 
 HostAllocator* g_allocator = nullptr;
@@ -160,7 +161,11 @@ void HostAllocator::host_free(void* data) {
 void install_host_allocator(const HostAllocatorOptions& options) {
   static std::once_flag once;
   std::call_once(once, [&] {
-    g_allocator = new HostAllocator(options);  // LibTorch keeps the pointer for the process's life
+    HostAllocatorOptions o = options;
+#if defined(__SANITIZE_ADDRESS__)
+    o.cache_min_bytes = SIZE_MAX;  // every block through malloc, where AddressSanitizer sees it
+#endif
+    g_allocator = new HostAllocator(o);  // LibTorch keeps the pointer for the process's life
     // Priority above the default allocator's (0), so that a later default registration keeps ours.
     c10::SetCPUAllocator(g_allocator, /*priority=*/1);
   });

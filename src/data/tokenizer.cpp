@@ -540,14 +540,15 @@ struct GPT2Tokenizer::Impl {
   mutable std::mutex cache_mu;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
 
-  void load_encoder(const std::string& path);
-  void load_merges(const std::string& path);
+  // `name` stands for the file in error messages.
+  void load_encoder(const std::string& name, std::string text);
+  void load_merges(const std::string& name, const std::string& text);
   std::vector<int32_t> bpe(std::string_view piece) const;
   void bpe_cached(std::string_view piece, std::vector<int32_t>& out) const;
 };
 
-void GPT2Tokenizer::Impl::load_encoder(const std::string& path) {
-  encoder = EncoderJsonReader(path, read_file(path)).parse();
+void GPT2Tokenizer::Impl::load_encoder(const std::string& path, std::string text) {
+  encoder = EncoderJsonReader(path, std::move(text)).parse();
   // Keys are byte-encoded strings: map each character back to its byte with bytes_to_unicode.
   std::vector<uint32_t> b2u = bytes_to_unicode();
   std::unordered_map<uint32_t, char> u2b;
@@ -587,8 +588,8 @@ void GPT2Tokenizer::Impl::load_encoder(const std::string& path) {
   if (eot < 0) throw std::runtime_error("GPT2Tokenizer: " + path + " lacks <|endoftext|>");
 }
 
-void GPT2Tokenizer::Impl::load_merges(const std::string& path) {
-  std::istringstream in(read_file(path));
+void GPT2Tokenizer::Impl::load_merges(const std::string& path, const std::string& text) {
+  std::istringstream in(text);
   std::string line;
   int32_t rank = 0;
   for (size_t line_no = 1; std::getline(in, line); ++line_no) {
@@ -665,8 +666,16 @@ void GPT2Tokenizer::Impl::bpe_cached(std::string_view piece, std::vector<int32_t
 
 GPT2Tokenizer GPT2Tokenizer::load(const std::string& encoder_json, const std::string& vocab_bpe) {
   auto impl = std::make_unique<Impl>();
-  impl->load_encoder(encoder_json);
-  impl->load_merges(vocab_bpe);
+  impl->load_encoder(encoder_json, read_file(encoder_json));  // a bad encoder.json is reported
+  impl->load_merges(vocab_bpe, read_file(vocab_bpe));         // before vocab.bpe is opened
+  return GPT2Tokenizer(std::move(impl));
+}
+
+GPT2Tokenizer GPT2Tokenizer::parse(std::string encoder_json_text, const std::string& vocab_bpe_text,
+                                   const std::string& encoder_name, const std::string& vocab_name) {
+  auto impl = std::make_unique<Impl>();
+  impl->load_encoder(encoder_name, std::move(encoder_json_text));
+  impl->load_merges(vocab_name, vocab_bpe_text);
   return GPT2Tokenizer(std::move(impl));
 }
 

@@ -17,6 +17,10 @@ class GPT2Tokenizer {
   // Reads the vocabulary and merges; throws std::runtime_error naming the file and the line or
   // byte offset when a file is missing or malformed.
   static GPT2Tokenizer load(const std::string& encoder_json, const std::string& vocab_bpe);
+  // The same from the files' contents; the names stand for the files in error messages.
+  static GPT2Tokenizer parse(std::string encoder_json_text, const std::string& vocab_bpe_text,
+                             const std::string& encoder_name = "encoder.json",
+                             const std::string& vocab_name = "vocab.bpe");
 
   GPT2Tokenizer(GPT2Tokenizer&&) noexcept;
   GPT2Tokenizer& operator=(GPT2Tokenizer&&) noexcept;
