@@ -3,7 +3,7 @@
 # strategy with and without prefetch and activation checkpointing), the planner's view of GPT-2
 # large, and one GPT-2 large FULL_SHARD step; and NO_SHARD/FULL_SHARD again with glibc's heap for
 # every block instead of fsdp's host allocator. Writes bench/results/*.json and
-# bench/results/table.md, and prints the table. About 20 minutes on a 2-core machine.
+# bench/results/table.md, and prints the table. About 25 minutes on a 2-core machine.
 #   scripts/bench.sh            everything
 #   scripts/bench.sh --quick    a tiny model only (a minute: checks that the benchmark runs)
 set -euo pipefail
@@ -45,9 +45,11 @@ if [[ "${1:-}" == "--quick" ]]; then
   exit 0
 fi
 
-# Two timed steps per run, every run twice (interleaved): medians of four steps.
-bench gpt2-124m-fp32 --model 124m --seq 512 --dtype fp32 --steps 2 --repeats 2
-bench gpt2-124m-bf16 --model 124m --seq 512 --dtype bf16 --steps 2 --repeats 2
+# Three timed steps per run (medians of three). Each run also builds its model and takes a warm-up
+# step, about 25 s here (first-touch page faults cost ~12 us a page on this VM), so --repeats 2
+# would take the script past 30 minutes.
+bench gpt2-124m-fp32 --model 124m --seq 512 --dtype fp32 --steps 3
+bench gpt2-124m-bf16 --model 124m --seq 512 --dtype bf16 --steps 3
 bench gpt2-124m-fp32-glibc --model 124m --seq 512 --dtype fp32 --steps 3 --allocator glibc \
   --strategies NO_SHARD,FULL_SHARD --variants plain
 

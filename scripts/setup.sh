@@ -17,6 +17,9 @@ PACKAGES=(
   nlohmann-json3-dev      # checkpoint metadata
   iproute2                # network namespaces for the two-host test
 )
+# EXTRA_PACKAGES: what another script needs on top (scripts/fuzz.sh: clang and libFuzzer).
+read -r -a extra <<<"${EXTRA_PACKAGES:-}"
+PACKAGES+=("${extra[@]}")
 # scripts/fetch_assets.sh needs node and npm (GPT-2's tokenizer files come from the npm registry).
 # Machines that already have them, e.g. from NodeSource, whose nodejs bundles npm and conflicts
 # with Debian's npm package, keep their own.

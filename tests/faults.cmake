@@ -1,7 +1,8 @@
 # Fault tests (tests/faults.sh): a rank killed mid-step and a rank that skips a collective end the
 # job within a bound, naming the rank or the collective; and two hosts made of network namespaces
 # train with HYBRID_SHARD to the same result as one process (tests/multihost/two_hosts.sh; skipped
-# with the reason where namespaces cannot be made).
+# with the reason where namespaces cannot be made); and the Gloo rendezvous store survives peers
+# that send it garbage (tests/store_garbage.sh).
 fsdp_test_executable(fault_child fault_child.cpp)
 foreach(backend gloo mpi)
   math(EXPR port "${FSDP_TEST_PORT} + 1")
@@ -15,3 +16,10 @@ endforeach()
 add_test(NAME multihost_hybrid_gloo
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/multihost/two_hosts.sh $<TARGET_FILE_DIR:test_parity>)
 set_tests_properties(multihost_hybrid_gloo PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+if(FSDP_WITH_GLOO)
+  math(EXPR port "${FSDP_TEST_PORT} + 1")
+  set(FSDP_TEST_PORT ${port} CACHE INTERNAL "")
+  add_test(NAME store_garbage
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/store_garbage.sh $<TARGET_FILE:fsdp-demo> ${port})
+  set_tests_properties(store_garbage PROPERTIES TIMEOUT 240)
+endif()

@@ -4,10 +4,14 @@
 // the live model; and every kind of damaged checkpoint is refused with an error naming the file.
 // Resuming in new processes and a rank killed mid-save are in tests/checkpoint_resume.sh.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/fsdp.h"
@@ -17,6 +21,29 @@ namespace fsdp {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Caps the size of files this process writes while it lives (RLIMIT_FSIZE), with SIGXFSZ ignored
+// so that a write past the cap fails with EFBIG instead of killing the process.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &saved_);
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit limit = saved_;
+    limit.rlim_cur = bytes;
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &saved_);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  rlimit saved_{};
+  void (*old_handler_)(int) = SIG_DFL;
+};
 
 // World size 3 pads every unit (see tests/test_parity.cpp).
 GPT2Config tiny_config(int64_t n_layer = 2) {
@@ -324,6 +351,108 @@ TEST_F(Damaged, WrongFormatVersionIsRefused) {
     std::ofstream(path_ + "/metadata.json") << text;
   });
   EXPECT_NE(error.find("format version 9"), std::string::npos) << error;
+}
+
+TEST_F(Damaged, WrongMagicNamesTheFile) {
+  const std::string error = load_error([&] {
+    std::fstream f(shard0_, std::ios::in | std::ios::out | std::ios::binary);
+    f.write("NOTASHRD", 8);
+  });
+  if (world_->rank() == 0) {
+    EXPECT_NE(error.find("'" + shard0_ + "' is not an fsdp.cpp shard file (wrong magic)"),
+              std::string::npos)
+        << error;
+  }
+  EXPECT_FALSE(error.empty());
+}
+
+TEST_F(Damaged, ShardFromAnotherCheckpointIsRefused) {
+  // Same model, same layout, same size: only the header (step 8, not 4) tells the files apart.
+  Trained a = make(world_, ShardingStrategy::kFullShard, 3);
+  const std::string later = save_checkpoint(root_, 8, *a.sharded, a.opt.get(), "{}");
+  const std::string error = load_error([&] {
+    fs::copy_file(later + "/shard_00000-of-" + pad5(world_->size()) + ".bin", shard0_,
+                  fs::copy_options::overwrite_existing);
+  });
+  if (world_->rank() == 0) {
+    EXPECT_NE(error.find("'" + shard0_ + "' belongs to another checkpoint"), std::string::npos)
+        << error;
+    EXPECT_NE(error.find("step 8"), std::string::npos) << error;
+  }
+  EXPECT_FALSE(error.empty());
+}
+
+// Names in the checkpoint never leave its folder: `latest` must name a step folder inside the
+// root, and metadata.json may name only the shard files the layout implies.
+TEST_F(Damaged, PathsThatEscapeTheCheckpointFolderAreRefused) {
+  world_->barrier();
+  if (world_->rank() == 0) {
+    for (const char* target : {"../step_00000004", "/etc", "step_00000004/../../x", "."}) {
+      std::ofstream(root_ + "/latest") << target << "\n";
+      try {
+        latest_checkpoint(root_);
+        ADD_FAILURE() << "latest naming '" << target << "' was accepted";
+      } catch (const CheckpointError& e) {
+        EXPECT_NE(std::string(e.what()).find("does not name a step folder"), std::string::npos)
+            << e.what();
+      }
+    }
+  }
+  const std::string error = load_error([&] {
+    std::ifstream in(path_ + "/metadata.json");
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    const std::string name = "\"shard_00000-of-";
+    const auto at = text.find(name);
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at + 1, name.size() - 1, "../../../tmp/shard_00000-of-");
+    std::ofstream(path_ + "/metadata.json") << text;
+  });
+  EXPECT_NE(error.find("metadata.json"), std::string::npos) << error;
+  EXPECT_NE(error.find("shard file entry 0 is misnamed"), std::string::npos) << error;
+}
+
+// A disk that fills up during a save (simulated with RLIMIT_FSIZE on rank 0, which turns writes
+// past the limit into EFBIG even for root): every rank gets an error naming the file, the step
+// is not committed, and `latest` still names the previous checkpoint, which loads.
+TEST_F(Damaged, DiskFullDuringSaveKeepsThePreviousCheckpoint) {
+  Trained a = make(world_, ShardingStrategy::kFullShard, 5);
+  std::string error;
+  {
+    std::optional<FileSizeLimit> limit;
+    if (world_->rank() == 0) limit.emplace(4096);
+    try {
+      save_checkpoint(root_, 8, *a.sharded, a.opt.get(), "{}");
+    } catch (const CheckpointError& e) {
+      error = e.what();
+    }
+  }
+  ASSERT_FALSE(error.empty()) << "the save succeeded past the file size limit";
+  if (world_->rank() == 0) {
+    EXPECT_NE(error.find("shard_00000-of-"), std::string::npos) << error;
+    EXPECT_NE(error.find("File too large"), std::string::npos) << error;
+  }
+  world_->barrier();
+  EXPECT_FALSE(fs::exists(root_ + "/step_00000008"));
+  EXPECT_EQ(latest_checkpoint(root_).value_or(""), path_);
+  Trained b = make(world_, ShardingStrategy::kFullShard, 6);
+  load_checkpoint(root_, *b.sharded, b.opt.get());
+  Trained original = make(world_, ShardingStrategy::kFullShard, 3);
+  load_checkpoint(path_, *original.sharded, original.opt.get());
+  expect_same_shards(b, original);
+}
+
+// Where a read-only folder stops root (every test in CI runs as root, for whom permissions do not
+// apply), the disk-full case above covers the same path through the code.
+TEST_F(Damaged, ReadOnlyRootKeepsThePreviousCheckpoint) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root writes into read-only folders";
+  world_->barrier();
+  if (world_->rank() == 0) fs::permissions(root_, fs::perms::owner_write, fs::perm_options::remove);
+  world_->barrier();
+  Trained a = make(world_, ShardingStrategy::kFullShard, 5);
+  EXPECT_THROW(save_checkpoint(root_, 8, *a.sharded, a.opt.get(), "{}"), CheckpointError);
+  world_->barrier();
+  if (world_->rank() == 0) fs::permissions(root_, fs::perms::owner_write, fs::perm_options::add);
+  EXPECT_EQ(latest_checkpoint(root_).value_or(""), path_);
 }
 
 TEST_F(Damaged, OptimizerOfAnotherKindIsRefused) {

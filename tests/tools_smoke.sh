@@ -4,11 +4,13 @@
 #    each repeated twice: every JSON record holds four timed steps, communication equal to the
 #    plan's theory, live tensor memory within 15 % of the plan, and at most one large block mapped
 #    after the warm-up step (the host allocator's cache serves the steps; the warm-up may have
-#    given back one block it needs again);
+#    given back one block it needs again; not in a sanitized build, where the allocator caches
+#    nothing so that AddressSanitizer sees every block);
 #  - bad arguments to either tool exit non-zero naming the option, before any rank starts.
-# Usage: tools_smoke.sh BUILD_BIN_DIR
+# Usage: tools_smoke.sh BUILD_BIN_DIR [SANITIZED (1 or 0)]
 set -uo pipefail
 BIN=$1
+export FSDP_SMOKE_SANITIZED=${2:-0}
 WORK=$(mktemp -d /tmp/fsdp_tools.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 failures=0
@@ -33,7 +35,8 @@ expect_error() {
   --json "$WORK/bench.json" >"$WORK/bench.log" 2>&1 || fail "fsdp-bench: $(tail -5 "$WORK/bench.log")"
 grep -q '^| FULL_SHARD | prefetch |' "$WORK/bench.log" || fail "fsdp-bench printed no table row"
 python3 - "$WORK/bench.json" <<'PY' || fail "fsdp-bench JSON"
-import json, sys
+import json, os, sys
+sanitized = os.environ["FSDP_SMOKE_SANITIZED"] == "1"
 records = json.load(open(sys.argv[1]))
 assert len(records) == 4, len(records)
 for r in records:
@@ -42,7 +45,7 @@ for r in records:
     assert r["comm_bytes_per_step"] == r["plan"]["comm_bytes_per_step"], name
     ratio = r["peak_tensor_bytes"] / r["plan"]["total_bytes"]
     assert 0.85 <= ratio <= 1.15, (name, ratio)
-    assert r["fresh_blocks"] <= 1, (name, r["fresh_blocks"])
+    assert sanitized or r["fresh_blocks"] <= 1, (name, r["fresh_blocks"])
     assert r["allocator"] == "fsdp", name
 PY
 

@@ -31,6 +31,6 @@ fsdp_mpi_test(NAME plan_gloo_np4 EXE test_plan NP 4 BACKEND gloo)
 # fsdp-bench and fsdp-plan: a tiny benchmark run checked against the plan, and bad arguments.
 if(TARGET fsdp-bench AND TARGET fsdp-plan)
   add_test(NAME tools_smoke COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tools_smoke.sh
-                                    $<TARGET_FILE_DIR:fsdp-bench>)
+                                    $<TARGET_FILE_DIR:fsdp-bench> $<BOOL:${FSDP_SANITIZE}>)
   set_tests_properties(tools_smoke PROPERTIES TIMEOUT 300)
 endif()

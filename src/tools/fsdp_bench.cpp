@@ -394,11 +394,19 @@ std::string fixed(double v, int digits) {
   return buf;
 }
 
-void print_table(const Args& a, const std::vector<Result>& results) {
-  const Result* base = nullptr;
+// What a row's throughput is compared with: NO_SHARD with the same variant (prefetch against
+// prefetch: the options a sharded run adds are the ones compared), else NO_SHARD plain.
+const Result* no_shard_baseline(const std::vector<Result>& results, const Result& row) {
+  const Result* plain = nullptr;
   for (const auto& r : results) {
-    if (r.strategy == "NO_SHARD" && r.variant == "plain") base = &r;
+    if (r.strategy != "NO_SHARD") continue;
+    if (r.variant == row.variant) return &r;
+    if (r.variant == "plain") plain = &r;
   }
+  return plain;
+}
+
+void print_table(const Args& a, const std::vector<Result>& results) {
   std::printf(
       "\n| strategy | variant | step (s) | tokens/s | vs NO_SHARD | forward | backward | optimizer "
       "| "
@@ -409,6 +417,7 @@ void print_table(const Args& a, const std::vector<Result>& results) {
       "--- "
       "| --- |\n");
   for (const auto& r : results) {
+    const Result* base = no_shard_baseline(results, r);
     const StepTimes t = r.median();
     const double model_state =
         mib(r.memory.sharded_param_bytes + r.memory.sharded_grad_bytes + r.optimizer_bytes);
@@ -426,7 +435,8 @@ void print_table(const Args& a, const std::vector<Result>& results) {
   }
   std::printf(
       "(GPT-2 %s, %s, seq %lld, batch %lld per rank; times: medians of %zu timed steps, slowest "
-      "rank; in collectives: inside the collectives' issue and wait calls; tensors and peak RSS: "
+      "rank; vs NO_SHARD: against NO_SHARD with the same variant; in collectives: inside the "
+      "collectives' issue and wait calls; tensors and peak RSS: "
       "per rank, peak above the process before the model was built; plan: fsdp-plan's total; "
       "comm: bytes of every collective per step)\n",
       a.model.c_str(), a.dtype.c_str(), static_cast<long long>(a.seq),
