@@ -3,7 +3,7 @@
 # strategy with and without prefetch and activation checkpointing), the planner's view of GPT-2
 # large, and one GPT-2 large FULL_SHARD step; and NO_SHARD/FULL_SHARD again with glibc's heap for
 # every block instead of fsdp's host allocator. Writes bench/results/*.json and
-# bench/results/table.md, and prints the table. About 25 minutes on a 2-core machine.
+# bench/results/table.md, and prints the table. About 20 minutes on a 2-core machine.
 #   scripts/bench.sh            everything
 #   scripts/bench.sh --quick    a tiny model only (a minute: checks that the benchmark runs)
 set -euo pipefail
