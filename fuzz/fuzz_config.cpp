@@ -22,6 +22,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const fsdp::ConfigError& e) {
     fsdp::fuzz::property_broken(std::string("to_yaml output refused: ") + e.what() + "\n" + yaml);
   }
-  fsdp::fuzz::require(again == config, "to_yaml round trip changed the config:\n" + yaml);
+  if (!(again == config)) {
+    fsdp::fuzz::property_broken("to_yaml round trip changed the config:\n" + yaml +
+                                "\nread back and written again:\n" + fsdp::to_yaml(again));
+  }
   return 0;
 }

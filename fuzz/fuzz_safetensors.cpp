@@ -39,9 +39,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto file_bytes = static_cast<int64_t>(size);
     std::vector<char> buffer;
     for (const auto& t : reader.tensors()) {
-      fsdp::fuzz::require(t.begin >= 0 && t.begin <= t.end &&
-                              reader.data_offset() + t.end <= file_bytes,
-                          "tensor '" + t.name + "' accepted with offsets outside the file");
+      fsdp::fuzz::require(
+          t.begin >= 0 && t.begin <= t.end && reader.data_offset() + t.end <= file_bytes,
+          "tensor '" + t.name + "' accepted with offsets outside the file");
       buffer.resize(static_cast<size_t>(t.nbytes()));
       reader.read_bytes(t.name, 0, t.nbytes(), buffer.data());
     }

@@ -454,6 +454,18 @@ TEST(ConfigErrors, BadYamlAndMissingFiles) {
   const ConfigError yaml = parse_error("optim:\n  lr: [1\n  max_steps: 3\n");
   EXPECT_TRUE(contains(yaml.what(), "invalid YAML"));
   EXPECT_GT(yaml.line(), 1);
+  // Bytes that are not UTF-8 (here 0xFF, and an overlong '/'), in the file or in a flag.
+  for (const char* bad : {"a\xff"
+                          "b",
+                          "a\xc0\xaf"
+                          "b"}) {
+    const ConfigError utf8 =
+        parse_error(std::string("optim:\n  lr: 0.1\ntrain:\n  checkpoint_dir: ") + bad);
+    EXPECT_EQ(utf8.line(), 4) << utf8.what();
+    EXPECT_TRUE(contains(utf8.what(), "not valid UTF-8 text (byte 43)")) << utf8.what();
+  }
+  EXPECT_EQ(std::string(parse_error("", {{"train.checkpoint_dir", "a\xff"}}).what()),
+            "--train.checkpoint_dir: not valid UTF-8 text");
   try {
     fsdp::load_config("/nonexistent/dir/x.yaml");
     ADD_FAILURE() << "no error for a missing file";
