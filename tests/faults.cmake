@@ -20,6 +20,7 @@ if(FSDP_WITH_GLOO)
   math(EXPR port "${FSDP_TEST_PORT} + 1")
   set(FSDP_TEST_PORT ${port} CACHE INTERNAL "")
   add_test(NAME store_garbage
-           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/store_garbage.sh $<TARGET_FILE:fsdp-demo> ${port})
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/store_garbage.sh $<TARGET_FILE:fsdp-demo> ${port}
+                   $<BOOL:${FSDP_SANITIZE}>)
   set_tests_properties(store_garbage PROPERTIES TIMEOUT 240)
 endif()

@@ -4,10 +4,13 @@
 # peers connect to the store's port: one sends random bytes, one a request whose key claims 2^62
 # bytes, one a request cut off midway, and one connects and stays silent until the end. The store
 # must drop them and keep serving: rank 1 then joins and the job trains to the end.
-# Usage: tests/store_garbage.sh FSDP_DEMO [PORT]
+# In a sanitized build (SANITIZED=1) the 2^62-byte key is left out: c10d's store catches the
+# std::bad_alloc its allocation throws, but AddressSanitizer's operator new aborts instead.
+# Usage: tests/store_garbage.sh FSDP_DEMO [PORT [SANITIZED]]
 set -uo pipefail
 demo=$1
 port=${2:-$((20000 + RANDOM % 20000))}
+sanitized=${3:-0}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 fail() {
@@ -33,7 +36,9 @@ head -c 65536 /dev/urandom >"$work/random"
 printf '\x00\x00\x00\x00\x00\x00\x00\x00\x40' >"$work/huge_key"    # SET, key length 2^62
 printf '\x01\x05\x00\x00\x00\x00\x00\x00\x00ab' >"$work/cut_short" # GET, 5-byte key, 2 sent
 exec 4<>"/dev/tcp/127.0.0.1/$port"                                  # silent until the end
-for f in random huge_key cut_short random; do send "$work/$f"; done
+inputs=(random huge_key cut_short random)
+((sanitized)) && inputs=(random cut_short random)
+for f in "${inputs[@]}"; do send "$work/$f"; done
 sleep 1
 kill -0 "$rank0" 2>/dev/null || fail "rank 0 (the store) died from garbage on its port"
 
@@ -43,4 +48,4 @@ wait "$rank0" || fail "rank 0 exited $?"
 wait "$rank1" || fail "rank 1 exited $?"
 exec 4>&-
 grep -Eq "^step +10 " "$work/rank0.log" || fail "rank 0 did not train 10 steps"
-echo "ok: the store survived random bytes, a 2^62-byte key, a cut-off request and a silent peer"
+echo "ok: the store survived these peers: ${inputs[*]}, and a silent one"
