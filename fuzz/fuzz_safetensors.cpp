@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -14,11 +15,10 @@ namespace {
 
 // One file per process, rewritten for each input.
 const std::string& scratch_path() {
-  static const std::string path = [] {
-    const char* dir = std::getenv("TMPDIR");
-    return std::string(dir && *dir ? dir : "/tmp") + "/fsdp_fuzz_safetensors." +
-           std::to_string(getpid()) + ".safetensors";
-  }();
+  static const std::string path =
+      (std::filesystem::temp_directory_path() /
+       ("fsdp_fuzz_safetensors." + std::to_string(getpid()) + ".safetensors"))
+          .string();
   return path;
 }
 
