@@ -3,8 +3,8 @@
 # Extra arguments go to ctest, e.g. scripts/test.sh -R parity
 #   scripts/test.sh --sanitize [ctest args]: the same suite built with AddressSanitizer and
 #   UndefinedBehaviorSanitizer into build-sanitize/ (multi-rank tests included); any report fails
-#   the test it came from. Leak checking is on, with tests/sanitize/lsan.supp for the leaks of the
-#   uninstrumented libraries (OpenMPI, LibTorch's registries) at exit.
+#   the test it came from. Leak checking is on, with tests/sanitize/lsan.supp for what OpenMPI (not
+#   instrumented) keeps until exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ "${1:-}" == "--sanitize" ]]; then

@@ -14,6 +14,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "data/utf8.h"
+
 namespace fsdp::data {
 namespace {
 
@@ -262,31 +264,6 @@ Cls classify(int64_t cp) {
   return Cls::kOther;
 }
 
-// One decoded character: its code point (-1 for a byte that does not start valid UTF-8, which then
-// stands alone) and where its bytes end.
-struct Char {
-  int64_t cp;
-  size_t end;
-};
-
-Char decode_utf8(std::string_view s, size_t i) {
-  auto b = static_cast<unsigned char>(s[i]);
-  if (b < 0x80) return {b, i + 1};
-  int len = b >= 0xF0 && b <= 0xF4 ? 4 : b >= 0xE0 ? 3 : b >= 0xC2 && b < 0xE0 ? 2 : 0;
-  if (b >= 0xF5) len = 0;
-  if (len == 0 || i + len > s.size()) return {-1, i + 1};
-  uint32_t cp = b & (0x7F >> len);
-  for (int k = 1; k < len; ++k) {
-    auto c = static_cast<unsigned char>(s[i + k]);
-    if ((c & 0xC0) != 0x80) return {-1, i + 1};
-    cp = (cp << 6) | (c & 0x3F);
-  }
-  // Reject overlong forms, surrogates and code points past U+10FFFF.
-  static const uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < kMin[len] || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return {-1, i + 1};
-  return {cp, i + len};
-}
-
 void append_utf8(std::string& out, uint32_t cp) {
   if (cp < 0x80) {
     out += static_cast<char>(cp);
@@ -314,7 +291,7 @@ struct Decoded {
 Decoded decode_all(std::string_view text) {
   Decoded d;
   for (size_t i = 0; i < text.size();) {
-    Char c = decode_utf8(text, i);
+    Utf8Char c = decode_utf8(text, i);
     d.start.push_back(i);
     d.cls.push_back(classify(c.cp));
     i = c.end;
@@ -567,7 +544,7 @@ void GPT2Tokenizer::Impl::load_encoder(const std::string& path, std::string text
       continue;
     }
     for (size_t i = 0; i < key.size();) {
-      Char c = decode_utf8(key, i);
+      Utf8Char c = decode_utf8(key, i);
       auto it = u2b.find(static_cast<uint32_t>(c.cp));
       if (c.cp < 0 || it == u2b.end())
         throw std::runtime_error("GPT2Tokenizer: " + path + ": key '" + key +

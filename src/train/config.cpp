@@ -13,6 +13,7 @@
 #include <sstream>
 #include <tuple>
 
+#include "data/utf8.h"
 #include "train/config_schema.h"
 
 namespace fsdp {
@@ -90,30 +91,11 @@ class Builder {
   int order_ = 0;
 };
 
-// The offset of the first byte that is not part of well-formed UTF-8 (no overlong forms, no
-// surrogates, nothing above U+10FFFF), or npos. YAML is Unicode text, and yaml-cpp would keep the
-// bad bytes in a value but write U+FFFD for them, so that --print-config could not be read back
-// to the same config (found by fuzz/fuzz_config.cpp).
-size_t first_invalid_utf8(const std::string& s) {
-  for (size_t i = 0; i < s.size();) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    size_t n = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xE ? 3 : (b >> 3) == 0x1E ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return i;
-    uint32_t cp = n == 1 ? b : b & (0x7F >> n);
-    for (size_t k = 1; k < n; ++k) {
-      const auto c = static_cast<unsigned char>(s[i + k]);
-      if ((c & 0xC0) != 0x80) return i;
-      cp = (cp << 6) | (c & 0x3F);
-    }
-    static const uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-    i += n;
-  }
-  return std::string::npos;
-}
-
+// YAML is Unicode text: yaml-cpp would keep bytes that are not UTF-8 in a value but write U+FFFD
+// for them, so that --print-config could not be read back to the same config (found by
+// fuzz/fuzz_config.cpp). Such bytes are refused, in the file and in overrides.
 void Builder::apply_yaml(const std::string& text, const std::string& source) {
-  const size_t bad = first_invalid_utf8(text);
+  const size_t bad = data::first_invalid_utf8(text);
   if (bad != std::string::npos) {
     const int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + bad, '\n'));
     throw ConfigError(source, line, "", "not valid UTF-8 text (byte " + std::to_string(bad) + ")");
@@ -157,8 +139,8 @@ void Builder::walk(const YAML::Node& map, const std::string& prefix, const std::
 
 void Builder::apply_override(const ConfigOverride& o) {
   const std::string flag = "--" + o.key;
-  if (first_invalid_utf8(o.key) != std::string::npos ||
-      first_invalid_utf8(o.value) != std::string::npos) {
+  if (data::first_invalid_utf8(o.key) != std::string::npos ||
+      data::first_invalid_utf8(o.value) != std::string::npos) {
     throw ConfigError("", 0, flag, "not valid UTF-8 text");
   }
   const Option* option = config::find_option(o.key);
