@@ -12,7 +12,11 @@ seconds=60
 targets=()
 while (($#)); do
   case $1 in
-    --time) seconds=$2; shift 2 ;;
+    --time)
+      [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: --time needs a number of seconds, got '${2:-}'" >&2; exit 2; }
+      seconds=$2
+      shift 2
+      ;;
     -h | --help) sed -n '2,8p' "$0"; exit 0 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -23,6 +27,9 @@ for f in fuzz/fuzz_*.cpp; do
   all+=("${f%.cpp}")
 done
 ((${#targets[@]})) || targets=("${all[@]}")
+for t in "${targets[@]}"; do
+  [[ " ${all[*]} " == *" $t "* ]] || { echo "fuzz.sh: no target '$t' (there are: ${all[*]})" >&2; exit 2; }
+done
 
 EXTRA_PACKAGES="clang libclang-rt-14-dev" scripts/setup.sh --no-build
 scripts/fetch_assets.sh >/dev/null  # tokenizer_text fuzzes GPT-2's real vocabulary
@@ -37,7 +44,6 @@ cmake --build "$build" -j"$(nproc)"
 failed=()
 for t in "${targets[@]}"; do
   bin=$build/bin/fuzz_$t
-  [[ -x $bin ]] || { echo "fuzz.sh: no target '$t' (there are: ${all[*]})" >&2; exit 2; }
   work=$build/corpus/$t crashes=$build/crashes/$t log=$build/fuzz_$t.log
   rm -rf "$crashes"
   mkdir -p "$work" "$crashes"
