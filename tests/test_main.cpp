@@ -1,6 +1,7 @@
 // GoogleTest entry point shared by the multi-rank test binaries: one intra-op thread per rank
-// (tests run several ranks on two cores), tensors on fsdp's host allocator as fsdp-train runs them
-// (fsdp/host_memory.h), and the group torn down before the process exits.
+// (tests run several ranks on two cores), oneDNN off when FSDP_TEST_ONEDNN=off, tensors on fsdp's
+// host allocator as fsdp-train runs them (fsdp/host_memory.h), and the group torn down before the
+// process exits.
 #include <gtest/gtest.h>
 
 #include "fsdp/host_memory.h"
@@ -9,6 +10,7 @@
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   at::set_num_threads(1);
+  fsdp::test::apply_onednn_setting();
   fsdp::install_host_allocator();
   int rc = RUN_ALL_TESTS();
   fsdp::test::shutdown();

@@ -46,6 +46,45 @@ at::Tensor bigram_tokens(uint64_t seed, int64_t rows, int64_t T, int64_t V) {
   return tokens;
 }
 
+double reference_gradients(const std::vector<at::Tensor>& compute,
+                           const std::vector<at::Tensor>& master, int world_size, int micro_batches,
+                           at::ScalarType reduce_dtype,
+                           const std::function<at::Tensor(int rank, int micro_batch)>& loss) {
+  std::vector<at::Tensor> sum(compute.size());
+  double reported = 0;
+  for (int r = 0; r < world_size; ++r) {
+    for (auto& p : compute) p.mutable_grad().reset();
+    double rank_loss = 0;
+    for (int m = 0; m < micro_batches; ++m) {
+      at::Tensor l = loss(r, m);
+      (l / micro_batches).backward();
+      rank_loss += l.item<double>() / micro_batches;
+    }
+    reported += static_cast<float>(rank_loss);
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < compute.size(); ++i) {
+      at::Tensor g = compute[i].grad().to(reduce_dtype);
+      sum[i] = r == 0 ? g.clone() : sum[i].add(g);
+    }
+  }
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < master.size(); ++i) {
+    if (world_size > 1) sum[i].div_(world_size);
+    master[i].mutable_grad() = sum[i].to(at::kFloat);
+  }
+  return reported / world_size;
+}
+
+at::Tensor rank_rows(const at::Tensor& tokens, int micro_batch, int rank, int64_t rows_per_rank,
+                     int world_size) {
+  return tokens.narrow(0, (micro_batch * world_size + rank) * rows_per_rank, rows_per_rank);
+}
+
+void apply_onednn_setting() {
+  const char* v = std::getenv("FSDP_TEST_ONEDNN");
+  if (v && std::string(v) == "off") at::globalContext().setUserEnabledMkldnn(false);
+}
+
 std::unique_ptr<torch::optim::AdamW> reference_adamw(const std::vector<at::Tensor>& params,
                                                      double lr, double eps, double weight_decay) {
   std::vector<at::Tensor> decay, no_decay;
@@ -71,8 +110,9 @@ ParityErrors expect_parity(const RunResult& ref, const RunResult& got,
     EXPECT_NEAR(ref.grad_norms[i], got.grad_norms[i], norm_tol * ref.grad_norms[i])
         << "gradient norm at step " << i;
     worst.loss = std::max(worst.loss, std::abs(ref.losses[i] - got.losses[i]));
-    worst.grad_norm_rel = std::max(
-        worst.grad_norm_rel, std::abs(ref.grad_norms[i] - got.grad_norms[i]) / ref.grad_norms[i]);
+    const double norm_err = std::abs(ref.grad_norms[i] - got.grad_norms[i]) / ref.grad_norms[i];
+    if (i == 0) worst.first_grad_norm_rel = norm_err;
+    worst.grad_norm_rel = std::max(worst.grad_norm_rel, norm_err);
   }
   EXPECT_EQ(ref.params.size(), got.params.size());
   double err_sq = 0, update_sq = 0;
@@ -94,8 +134,15 @@ ParityErrors expect_parity(const RunResult& ref, const RunResult& got,
     const double rel = err / ref_update.norm().item<double>();
     err_sq += err * err;
     update_sq += ref_update.norm().pow(2).item<double>();
-    worst.param = std::max(worst.param, diff);
+    if (diff >= worst.param) {
+      worst.param = diff;
+      worst.param_name = name;
+    }
     EXPECT_LE(diff, tol.param) << "parameter " << name;
+    if (rel >= worst.tensor_update_rel) {
+      worst.tensor_update_rel = rel;
+      worst.tensor_name = name;
+    }
     if (tol.tensor_update_rel > 0) {
       EXPECT_LE(rel, tol.tensor_update_rel) << "update of " << name;
     }

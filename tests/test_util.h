@@ -6,6 +6,7 @@
 #include <torch/optim/adamw.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -35,6 +36,31 @@ at::Tensor bigram_tokens(uint64_t seed, int64_t rows, int64_t T, int64_t V);
 std::unique_ptr<torch::optim::AdamW> reference_adamw(const std::vector<at::Tensor>& params,
                                                      double lr, double eps, double weight_decay);
 
+// The reference of a sharded step, in one process: sets each master parameter's .grad to what a
+// sharded run over `world_size` ranks reduces. Rank r's gradient is that of its own micro-batches,
+// loss(r, m) / micro_batches accumulated in the compute parameters' dtype, exactly as rank r
+// computes it (same rows, same shapes, hence the same kernels: a bf16 matmul rounds differently
+// per shape and per kernel, oneDNN or native); the ranks' gradients are cast to `reduce_dtype`,
+// summed in rank order and divided by world_size in that dtype, as the runtime's reduce-scatter
+// does. What is left between the two runs is the order of that one sum over ranks (and, after it,
+// the optimizers' own rounding). `compute` and `master` may be the same tensors (fp32). Returns
+// the step's loss as the sharded run reports it: each rank's mean over its micro-batches, as a
+// float, averaged over ranks.
+double reference_gradients(const std::vector<at::Tensor>& compute,
+                           const std::vector<at::Tensor>& master, int world_size, int micro_batches,
+                           at::ScalarType reduce_dtype,
+                           const std::function<at::Tensor(int rank, int micro_batch)>& loss);
+
+// Rows [rows_per_rank] of micro-batch `micro_batch` that rank `rank` trains on, out of a step's
+// tokens [micro_batches * world_size * rows_per_rank, T + 1]; the reference takes the same ones.
+at::Tensor rank_rows(const at::Tensor& tokens, int micro_batch, int rank, int64_t rows_per_rank,
+                     int world_size);
+
+// Makes the process run bf16 (and other oneDNN-eligible) CPU kernels without oneDNN when
+// FSDP_TEST_ONEDNN=off, as LibTorch 1.13 does on CPUs without AVX-512: lets one machine test the
+// kernel another machine gets. Called by the shared test main.
+void apply_onednn_setting();
+
 // One training run: per-step loss and global gradient norm, and the final parameters by name.
 struct RunResult {
   std::vector<double> losses;
@@ -55,9 +81,13 @@ struct Tolerance {
 
 // The largest errors expect_parity saw, for tests that report what they measured.
 struct ParityErrors {
-  double loss = 0;           // absolute, worst step
-  double grad_norm_rel = 0;  // relative, worst step
-  double param = 0;          // absolute, worst element
+  double loss = 0;                 // absolute, worst step
+  double first_grad_norm_rel = 0;  // relative, step 0
+  double grad_norm_rel = 0;        // relative, worst step
+  double param = 0;                // absolute, worst element
+  std::string param_name;          // the tensor that holds it
+  double tensor_update_rel = 0;    // worst tensor
+  std::string tensor_name;
   double model_update_rel = 0;
 };
 
