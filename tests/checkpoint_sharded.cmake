@@ -10,7 +10,7 @@ foreach(backend mpi gloo)
   math(EXPR port "${FSDP_TEST_PORT} + 1")
   math(EXPR next "${FSDP_TEST_PORT} + 20")  # the script takes one port per run
   set(FSDP_TEST_PORT ${next} CACHE INTERNAL "")
-  add_test(NAME checkpoint_resume_${backend}
+  fsdp_backend_test(BACKEND ${backend} NAME checkpoint_resume_${backend}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint_resume.sh $<TARGET_FILE_DIR:ckpt_child>
                    ${backend} ${port})
   set_tests_properties(checkpoint_resume_${backend} PROPERTIES TIMEOUT 300)

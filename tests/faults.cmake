@@ -8,19 +8,17 @@ foreach(backend gloo mpi)
   math(EXPR port "${FSDP_TEST_PORT} + 1")
   math(EXPR next "${FSDP_TEST_PORT} + 2")  # faults.sh uses two consecutive ports
   set(FSDP_TEST_PORT ${next} CACHE INTERNAL "")
-  add_test(NAME faults_${backend}
+  fsdp_backend_test(BACKEND ${backend} NAME faults_${backend}
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/faults.sh $<TARGET_FILE_DIR:fault_child> ${backend}
                    ${port})
   set_tests_properties(faults_${backend} PROPERTIES TIMEOUT 180)
 endforeach()
-add_test(NAME multihost_hybrid_gloo
+fsdp_backend_test(BACKEND gloo NAME multihost_hybrid_gloo
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/multihost/two_hosts.sh $<TARGET_FILE_DIR:test_parity>)
 set_tests_properties(multihost_hybrid_gloo PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
-if(FSDP_WITH_GLOO)
-  math(EXPR port "${FSDP_TEST_PORT} + 1")
-  set(FSDP_TEST_PORT ${port} CACHE INTERNAL "")
-  add_test(NAME store_garbage
-           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/store_garbage.sh $<TARGET_FILE:fsdp-demo> ${port}
-                   $<BOOL:${FSDP_SANITIZE}>)
-  set_tests_properties(store_garbage PROPERTIES TIMEOUT 240)
-endif()
+math(EXPR port "${FSDP_TEST_PORT} + 1")
+set(FSDP_TEST_PORT ${port} CACHE INTERNAL "")
+fsdp_backend_test(BACKEND gloo NAME store_garbage
+                  COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/store_garbage.sh $<TARGET_FILE:fsdp-demo>
+                          ${port} $<BOOL:${FSDP_SANITIZE}>)
+set_tests_properties(store_garbage PROPERTIES TIMEOUT 240)

@@ -12,6 +12,8 @@ target_compile_options(test_launch PRIVATE -Wall -Wextra)
 target_compile_definitions(test_launch PRIVATE FSDP_RUN_EXE="$<TARGET_FILE:fsdp-run>"
                                                LAUNCH_CHILD_EXE="$<TARGET_FILE:launch_child>")
 add_dependencies(test_launch fsdp-run launch_child)
+# LaunchEndToEnd.FsdpDemoTrainsUnderGloo skips with the reason in a build without Gloo.
+target_compile_definitions(test_launch PRIVATE FSDP_MISSING_GLOO="${FSDP_MISSING_GLOO}")
 if(TARGET fsdp-demo)
   target_compile_definitions(test_launch PRIVATE FSDP_DEMO_EXE="$<TARGET_FILE:fsdp-demo>")
   add_dependencies(test_launch fsdp-demo)

@@ -3,3 +3,4 @@
 # parity against one process under mpirun, are in llama.cmake.
 fsdp_unit_test(test_gpt2 test_gpt2.cpp)
 include(${CMAKE_CURRENT_SOURCE_DIR}/llama.cmake)
+fsdp_unit_test(test_attention test_attention.cpp)  # fused against explicit attention (2.x)

@@ -14,7 +14,7 @@ if(TARGET fsdp-train)
     math(EXPR port "${FSDP_TEST_PORT} + 1")
     math(EXPR next "${FSDP_TEST_PORT} + 10")  # the script takes one port per run
     set(FSDP_TEST_PORT ${next} CACHE INTERNAL "")
-    add_test(NAME trainer_e2e_${backend}
+    fsdp_backend_test(BACKEND ${backend} NAME trainer_e2e_${backend}
              COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/trainer_e2e.sh $<TARGET_FILE_DIR:fsdp-train>
                      ${backend} ${port} ${PROJECT_SOURCE_DIR})
     set_tests_properties(trainer_e2e_${backend} PROPERTIES TIMEOUT 600 SKIP_RETURN_CODE 77)

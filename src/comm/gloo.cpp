@@ -29,6 +29,7 @@
 
 #include "comm/internal.h"
 #include "comm/progress.h"
+#include "compat.h"
 
 namespace fsdp {
 namespace comm_internal {
@@ -111,6 +112,7 @@ SharedStore& shared_store(const GlooSetup& setup) {
   options.isServer = setup.rank == 0;
   options.waitWorkers = false;  // connectFullMesh below waits for every rank anyway
   options.timeout = setup.timeout;
+  compat::use_classic_tcp_store(options);
   entry.store =
       std::make_shared<StoreAdapter>(std::make_shared<c10d::TCPStore>(setup.master_addr, options));
   entry.progress = std::make_shared<StoreSlots>(entry.store);

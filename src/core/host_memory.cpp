@@ -21,6 +21,8 @@
 #include <map>
 #include <mutex>
 
+#include "compat.h"
+
 namespace fsdp {
 namespace {
 
@@ -32,12 +34,12 @@ struct Header {
   size_t mapped;  // the mapping's length; 0 for a block from malloc
 };
 
-class HostAllocator final : public c10::Allocator {
+class HostAllocator final : public compat::Allocator {
  public:
   explicit HostAllocator(const HostAllocatorOptions& o) : options_(o) {}
 
-  c10::DataPtr allocate(size_t n) const override {
-    void* data = const_cast<HostAllocator*>(this)->take(n);
+  c10::DataPtr allocate_block(size_t n) override {
+    void* data = take(n);
     return {data, data, &host_free, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &host_free; }

@@ -46,6 +46,7 @@ void GPT2Config::validate() const {
     throw std::invalid_argument("GPT2Config.layer_norm_eps must be positive, got " +
                                 std::to_string(layer_norm_eps));
   }
+  check_attention_kernel(attention, "GPT2Config.attention");
 }
 
 GPT2Config GPT2Config::gpt2_124m() { return GPT2Config{}; }
@@ -75,7 +76,8 @@ at::Tensor Conv1DImpl::forward(const at::Tensor& x) {
   return at::addmm(bias, x.reshape({-1, x.size(-1)}), weight).view(out_shape);
 }
 
-GPT2AttentionImpl::GPT2AttentionImpl(const GPT2Config& config) : n_head(config.n_head) {
+GPT2AttentionImpl::GPT2AttentionImpl(const GPT2Config& config)
+    : n_head(config.n_head), attention(config.attention) {
   c_attn = register_module("c_attn", Conv1D(config.n_embd, 3 * config.n_embd));
   c_proj = register_module("c_proj", Conv1D(config.n_embd, config.n_embd));
 }
@@ -86,12 +88,11 @@ at::Tensor GPT2AttentionImpl::forward(const at::Tensor& x) {
   auto qkv = c_attn->forward(x).split(C, /*dim=*/2);
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, n_head, hs}).transpose(1, 2); };
   at::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
-  // [B, nh, T, T]: position t attends to positions <= t only.
-  at::Tensor att = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(hs));
-  at::Tensor future = at::ones({T, T}, x.options().dtype(at::kBool)).triu(1);
-  att = at::softmax(att.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);
   // [B, nh, T, hs] -> [B, T, C]
-  at::Tensor y = at::matmul(att, v).transpose(1, 2).contiguous().view({B, T, C});
+  at::Tensor y = causal_attention(q, k, v, attention, /*softmax_in_fp32=*/false)
+                     .transpose(1, 2)
+                     .contiguous()
+                     .view({B, T, C});
   return c_proj->forward(y);
 }
 

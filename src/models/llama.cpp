@@ -54,6 +54,7 @@ void LlamaConfig::validate() const {
                                    ") must be even for rotary embeddings");
   require(rope_theta > 0, "rope_theta must be positive, got " + std::to_string(rope_theta));
   require(norm_eps > 0, "norm_eps must be positive, got " + std::to_string(norm_eps));
+  check_attention_kernel(attention, "LlamaConfig.attention");
 }
 
 LlamaConfig LlamaConfig::tiny() {
@@ -127,6 +128,7 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& config,
     : n_head(config.n_head),
       n_kv_head(config.kv_heads()),
       head_dim(config.head_dim()),
+      attention(config.attention),
       rope_(std::move(rope)) {
   q_proj = register_module("q_proj", linear(config.dim, n_head * head_dim));
   k_proj = register_module("k_proj", linear(config.dim, n_kv_head * head_dim));
@@ -148,13 +150,11 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x) {
   k = k * cos + rotate_half(k) * sin;
   k = repeat_kv(k, n_head / n_kv_head);
   v = repeat_kv(v, n_head / n_kv_head);
-  // [B, nh, T, T]: position t attends to positions <= t only; softmax in fp32, as HF's eager path.
-  at::Tensor att = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hs)));
-  at::Tensor future = at::ones({T, T}, x.options().dtype(at::kBool)).triu(1);
-  att = att.masked_fill(future, -std::numeric_limits<double>::infinity());
-  att = at::softmax(att, -1, at::kFloat).to(q.scalar_type());
-  // [B, nh, T, hs] -> [B, T, nh * hs]
-  at::Tensor y = at::matmul(att, v).transpose(1, 2).contiguous().view({B, T, n_head * hs});
+  // [B, nh, T, hs] -> [B, T, nh * hs]; the explicit softmax in fp32, as HF's eager path.
+  at::Tensor y = causal_attention(q, k, v, attention, /*softmax_in_fp32=*/true)
+                     .transpose(1, 2)
+                     .contiguous()
+                     .view({B, T, n_head * hs});
   return o_proj->forward(y);
 }
 

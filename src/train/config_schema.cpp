@@ -181,6 +181,9 @@ std::function<void(const RawValue&)> only_value(std::string expected, std::strin
 }
 
 const Names<ModelType> kModelTypes = {{"gpt2", ModelType::kGPT2}, {"llama", ModelType::kLlama}};
+const Names<AttentionKernel> kAttentionKernels = {{"auto", AttentionKernel::kAuto},
+                                                  {"fused", AttentionKernel::kFused},
+                                                  {"explicit", AttentionKernel::kExplicit}};
 const Names<AutoWrapPolicy> kWrapPolicies = {
     {"TRANSFORMER_BASED_WRAP", AutoWrapPolicy::kTransformerBased},
     {"SIZE_BASED_WRAP", AutoWrapPolicy::kSizeBased},
@@ -379,6 +382,9 @@ std::vector<Option> model_section() {
                   "longest sequence the model accepts (position or RoPE table); 0: data.seq_len"),
       number_setting("model.norm_eps", FIELD(model.norm_eps),
                      "epsilon of every LayerNorm (GPT-2) or RMSNorm (Llama)"),
+      choice_setting("model.attention", FIELD(model.attention), kAttentionKernels,
+                     "attention kernel: fused (at::scaled_dot_product_attention, LibTorch 2.x), "
+                     "explicit (softmax written out), auto (fused where available)"),
       string_setting("model.init_from", FIELD(model.init_from),
                      "a safetensors file (Hugging Face names) to start a fresh run from instead "
                      "of the seeded initialisation; empty: none"),

@@ -2,6 +2,8 @@
 // are not supported yet. Runs once after every source is applied, so that a command-line override
 // can repair a file's value; each error points, through Origins, at where the offending value came
 // from.
+#include <torch/version.h>
+
 #include <sstream>
 
 #include "train/config_schema.h"
@@ -71,6 +73,9 @@ void check_model(const Checks& k, const ModelConfig& m, const DataConfig& d) {
   k.at_least("model.n_head", m.n_head, 1);
   k.at_least("model.n_positions", m.n_positions, 0);
   k.positive("model.norm_eps", m.norm_eps);
+  k.require(attention_kernel_available(m.attention), {"model.attention"},
+            "fused needs LibTorch 2.0 or later (this build's is " TORCH_VERSION
+            "); use auto or explicit");
   const std::string width = m.type == ModelType::kGPT2 ? "model.n_embd" : "model.dim";
   k.at_least(width, m.width(), 1);
   k.require(m.width() % m.n_head == 0, {width, "model.n_head"},

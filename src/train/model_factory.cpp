@@ -22,6 +22,7 @@ CausalLM build_gpt2(const TrainConfig& config) {
   c.n_layer = m.n_layer;
   c.n_head = m.n_head;
   c.layer_norm_eps = m.norm_eps;
+  c.attention = m.attention;
   c.deferred = true;
   GPT2 model(c);
   return {model.ptr(), [model](const at::Tensor& idx) mutable { return fsdp::forward(model, idx); },
@@ -40,6 +41,7 @@ CausalLM build_llama(const TrainConfig& config) {
   c.intermediate_size = m.intermediate_size;
   c.rope_theta = m.rope_theta;
   c.norm_eps = m.norm_eps;
+  c.attention = m.attention;
   c.tie_embeddings = m.tie_embeddings;
   c.deferred = true;
   Llama model(c);

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "fsdp/models/attention.h"
 #include "fsdp/options.h"
 
 namespace fsdp {
@@ -35,6 +36,8 @@ struct GPT2Config {
   int64_t n_layer = 12;          // transformer blocks
   int64_t n_head = 12;           // attention heads; must divide n_embd
   double layer_norm_eps = 1e-5;  // epsilon of every LayerNorm
+  // The attention kernel (fsdp/models/attention.h). Default kAuto: fused on LibTorch 2.x.
+  AttentionKernel attention = AttentionKernel::kAuto;
   // Build the parameters deferred (fsdp/init.h): shapes without bytes, each submodule released as
   // soon as it is built, for fully_shard with param_init(gpt2_param_init(...)) to materialise only
   // each rank's shard. Default false: built and initialised with init_gpt2_weights(seed 0).
@@ -70,6 +73,7 @@ class GPT2AttentionImpl : public torch::nn::Module {
   Conv1D c_attn{nullptr};  // C -> 3C: queries, keys, values
   Conv1D c_proj{nullptr};  // C -> C
   int64_t n_head = 0;
+  AttentionKernel attention = AttentionKernel::kAuto;
 };
 TORCH_MODULE(GPT2Attention);
 

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "fsdp/models/attention.h"
 #include "fsdp/options.h"
 
 namespace fsdp {
@@ -43,6 +44,8 @@ struct LlamaConfig {
   double rope_theta = 10000.0;             // base of the rotary frequencies
   double norm_eps = 1e-5;                  // rms_norm_eps, as Llama 2's checkpoints (HF: 1e-6)
   bool tie_embeddings = false;             // tie_word_embeddings: logits use embed_tokens.weight
+  // The attention kernel (fsdp/models/attention.h). Default kAuto: fused on LibTorch 2.x.
+  AttentionKernel attention = AttentionKernel::kAuto;
   // Build the parameters deferred (fsdp/init.h), for fully_shard with
   // param_init(llama_param_init(seed)) to materialise each rank's shard. Default false: built and
   // initialised with init_llama_weights(seed 0).
@@ -99,6 +102,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
   torch::nn::Linear v_proj{nullptr};  // C -> nkv * hs
   torch::nn::Linear o_proj{nullptr};  // nh * hs -> C
   int64_t n_head = 0, n_kv_head = 0, head_dim = 0;
+  AttentionKernel attention = AttentionKernel::kAuto;
 
  private:
   std::shared_ptr<const LlamaRotaryEmbedding> rope_;

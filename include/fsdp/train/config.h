@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "fsdp/comm.h"
+#include "fsdp/models/attention.h"
 #include "fsdp/options.h"
 
 namespace fsdp {
@@ -47,6 +48,9 @@ struct ModelConfig {
   // Default 0: data.seq_len (see TrainConfig::context_length()).
   int64_t n_positions = 0;
   double norm_eps = 1e-5;  // epsilon of every LayerNorm (GPT-2) or RMSNorm (Llama)
+  // The attention kernel, "auto" | "fused" | "explicit" (fsdp/models/attention.h). Default auto:
+  // at::scaled_dot_product_attention on LibTorch 2.x, the explicit path on 1.13.
+  AttentionKernel attention = AttentionKernel::kAuto;
   // A safetensors file (Hugging Face names, e.g. from fsdp-ckpt consolidate or save_pretrained)
   // whose parameters replace the seeded initialisation of a fresh run; a resumed run takes the
   // checkpoint's instead. With fsdp_cpu_ram_efficient_loading only rank 0 reads it. Default empty.

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# A Debian 13 (trixie) chroot for the LibTorch 2.x suite: Debian 12's libc cannot run trixie's
+# binaries, so the 2.x LibTorch (libtorch-dev 2.6) is built against and tested inside a root of
+# its own. This script makes that root once (debootstrap, minbase) and caches it in
+# FSDP_CHROOT_DIR (default /var/cache/fsdp/trixie); later runs reuse it, and only install packages
+# that scripts/setup.sh has since come to list. Then it runs a command inside, in a private mount
+# namespace (nothing stays mounted when it ends) where the repository sits at the same path as
+# outside, so build folders and paths in test logs read the same on both sides.
+# The mirror is the one apt uses on this machine (its sources), never a name written here.
+# Needs root (or sudo). Usage: scripts/chroot.sh COMMAND [ARGS...]   (run from anywhere)
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=${FSDP_CHROOT_DIR:-/var/cache/fsdp/trixie}
+SUITE=trixie
+
+if [[ $(id -u) -ne 0 ]]; then
+  exec sudo --preserve-env=FSDP_CHROOT_DIR "$0" "$@"
+fi
+
+# The first Debian archive in apt's sources (deb822 .sources files, then one-line lists), skipping
+# the security archive, which has no trixie suite under the same name.
+mirror() {
+  local uri
+  uri=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null |
+    awk '/^URIs:/ { for (i = 2; i <= NF; i++) print $i }' | grep -v -- '-security' | head -n1)
+  if [[ -z "$uri" ]]; then
+    uri=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+      awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; break } }' |
+      grep -v -- '-security' | head -n1)
+  fi
+  [[ -n "$uri" ]] || {
+    echo "chroot: no Debian mirror found in /etc/apt/sources.list{,.d}" >&2
+    exit 1
+  }
+  echo "$uri"
+}
+
+bootstrap() {
+  [[ -f "$ROOT/.fsdp-bootstrapped" ]] && return
+  command -v debootstrap >/dev/null || {
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap
+  }
+  local url start=$SECONDS
+  url=$(mirror)
+  echo "chroot: making a $SUITE root in $ROOT from $url"
+  rm -rf "$ROOT"
+  mkdir -p "$ROOT"
+  debootstrap --variant=minbase --include=ca-certificates "$SUITE" "$ROOT" "$url" >"$ROOT.log" 2>&1 || {
+    tail -n 30 "$ROOT.log" >&2
+    echo "chroot: debootstrap failed (whole log: $ROOT.log)" >&2
+    exit 1
+  }
+  echo "deb $url $SUITE main" >"$ROOT/etc/apt/sources.list"
+  touch "$ROOT/.fsdp-bootstrapped"
+  echo "chroot: bootstrapped in $((SECONDS - start)) s"
+}
+
+# Runs "$@" inside the root with /proc, /sys, /dev, /run/netns (the two-host test's network
+# namespaces), the host's DNS settings and the repository mounted, in a mount namespace of its own.
+enter() {
+  unshare --mount --propagation private -- bash -euo pipefail -c '
+    root=$1 repo=$2
+    shift 2
+    mount -t proc proc "$root/proc"
+    mount --rbind /sys "$root/sys"
+    mount --rbind /dev "$root/dev"
+    mkdir -p "$root/run" "$root/tmp" "$root$repo"
+    mount -t tmpfs tmpfs "$root/run"
+    mount -t tmpfs -o size=50% tmpfs "$root/dev/shm"
+    cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+    mount --bind "$repo" "$root$repo"
+    exec chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+      LANG=C.UTF-8 ${CI:+CI=$CI} ${OPENBLAS_CORETYPE:+OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE} \
+      FSDP_IN_CHROOT=1 bash -c "cd \"\$0\" && exec \"\$@\"" "$repo" "$@"
+  ' enter "$ROOT" "$REPO" "$@"
+}
+
+bootstrap
+# setup.sh installs, inside, what is missing (nothing, once the cache is warm); FSDP_IN_CHROOT
+# tells it that the assets come from outside (scripts/test.sh fetched them) and need no npm here.
+start=$SECONDS
+enter scripts/setup.sh --no-build
+echo "chroot: packages ready in $((SECONDS - start)) s"
+enter "$@"

@@ -1,0 +1,71 @@
+// Where LibTorch 1.13 and 2.x differ, this header decides, so that no other file tests a version.
+// Each difference is one small piece here: a base class, a constant, a function, each saying from
+// which release it changed. Version macros come from torch/version.h; where a member's presence
+// is the whole question (a c10d option added in some release), it is detected instead.
+// Supported: LibTorch 1.13 (Debian 12) through 2.x (Debian 13's 2.6, PyTorch's wheels).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/core/Allocator.h>
+#include <torch/version.h>
+
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+
+namespace fsdp::compat {
+
+constexpr bool kTorch2 = TORCH_VERSION_MAJOR >= 2;
+
+// c10::Allocator: allocate() lost its const in 2.3, and copy_data() (a pure virtual, used by
+// clone()) arrived with it. Derive from this and implement allocate_block() instead.
+class Allocator : public c10::Allocator {
+ public:
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  c10::DataPtr allocate(size_t n) override { return allocate_block(n); }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#else
+  c10::DataPtr allocate(size_t n) const override {
+    return const_cast<Allocator*>(this)->allocate_block(n);
+  }
+#endif
+
+ protected:
+  virtual c10::DataPtr allocate_block(size_t n) = 0;
+};
+
+// at::scaled_dot_product_attention arrived in 2.0 (fused flash / memory-efficient kernels on CUDA,
+// a fused kernel on CPU); 1.13 has only the explicit softmax(QK^T)V path.
+constexpr bool kHasFusedAttention = kTorch2;
+
+// Causal attention of q [B, nh, T, hs] over k, v of the same shape, scaled by 1/sqrt(hs), no
+// dropout. Only where kHasFusedAttention; elsewhere it throws.
+inline at::Tensor fused_causal_attention(const at::Tensor& q, const at::Tensor& k,
+                                         const at::Tensor& v) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                          /*is_causal=*/true);
+#else
+  TORCH_CHECK(false, "at::scaled_dot_product_attention needs LibTorch 2.0 or later (this is ",
+              TORCH_VERSION, ")");
+#endif
+}
+
+// c10d's TCPStore (2.4 and later) serves through libuv unless told otherwise, and a LibTorch built
+// without libuv (Debian 13's) then refuses to start: "use_libuv was requested but PyTorch was build
+// without libuv support". The classic server works everywhere, so ask for it where the option
+// exists (TCPStoreOptions::useLibUV, 2.2 and later).
+template <class Options, class = void>
+struct HasUseLibUV : std::false_type {};
+template <class Options>
+struct HasUseLibUV<Options, std::void_t<decltype(std::declval<Options&>().useLibUV)>>
+    : std::true_type {};
+
+template <class Options>
+void use_classic_tcp_store(Options& options) {
+  if constexpr (HasUseLibUV<Options>::value) options.useLibUV = false;
+}
+
+}  // namespace fsdp::compat
