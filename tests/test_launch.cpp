@@ -284,7 +284,9 @@ TEST(LaunchOptions, HelpListsEveryFlag) {
 
 // ---- output routing ----
 
+using fsdp::launch::mpi_tag_style;
 using fsdp::launch::MpiDemux;
+using fsdp::launch::MpiTagStyle;
 using fsdp::launch::OutputSink;
 using fsdp::launch::SinkOptions;
 using fsdp::launch::Stream;
@@ -305,7 +307,7 @@ TEST(LaunchOutput, SinkKeepsTheLastLinesOfBothStreams) {
 
 TEST(LaunchOutput, MpiDemuxJoinsPartialLinesPerRank) {
   OutputSink rank0{SinkOptions()}, rank1{SinkOptions()}, mpirun{SinkOptions()};
-  MpiDemux demux({&rank0, &rank1}, &mpirun);
+  MpiDemux demux({&rank0, &rank1}, &mpirun, MpiTagStyle::kOpenMpi4);
   // What mpirun --tag-output wrote for two ranks that print "abc", pause, then "def\n".
   const std::string text =
       "[1,0]<stdout>:abc[1,1]<stdout>:abc[1,0]<stdout>:def\n[1,1]<std"
@@ -316,6 +318,27 @@ TEST(LaunchOutput, MpiDemuxJoinsPartialLinesPerRank) {
   EXPECT_EQ(tail_of(rank0), (Strings{"abcdef", "last"}));
   EXPECT_EQ(tail_of(rank1), (Strings{"abcdef", "oops"}));
   EXPECT_EQ(tail_of(mpirun), (Strings{"----", "mpirun says"}));
+}
+
+// Open MPI 5 (PRRTE) puts a space after every tag, partial lines included; a rank's own leading
+// space survives.
+TEST(LaunchOutput, MpiDemuxReadsOpenMpi5Tags) {
+  OutputSink rank0{SinkOptions()}, rank1{SinkOptions()}, mpirun{SinkOptions()};
+  MpiDemux demux({&rank0, &rank1}, &mpirun, MpiTagStyle::kOpenMpi5);
+  const std::string text =
+      "[1,0]<stdout>: abc[1,1]<stdout>:  indented\n[1,0]<stdout>: def\nprterun says\n";
+  demux.write(Stream::kOut, text.data(), text.size());
+  demux.finish();
+  EXPECT_EQ(tail_of(rank0), (Strings{"abcdef"}));
+  EXPECT_EQ(tail_of(rank1), (Strings{" indented"}));
+  EXPECT_EQ(tail_of(mpirun), (Strings{"prterun says"}));
+}
+
+TEST(LaunchOutput, TagStyleFollowsTheOpenMpiVersion) {
+  EXPECT_EQ(mpi_tag_style("mpirun (Open MPI) 4.1.4\n\nReport bugs to ..."), MpiTagStyle::kOpenMpi4);
+  EXPECT_EQ(mpi_tag_style("mpirun (Open MPI) 5.0.7\n"), MpiTagStyle::kOpenMpi5);
+  EXPECT_EQ(mpi_tag_style("mpirun (Open MPI) 10.0.0"), MpiTagStyle::kOpenMpi5);
+  EXPECT_EQ(mpi_tag_style(""), MpiTagStyle::kOpenMpi4);  // no mpirun: fsdp-run reports that itself
 }
 
 // ---- the binary ----

@@ -7,6 +7,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cstdlib>
 
 namespace fsdp {
 namespace launch {
@@ -75,9 +76,9 @@ void OutputSink::complete_line(Stream stream, const std::string& line) {
 
 namespace {
 
-// Parses mpirun's tag "[JOB,RANK]<stdout>:" (or <stderr>, <stddiag>) at `pos`. Returns its length,
-// 0 when there is none.
-size_t parse_tag(const std::string& s, size_t pos, int* rank, Stream* stream) {
+// Parses mpirun's tag "[JOB,RANK]<stdout>:" (or <stderr>, <stddiag>; followed by one space in
+// Open MPI 5's style) at `pos`. Returns its length, 0 when there is none.
+size_t parse_tag(const std::string& s, size_t pos, MpiTagStyle style, int* rank, Stream* stream) {
   size_t p = pos;
   auto digits = [&](long* value) {
     const size_t begin = p;
@@ -98,21 +99,32 @@ size_t parse_tag(const std::string& s, size_t pos, int* rank, Stream* stream) {
     if (s.compare(p, n.size(), n) == 0) {
       *rank = static_cast<int>(r);
       *stream = n[3] == 'o' ? Stream::kOut : Stream::kErr;
-      return p + n.size() - pos;
+      p += n.size();
+      if (style == MpiTagStyle::kOpenMpi5 && s.compare(p, 1, " ") == 0) ++p;
+      return p - pos;
     }
   }
   return 0;
 }
 
 // The first tag at or after `from`: its position (npos if none) and length.
-size_t find_tag(const std::string& s, size_t from, size_t* length, int* rank, Stream* stream) {
+size_t find_tag(const std::string& s, size_t from, MpiTagStyle style, size_t* length, int* rank,
+                Stream* stream) {
   for (size_t p = s.find('[', from); p != std::string::npos; p = s.find('[', p + 1)) {
-    if ((*length = parse_tag(s, p, rank, stream)) > 0) return p;
+    if ((*length = parse_tag(s, p, style, rank, stream)) > 0) return p;
   }
   return std::string::npos;
 }
 
 }  // namespace
+
+MpiTagStyle mpi_tag_style(const std::string& version) {
+  const std::string marker = "(Open MPI) ";
+  const size_t at = version.find(marker);
+  if (at == std::string::npos) return MpiTagStyle::kOpenMpi4;
+  const int major = std::atoi(version.c_str() + at + marker.size());
+  return major >= 5 ? MpiTagStyle::kOpenMpi5 : MpiTagStyle::kOpenMpi4;
+}
 
 void MpiDemux::write(Stream stream, const char* data, size_t size) {
   std::string& pending = pending_[index(stream)];
@@ -144,7 +156,7 @@ void MpiDemux::route_line(Stream stream, const std::string& line, bool terminate
   size_t length = 0;
   int rank = 0;
   Stream rank_stream = stream;
-  size_t tag = find_tag(line, 0, &length, &rank, &rank_stream);
+  size_t tag = find_tag(line, 0, style_, &length, &rank, &rank_stream);
   const std::string newline = terminated ? "\n" : "";
   if (tag != 0) {
     const std::string text = line.substr(0, tag);
@@ -155,7 +167,7 @@ void MpiDemux::route_line(Stream stream, const std::string& line, bool terminate
     OutputSink* sink = rank >= 0 && rank < static_cast<int>(ranks_.size()) ? ranks_[rank] : mpirun_;
     const Stream to = rank_stream;
     const size_t begin = tag + length;
-    tag = find_tag(line, begin, &length, &rank, &rank_stream);
+    tag = find_tag(line, begin, style_, &length, &rank, &rank_stream);
     std::string text =
         line.substr(begin, tag == std::string::npos ? std::string::npos : tag - begin);
     if (tag == std::string::npos) text += newline;

@@ -54,13 +54,20 @@ class OutputSink : public OutputTarget {
   std::deque<std::string> tail_;
 };
 
+// How mpirun --tag-output marks a rank's text: Open MPI 4 writes "[1,R]<stdout>:text"; 5, whose
+// launcher is PRRTE, writes "[1,R]<stdout>: text", and that space belongs to the tag.
+enum class MpiTagStyle { kOpenMpi4, kOpenMpi5 };
+// The style of the mpirun whose `mpirun --version` printed `version` ("mpirun (Open MPI) 5.0.7");
+// kOpenMpi4 for an older or unrecognised one.
+MpiTagStyle mpi_tag_style(const std::string& version);
+
 // Routes mpirun's --tag-output streams ("[1,R]<stdout>:text") to sinks[R]; untagged text (mpirun's
 // own messages) goes to `mpirun`. mpirun tags each chunk it forwards, so a rank's partial line is
 // continued after the next tag of the same rank, possibly on the same mpirun line as other ranks.
 class MpiDemux : public OutputTarget {
  public:
-  MpiDemux(std::vector<OutputSink*> ranks, OutputSink* mpirun)
-      : ranks_(std::move(ranks)), mpirun_(mpirun) {}
+  MpiDemux(std::vector<OutputSink*> ranks, OutputSink* mpirun, MpiTagStyle style)
+      : ranks_(std::move(ranks)), mpirun_(mpirun), style_(style) {}
 
   void write(Stream stream, const char* data, size_t size) override;
   void finish() override;
@@ -70,6 +77,7 @@ class MpiDemux : public OutputTarget {
 
   std::vector<OutputSink*> ranks_;
   OutputSink* mpirun_;
+  MpiTagStyle style_;
   std::string pending_[2];
 };
 

@@ -209,6 +209,15 @@ void Attempt::start_gloo(int port) {
   }
 }
 
+// What `mpirun --version` prints (empty if it cannot be run): the tag style depends on it.
+std::string mpirun_version() {
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen("mpirun --version 2>/dev/null", "r"), pclose);
+  std::string text;
+  char buf[256];
+  while (pipe && fgets(buf, sizeof buf, pipe.get())) text += buf;
+  return text;
+}
+
 // mpirun starts the ranks in process groups of their own and, given SIGTERM, stops them: so it
 // gets SIGTERM, not SIGKILL, if the launcher dies. --tag-output lets MpiDemux tell ranks apart.
 void Attempt::start_mpi() {
@@ -218,7 +227,7 @@ void Attempt::start_mpi() {
                              "rank_" + std::to_string(rank) + ".log"));
   }
   OutputSink* mpirun = add_sink("mpirun", 0, true, "mpirun.log");
-  demux_ = std::make_unique<MpiDemux>(ranks, mpirun);
+  demux_ = std::make_unique<MpiDemux>(ranks, mpirun, mpi_tag_style(mpirun_version()));
   SpawnSpec spec;
   spec.argv = {"mpirun"};
   if (geteuid() == 0) spec.argv.push_back("--allow-run-as-root");
