@@ -62,6 +62,8 @@ enter() {
   unshare --mount --propagation private -- bash -euo pipefail -c '
     root=$1 repo=$2
     shift 2
+    # The root a mount point of its own: ip netns (the two-host test) remounts / as a slave.
+    mount --bind "$root" "$root"
     mount -t proc proc "$root/proc"
     mount --rbind /sys "$root/sys"
     mount --rbind /dev "$root/dev"

@@ -397,6 +397,19 @@ TEST(ConfigErrors, OutOfRangeValuesPointAtTheirLine) {
   EXPECT_TRUE(contains(beta.what(), "optim.beta2: must be in [0, 1), got 1"));
 }
 
+// model.attention: fused exists on LibTorch 2.x only; on 1.13 asking for it is an error at the key.
+TEST(ConfigErrors, FusedAttentionOnlyWhereTheLibTorchHasIt) {
+  const std::string yaml = "model:\n  attention: fused\n";
+  if (fsdp::attention_kernel_available(fsdp::AttentionKernel::kFused)) {
+    EXPECT_EQ(parse(yaml).model.attention, fsdp::AttentionKernel::kFused);
+    return;
+  }
+  const ConfigError e = parse_error(yaml);
+  EXPECT_EQ(e.key(), "model.attention");
+  EXPECT_EQ(e.line(), 2);
+  EXPECT_TRUE(contains(e.what(), "fused needs LibTorch 2.0 or later"));
+}
+
 TEST(ConfigErrors, RelationsBetweenKeys) {
   const ConfigError warmup = parse_error("optim:\n  warmup_steps: 500\n");
   EXPECT_EQ(warmup.line(), 2);
@@ -562,6 +575,8 @@ std::map<std::string, Change> changes() {
       {"model.n_head", {[](TrainConfig& c) { c.model.n_head = 8; }}},
       {"model.n_positions", {[](TrainConfig& c) { c.model.n_positions = 512; }}},
       {"model.norm_eps", {[](TrainConfig& c) { c.model.norm_eps = 1e-6; }}},
+      {"model.attention",
+       {[](TrainConfig& c) { c.model.attention = fsdp::AttentionKernel::kExplicit; }}},
       {"model.init_from", {[](TrainConfig& c) { c.model.init_from = "out/model.safetensors"; }}},
       {"model.n_embd", {[](TrainConfig& c) { c.model.n_embd = 64; }}},
       {"model.dim", {[](TrainConfig& c) { c.model.dim = 256; }, true}},

@@ -268,11 +268,11 @@ const char* to_string(StateDictType type) {
 }
 
 bool operator==(const ModelConfig& a, const ModelConfig& b) {
-  return std::tie(a.type, a.vocab_size, a.n_layer, a.n_head, a.n_positions, a.norm_eps, a.init_from,
-                  a.n_embd, a.dim, a.n_kv_head, a.intermediate_size, a.rope_theta,
+  return std::tie(a.type, a.vocab_size, a.n_layer, a.n_head, a.n_positions, a.norm_eps, a.attention,
+                  a.init_from, a.n_embd, a.dim, a.n_kv_head, a.intermediate_size, a.rope_theta,
                   a.tie_embeddings) == std::tie(b.type, b.vocab_size, b.n_layer, b.n_head,
-                                                b.n_positions, b.norm_eps, b.init_from, b.n_embd,
-                                                b.dim, b.n_kv_head, b.intermediate_size,
+                                                b.n_positions, b.norm_eps, b.attention, b.init_from,
+                                                b.n_embd, b.dim, b.n_kv_head, b.intermediate_size,
                                                 b.rope_theta, b.tie_embeddings);
 }
 
