@@ -7,15 +7,28 @@
 # namespace (nothing stays mounted when it ends) where the repository sits at the same path as
 # outside, so build folders and paths in test logs read the same on both sides.
 # The mirror is the one apt uses on this machine (its sources), never a name written here.
-# Needs root (or sudo). Usage: scripts/chroot.sh COMMAND [ARGS...]   (run from anywhere)
+#
+# --cuda: another root (default /var/cache/fsdp/trixie-cuda; libtorch-cuda-dev conflicts with
+# libtorch-dev) with Debian 13's CUDA LibTorch 2.6, the CUDA toolkit's headers and NCCL from contrib
+# and non-free, so that the CUDA build compiles and links on machines without a GPU. Its
+# nvidia-cudnn dependency is an installer that downloads cuDNN from outside, which cannot work
+# here: a local placeholder package stands in for it (nothing we build calls cuDNN).
+#
+# Needs root (or sudo). Usage: scripts/chroot.sh [--cuda] COMMAND [ARGS...]   (run from anywhere)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-ROOT=${FSDP_CHROOT_DIR:-/var/cache/fsdp/trixie}
 SUITE=trixie
-
 if [[ $(id -u) -ne 0 ]]; then
   exec sudo --preserve-env=FSDP_CHROOT_DIR "$0" "$@"
 fi
+CUDA=""
+if [[ "${1:-}" == "--cuda" ]]; then
+  CUDA=1
+  shift
+fi
+ROOT=${FSDP_CHROOT_DIR:-/var/cache/fsdp/trixie${CUDA:+-cuda}}
+COMPONENTS="main${CUDA:+ contrib non-free non-free-firmware}"
+CHROOT_ENV=(${CUDA:+FSDP_CUDA=1})  # scripts/setup.sh then installs the CUDA packages
 
 # The first Debian archive in apt's sources (deb822 .sources files, then one-line lists), skipping
 # the security archive, which has no trixie suite under the same name.
@@ -51,7 +64,7 @@ bootstrap() {
     echo "chroot: debootstrap failed (whole log: $ROOT.log)" >&2
     exit 1
   }
-  echo "deb $url $SUITE main" >"$ROOT/etc/apt/sources.list"
+  echo "deb $url $SUITE $COMPONENTS" >"$ROOT/etc/apt/sources.list"
   touch "$ROOT/.fsdp-bootstrapped"
   echo "chroot: bootstrapped in $((SECONDS - start)) s"
 }
@@ -75,10 +88,26 @@ enter() {
     exec chroot "$root" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
       LANG=C.UTF-8 ${CI:+CI=$CI} ${OPENBLAS_CORETYPE:+OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE} \
       FSDP_IN_CHROOT=1 bash -c "cd \"\$0\" && exec \"\$@\"" "$repo" "$@"
-  ' enter "$ROOT" "$REPO" "$@"
+  ' enter "$ROOT" "$REPO" env "${CHROOT_ENV[@]}" "$@"
+}
+
+# The stand-in for nvidia-cudnn (see above), installed once.
+cudnn_placeholder() {
+  [[ -n "$CUDA" ]] || return 0
+  chroot "$ROOT" dpkg-query -W -f='${Status}' nvidia-cudnn 2>/dev/null | grep -q "ok installed" &&
+    return
+  local pkg="$ROOT/tmp/nvidia-cudnn-placeholder"
+  mkdir -p "$pkg/DEBIAN"
+  printf '%s\n' "Package: nvidia-cudnn" "Version: 99:0-fsdp-placeholder" "Architecture: amd64" \
+    "Maintainer: fsdp.cpp <nobody@invalid>" \
+    "Description: placeholder for the cuDNN downloader, which cannot reach its server here" \
+    >"$pkg/DEBIAN/control"
+  chroot "$ROOT" dpkg-deb --build /tmp/nvidia-cudnn-placeholder /tmp/nvidia-cudnn.deb >/dev/null
+  chroot "$ROOT" dpkg -i /tmp/nvidia-cudnn.deb >/dev/null
 }
 
 bootstrap
+cudnn_placeholder
 # setup.sh installs, inside, what is missing (nothing, once the cache is warm); FSDP_IN_CHROOT
 # tells it that the assets come from outside (scripts/test.sh fetched them) and need no npm here.
 start=$SECONDS

@@ -5,12 +5,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# LibTorch and the Gloo it was built with: Debian 12's 1.13 (CPU), or Debian 13's 2.6 in
+# scripts/chroot.sh's root. FSDP_CUDA=1 (scripts/chroot.sh --cuda): the CUDA builds of both (each
+# conflicts with its CPU twin), the CUDA toolkit (headers, and nvcc, which the CUDA LibTorch's CMake
+# package looks for) and NCCL.
+TORCH_PACKAGES=(libtorch-dev libgloo-dev)
+if [[ -n "${FSDP_CUDA:-}" ]]; then
+  TORCH_PACKAGES=(libtorch-cuda-dev libgloo-cuda-dev nvidia-cuda-dev nvidia-cuda-toolkit libnccl-dev)
+fi
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
-  libtorch-dev            # LibTorch 1.13 (CPU)
+  "${TORCH_PACKAGES[@]}"
   libopenblas0-openmp     # fast fp32 BLAS; without it LibTorch falls back to reference BLAS
   libopenmpi-dev openmpi-bin
-  libgloo-dev
   libgtest-dev
   libyaml-cpp-dev         # the trainer's YAML configs
   zlib1g-dev              # CRC-32 of checkpoint files
