@@ -6,7 +6,9 @@
 #    after the warm-up step (the host allocator's cache serves the steps; the warm-up may have
 #    given back one block it needs again; not in a sanitized build, where the allocator caches
 #    nothing so that AddressSanitizer sees every block);
-#  - bad arguments to either tool exit non-zero naming the option, before any rank starts.
+#  - fsdp-bench-adamw on a tiny shard (an odd size, two threads): it prints every row, and the
+#    op-by-op AdamW ends exactly where torch's does;
+#  - bad arguments to any of them exit non-zero naming the option, before any rank starts.
 # Usage: tools_smoke.sh BUILD_BIN_DIR [SANITIZED (1 or 0)]
 set -uo pipefail
 BIN=$1
@@ -48,6 +50,15 @@ for r in records:
     assert sanitized or r["fresh_blocks"] <= 1, (name, r["fresh_blocks"])
     assert r["allocator"] == "fsdp", name
 PY
+
+"$BIN/fsdp-bench-adamw" --n 1003 --threads 2 --steps 2 --warmup 1 >"$WORK/adamw.log" 2>&1 ||
+  fail "fsdp-bench-adamw: $(tail -5 "$WORK/adamw.log")"
+grep -q '^fused vs torch: ' "$WORK/adamw.log" || fail "fsdp-bench-adamw printed no ratio"
+grep -Eq '^fsdp op by op \(kReference\) +[0-9.]+ +[0-9.]+x +0$' "$WORK/adamw.log" ||
+  fail "fsdp-bench-adamw: op-by-op AdamW not equal to torch's: $(cat "$WORK/adamw.log")"
+expect_error "bench-adamw --n 0" "--n must be at least 1" "$BIN/fsdp-bench-adamw" --n 0
+expect_error "bench-adamw --threads" "--threads: not an integer" "$BIN/fsdp-bench-adamw" --threads two
+expect_error "bench-adamw unknown option" "unknown option --stesp" "$BIN/fsdp-bench-adamw" --stesp 3
 
 expect_error "bench --steps 0" "--steps must be at least 1" "$BIN/fsdp-bench" --steps 0
 expect_error "bench --allocator" "--allocator: fsdp or glibc" "$BIN/fsdp-bench" --allocator tc

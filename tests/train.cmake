@@ -28,8 +28,9 @@ foreach(np 1 2 3 4)
 endforeach()
 fsdp_mpi_test(NAME plan_gloo_np4 EXE test_plan NP 4 BACKEND gloo)
 
-# fsdp-bench and fsdp-plan: a tiny benchmark run checked against the plan, and bad arguments.
-if(TARGET fsdp-bench AND TARGET fsdp-plan)
+# fsdp-bench and fsdp-plan: a tiny benchmark run checked against the plan, and bad arguments;
+# fsdp-bench-adamw on a tiny shard.
+if(TARGET fsdp-bench AND TARGET fsdp-plan AND TARGET fsdp-bench-adamw)
   add_test(NAME tools_smoke COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tools_smoke.sh
                                     $<TARGET_FILE_DIR:fsdp-bench> $<BOOL:${FSDP_SANITIZE}>)
   set_tests_properties(tools_smoke PROPERTIES TIMEOUT 300)

@@ -9,7 +9,10 @@
 // Numerics: each optimizer applies torch::optim's (LibTorch 1.13) operations in the same order
 // with the same scalar arguments, so that a shard made of flattened parameters steps like those
 // parameters in torch's optimizer, with decay-mask 1 elements in a group with the weight decay and
-// mask 0 elements in a group without it (tests/test_optim.cpp states the tolerance).
+// mask 0 elements in a group without it (tests/test_optim.cpp states the tolerance). AdamW's
+// fused kernel (the default for CPU shards, AdamWImpl) does the same arithmetic per element in one
+// pass over the shard: with Debian's LibTorch 1.13 bit for bit torch's result, elsewhere at most a
+// few roundings apart.
 //
 // Thread-safety: none; one training thread steps an optimizer.
 #pragma once
@@ -101,15 +104,33 @@ class ShardedOptimizer {
   int64_t step_count_ = 0;
 };
 
+// How AdamW steps a shard. Both paths compute torch's operations in torch's order per element;
+// they differ in how often the shard crosses memory.
+enum class AdamWImpl {
+  // kFused for every shard it can take (CPU, contiguous, fp32), kReference for the others: a
+  // shard on another device goes op by op until it has a fused kernel of its own (CUDA's).
+  kAuto,
+  // One vectorised, multi-threaded pass per shard (at::vec, at::parallel_for over chunks): decay,
+  // m and v, bias correction and the update together. Equal to kReference within a few fp32
+  // roundings per step (tests/test_optim.cpp derives the bound). The constructor throws
+  // std::invalid_argument, naming the shard, for a shard it cannot take: never a silent fallback.
+  kFused,
+  // torch::optim::AdamW's tensor operations one by one, in cache-sized chunks: bit for bit
+  // torch's result; the oracle the fused kernel is tested against.
+  kReference,
+};
+
 struct AdamWOptions {
   double lr = 1e-3;            // learning rate
   double beta1 = 0.9;          // decay of the first moment (mean of gradients)
   double beta2 = 0.999;        // decay of the second moment (mean of squared gradients)
   double eps = 1e-8;           // added to the denominator, after bias correction
   double weight_decay = 1e-2;  // decoupled decay: p *= 1 - lr * weight_decay, where mask is 1
+  AdamWImpl impl = AdamWImpl::kAuto;  // fused where the shard allows, else op by op (above)
 };
 
 // torch.optim.AdamW (no amsgrad). State m and v is allocated at construction, at shard size.
+// The path for each shard (AdamWOptions::impl) is chosen at construction.
 class AdamW : public ShardedOptimizer {
  public:
   // Throws std::invalid_argument for bad shards (see ShardedOptimizer) or options out of range.
@@ -124,12 +145,16 @@ class AdamW : public ShardedOptimizer {
   // Shard i's first and second moments; a checkpoint loader may copy_ into them.
   const at::Tensor& exp_avg(size_t i) const { return exp_avg_.at(i); }
   const at::Tensor& exp_avg_sq(size_t i) const { return exp_avg_sq_.at(i); }
+  // Whether shard i steps through the fused kernel (see AdamWImpl).
+  bool fused(size_t i) const { return fused_.at(i); }
 
  private:
-  void step_shard(size_t i, double bias_correction1, double bias_correction2);
+  void step_reference(size_t i, double bias_correction1, double bias_correction2);
+  void step_fused(size_t i, double bias_correction1, double bias_correction2);
 
   AdamWOptions options_;
   std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
+  std::vector<bool> fused_;
 };
 
 struct SGDOptions {

@@ -1,5 +1,6 @@
-// AdamW over shards: torch::optim::AdamW's step (LibTorch 1.13, amsgrad off), operation by
-// operation, with the decoupled weight decay applied only where the shard's decay mask is 1.
+// AdamW over shards: torch::optim::AdamW's step (LibTorch 1.13, amsgrad off), with the decoupled
+// weight decay applied only where the shard's decay mask is 1. Owns the choice of path per shard
+// (AdamWImpl) and the op-by-op path; the fused kernel is in adamw_fused.cpp.
 #include <torch/torch.h>
 
 #include <cmath>
@@ -7,6 +8,7 @@
 #include <string>
 
 #include "fsdp/optim.h"
+#include "optim/adamw_fused.h"
 
 namespace fsdp {
 namespace {
@@ -24,14 +26,39 @@ void check_options(const AdamWOptions& o) {
   require(o.weight_decay >= 0, "weight_decay", o.weight_decay);
 }
 
+// What the fused kernel needs (fp32 and contiguity the base class has already checked, but a
+// kernel reading raw pointers should not rely on a check made elsewhere).
+bool fusable(const ShardedParam& s) {
+  auto ok = [](const at::Tensor& t) {
+    return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
+  };
+  return ok(s.param) && ok(s.grad);
+}
+
+std::string describe(const at::Tensor& t) {
+  return std::string(c10::toString(t.scalar_type())) + " on " + t.device().str() +
+         (t.is_contiguous() ? "" : ", not contiguous");
+}
+
+bool use_fused(AdamWImpl impl, size_t i, const ShardedParam& s) {
+  if (impl == AdamWImpl::kReference) return false;
+  if (fusable(s)) return true;
+  if (impl == AdamWImpl::kAuto) return false;
+  throw std::invalid_argument("AdamW: impl kFused needs CPU, contiguous fp32 shards, but shard " +
+                              std::to_string(i) + " has param " + describe(s.param) + " and grad " +
+                              describe(s.grad) + " (kAuto steps it op by op)");
+}
+
 }  // namespace
 
 AdamW::AdamW(std::vector<ShardedParam> params, AdamWOptions options)
     : ShardedOptimizer(std::move(params), options.lr, "AdamW"), options_(options) {
   check_options(options_);
-  for (const auto& s : params_) {
-    exp_avg_.push_back(at::zeros_like(s.param, at::MemoryFormat::Preserve));
-    exp_avg_sq_.push_back(at::zeros_like(s.param, at::MemoryFormat::Preserve));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ShardedParam& s = params_[i];
+    fused_.push_back(use_fused(options_.impl, i, s));
+    exp_avg_.push_back(at::zeros_like(s.param, at::MemoryFormat::Contiguous));
+    exp_avg_sq_.push_back(at::zeros_like(s.param, at::MemoryFormat::Contiguous));
   }
 }
 
@@ -41,10 +68,25 @@ void AdamW::step() {
   // torch computes these in double from the per-parameter step count; all shards step together.
   const double bias_correction1 = 1 - std::pow(options_.beta1, static_cast<double>(step_count_));
   const double bias_correction2 = 1 - std::pow(options_.beta2, static_cast<double>(step_count_));
-  for (size_t i = 0; i < params_.size(); ++i) step_shard(i, bias_correction1, bias_correction2);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (fused_[i]) {
+      step_fused(i, bias_correction1, bias_correction2);
+    } else {
+      step_reference(i, bias_correction1, bias_correction2);
+    }
+  }
 }
 
-void AdamW::step_shard(size_t i, double bias_correction1, double bias_correction2) {
+void AdamW::step_fused(size_t i, double bias_correction1, double bias_correction2) {
+  const ShardedParam& s = params_[i];
+  const auto scalars =
+      detail::adamw_step_scalars(options_, lr_, bias_correction1, bias_correction2);
+  detail::adamw_fused_step(s.param.data_ptr<float>(), s.grad.data_ptr<float>(),
+                           exp_avg_[i].data_ptr<float>(), exp_avg_sq_[i].data_ptr<float>(),
+                           s.param.numel(), decay_[i], options_.weight_decay != 0, scalars);
+}
+
+void AdamW::step_reference(size_t i, double bias_correction1, double bias_correction2) {
   at::Tensor& p = params_[i].param;
   const at::Tensor& grad = params_[i].grad;
   // Decoupled weight decay: torch's p.mul_(1 - lr * wd), on the decayed elements only, with the
