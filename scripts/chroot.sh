@@ -17,16 +17,18 @@
 # Needs root (or sudo). Usage: scripts/chroot.sh [--cuda] COMMAND [ARGS...]   (run from anywhere)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-SUITE=trixie
+# FSDP_CHROOT_SUITE: another Debian suite for a one-off check (sid has the newest LibTorch); its
+# root then defaults to /var/cache/fsdp/<suite>.
+SUITE=${FSDP_CHROOT_SUITE:-trixie}
 if [[ $(id -u) -ne 0 ]]; then
-  exec sudo --preserve-env=FSDP_CHROOT_DIR "$0" "$@"
+  exec sudo --preserve-env=FSDP_CHROOT_DIR,FSDP_CHROOT_SUITE "$0" "$@"
 fi
 CUDA=""
 if [[ "${1:-}" == "--cuda" ]]; then
   CUDA=1
   shift
 fi
-ROOT=${FSDP_CHROOT_DIR:-/var/cache/fsdp/trixie${CUDA:+-cuda}}
+ROOT=${FSDP_CHROOT_DIR:-/var/cache/fsdp/$SUITE${CUDA:+-cuda}}
 COMPONENTS="main${CUDA:+ contrib non-free non-free-firmware}"
 CHROOT_ENV=(${CUDA:+FSDP_CUDA=1})  # scripts/setup.sh then installs the CUDA packages
 
@@ -65,6 +67,8 @@ bootstrap() {
     exit 1
   }
   echo "deb $url $SUITE $COMPONENTS" >"$ROOT/etc/apt/sources.list"
+  # The configured mirror may be a dated snapshot whose Release files have expired (sid's do).
+  echo 'Acquire::Check-Valid-Until "false";' >"$ROOT/etc/apt/apt.conf.d/99fsdp-snapshot"
   touch "$ROOT/.fsdp-bootstrapped"
   echo "chroot: bootstrapped in $((SECONDS - start)) s"
 }

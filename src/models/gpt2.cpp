@@ -1,5 +1,6 @@
 // GPT-2: configuration checks, the modules' forward passes, the loss and the deterministic
-// initialisation. A reference path meant to be read in one sitting; no fused kernels, no dropout.
+// initialisation. Meant to be read in one sitting; no dropout. Attention goes through
+// causal_attention (fsdp/models/attention.h): fused on LibTorch 2.x, written out on 1.13.
 //
 // Shape legend (as in llm.c):
 //   B  batch size            T  time (sequence length, <= n_positions)

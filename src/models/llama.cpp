@@ -1,6 +1,7 @@
 // Llama: configuration checks, the modules' forward passes and the deterministic initialisation.
-// A reference path meant to be read in one sitting, transcribing HF's modeling_llama (eager
-// attention, default rotary embeddings); no fused kernels, no dropout, no KV cache.
+// Meant to be read in one sitting, transcribing HF's modeling_llama (default rotary embeddings);
+// attention through causal_attention (fused on LibTorch 2.x, HF's eager path written out on
+// 1.13 or on request); no dropout, no KV cache.
 //
 // Shape legend (as in llm.c):
 //   B   batch size              T   time (sequence length, <= max_position_embeddings)

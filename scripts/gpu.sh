@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# On a GPU machine with PyTorch installed from its CUDA wheel (the device machine's image: PyTorch
+# 2.11+cu130, CUDA 13, OpenMPI, yaml-cpp, nlohmann-json, GoogleTest; no Debian packages): builds
+# fsdp.cpp against the wheel's LibTorch into build-gpu/ and runs the test suite there, writing the
+# machine's description, the build log and CTest's log into RESULTS_DIR (default $OUT, else
+# build-gpu/results). Today that is the CPU suite on the newest LibTorch (CUDA tests and the GPU
+# benchmark against PyTorch FSDP join it as docs/cuda.md's steps land). The wheel has no Gloo
+# headers, so the Gloo tests report themselves skipped; nor sleef.h, so the fused AdamW kernel is
+# built for baseline x86-64 only unless SLEEF_INCLUDE_DIR names a folder holding it.
+# That machine reaches no package registry: fetch the assets first where npm works
+# (scripts/fetch_assets.sh) and carry assets/ along, or the tests that need them skip.
+# Usage: scripts/gpu.sh [--build-only | --test-only] [ctest args...]
+#   (build in one device call, test in the next: the build folder travels with `carry`)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MODE=all
+case "${1:-}" in
+  --build-only) MODE=build; shift ;;
+  --test-only) MODE=test; shift ;;
+esac
+RESULTS=${RESULTS_DIR:-${OUT:-build-gpu/results}}
+mkdir -p "$RESULTS"
+
+describe_machine() {
+  {
+    date -u
+    lscpu | grep -E 'Model name|^CPU\(s\)|Flags' | cut -c1-200
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>&1 || true
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+    mpirun --version 2>&1 | head -n1
+  } >"$RESULTS/machine.txt"
+  cat "$RESULTS/machine.txt"
+}
+
+build() {
+  local prefix generator=()
+  prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$prefix" ${SLEEF_INCLUDE_DIR:+-DFSDP_SLEEF_HEADER="$SLEEF_INCLUDE_DIR"} \
+    >"$RESULTS/configure.log" 2>&1 || {
+    tail -n 40 "$RESULTS/configure.log"
+    return 1
+  }
+  cmake --build build-gpu -j"$(nproc)" >"$RESULTS/build.log" 2>&1 || {
+    grep -m 20 -A 5 'error' "$RESULTS/build.log"
+    return 1
+  }
+  echo "gpu: built build-gpu/ against $prefix"
+}
+
+run_tests() {
+  # The wheel's libraries (libtorch, its CUDA and NCCL) come through the binaries' RUNPATH.
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  ctest --test-dir build-gpu --output-on-failure -j4 "$@" 2>&1 | tee "$RESULTS/ctest.log"
+}
+
+describe_machine
+[[ $MODE == test ]] || build
+[[ $MODE == build ]] || run_tests "$@"
