@@ -28,20 +28,32 @@ if [[ "${1:-}" == "--cuda" ]]; then
   CUDA=1
   shift
 fi
-ROOT=${FSDP_CHROOT_DIR:-/var/cache/fsdp/$SUITE${CUDA:+-cuda}}
+ROOT=${FSDP_CHROOT_DIR:-/var/cache/fsdp/$SUITE}${CUDA:+-cuda}
 COMPONENTS="main${CUDA:+ contrib non-free non-free-firmware}"
 CHROOT_ENV=(${CUDA:+FSDP_CUDA=1})  # scripts/setup.sh then installs the CUDA packages
 
-# The first Debian archive in apt's sources (deb822 .sources files, then one-line lists), skipping
-# the security archive, which has no trixie suite under the same name.
+# The archive apt installs this machine's own release from (deb822 .sources files, then one-line
+# lists): the first entry whose suites include this release's codename, so that neither the
+# security archive nor a third-party repository is taken for Debian's mirror.
 mirror() {
-  local uri
-  uri=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null |
-    awk '/^URIs:/ { for (i = 2; i <= NF; i++) print $i }' | grep -v -- '-security' | head -n1)
+  local codename uri
+  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+  uri=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk -v c="$codename" '
+    BEGIN { RS = ""; FS = "\n" }
+    {
+      u = ""; ok = 0
+      for (i = 1; i <= NF; i++) {
+        n = split($i, f, " ")
+        if (f[1] == "URIs:") u = f[2]
+        if (f[1] == "Suites:") for (j = 2; j <= n; j++) if (f[j] == c) ok = 1
+      }
+      if (ok && u != "") { print u; exit }
+    }')
   if [[ -z "$uri" ]]; then
-    uri=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-      awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; break } }' |
-      grep -v -- '-security' | head -n1)
+    uri=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk -v c="$codename" '
+      $1 == "deb" {
+        for (i = 2; i < NF; i++) if ($i ~ /^[a-z]+:\/\//) { if ($(i + 1) == c) { print $i; exit } break }
+      }')
   fi
   [[ -n "$uri" ]] || {
     echo "chroot: no Debian mirror found in /etc/apt/sources.list{,.d}" >&2
@@ -59,9 +71,17 @@ bootstrap() {
   local url start=$SECONDS
   url=$(mirror)
   echo "chroot: making a $SUITE root in $ROOT from $url"
-  rm -rf "$ROOT"
+  # Only a root this script began (marked before debootstrap ran) is ever replaced.
+  if [[ -n "$(ls -A "$ROOT" 2>/dev/null)" && ! -f "$ROOT/.fsdp-root" ]]; then
+    echo "chroot: $ROOT exists and was not made by scripts/chroot.sh: not replacing it" >&2
+    exit 1
+  fi
+  rm -rf --one-file-system "$ROOT"
   mkdir -p "$ROOT"
-  debootstrap --variant=minbase --include=ca-certificates "$SUITE" "$ROOT" "$url" >"$ROOT.log" 2>&1 || {
+  touch "$ROOT/.fsdp-root"
+  # In a mount namespace of its own, so that the /proc and /sys debootstrap mounts inside the root
+  # cannot outlive it if it is killed.
+  unshare --mount --propagation private debootstrap --variant=minbase --include=ca-certificates "$SUITE" "$ROOT" "$url" >"$ROOT.log" 2>&1 || {
     tail -n 30 "$ROOT.log" >&2
     echo "chroot: debootstrap failed (whole log: $ROOT.log)" >&2
     exit 1

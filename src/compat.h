@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/Allocator.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/version.h>
 
 #include <cstddef>
@@ -52,6 +53,11 @@ inline at::Tensor fused_causal_attention(const at::Tensor& q, const at::Tensor& 
               TORCH_VERSION, ")");
 #endif
 }
+
+// The handle on a parameter's gradient accumulator (an autograd Node): std::shared_ptr through
+// the 2.x releases Debian 13 and the CUDA wheels carry, c10::intrusive_ptr in the newest (2.14).
+using GradAccumulatorPtr =
+    decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
 
 // c10d's TCPStore (2.4 and later) serves through libuv unless told otherwise, and a LibTorch built
 // without libuv (Debian 13's) then refuses to start: "use_libuv was requested but PyTorch was build

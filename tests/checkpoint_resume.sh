@@ -64,7 +64,7 @@ out=$(run 2 --root "$WORK/same" --steps 20 --resume --save-every 5 --kill-rank 1
 rc=$?
 [[ $rc -ne 0 && $rc -ne 124 ]] || fail "a rank killed mid-save: expected a failed job, got exit $rc"
 # mpirun's own report names them; Open MPI 5's wraps that sentence over two lines.
-tr '\n' ' ' <<<"$out" | grep -qE "rank 1 .*(SIGKILL|signal 9)" || fail "the launcher did not name rank 1 and SIGKILL: $out"
+grep -qE "rank 1 .*(SIGKILL|signal 9)" <<<"${out//$'\n'/ }" || fail "the launcher did not name rank 1 and SIGKILL: $out"
 [[ $(cat "$WORK/same/latest") == step_00000010 ]] || fail "latest moved to $(cat "$WORK/same/latest")"
 [[ ! -e $WORK/same/step_00000015/COMMITTED ]] || fail "the killed save was committed"
 out=$(run 2 --root "$WORK/same" --steps 11 --resume 2>&1) || fail "resuming after the kill exited $?"

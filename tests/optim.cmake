@@ -3,6 +3,9 @@
 fsdp_unit_test(test_optim test_optim.cpp)
 # The fused AdamW kernel's narrower variants, on a CPU that would choose a wider one: ATen's own
 # kernels and ours capped alike (ATEN_CPU_CAPABILITY), fused against the op-by-op path.
+# The widest variant built, for the test that checks which one runs (FusedAdamWKernel).
+list(GET FSDP_ADAMW_VARIANTS -1 widest)
+target_compile_definitions(test_optim PRIVATE FSDP_ADAMW_WIDEST="${widest}")
 if("AVX2" IN_LIST FSDP_ADAMW_VARIANTS)
   foreach(isa default avx2)
     add_test(NAME test_optim_fused_${isa} COMMAND test_optim --gtest_filter=*Fused*)

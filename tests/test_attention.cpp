@@ -79,17 +79,13 @@ TEST(Attention, FusedIsRefusedOnlyWhereItIsMissing) {
   EXPECT_THROW(l.validate(), std::invalid_argument);
 }
 
-TEST(Attention, ParsesEveryChoiceAndRefusesOthers) {
-  for (auto k : {AttentionKernel::kAuto, AttentionKernel::kFused, AttentionKernel::kExplicit}) {
-    EXPECT_EQ(parse_attention_kernel(to_string(k)), k);
-  }
-  EXPECT_THROW(parse_attention_kernel("flash"), std::invalid_argument);
-}
-
 // fp32: the two kernels sum the same products in other orders (the fused one in blocks, with an
 // online softmax). Each output is a convex combination of 37 rows of v (|v| < 5), so rounding
 // differences stay within a few ulps of 5 times the terms summed: 37 * 5 * 2^-23 = 2.2e-5 at the
-// very worst; 1e-5 leaves a factor of 100 over what we measure (about 1e-7).
+// very worst; 1e-5 leaves a factor of 100 over what we measure (about 1e-7). The gradients are
+// sums of as many products of the same inputs and the upstream gradient (|dy| < 5), softmax
+// Jacobian entries bounded by 1: the same argument holds relative to each gradient's largest
+// element, so each tensor is compared relative to max(1, its largest magnitude).
 TEST(Attention, FusedMatchesExplicitFp32) {
   SKIP_WITHOUT_FUSED_ATTENTION();
   const Qkv in = random_qkv(at::kFloat);
@@ -97,15 +93,18 @@ TEST(Attention, FusedMatchesExplicitFp32) {
     const auto fused = run(in, AttentionKernel::kFused, fp32_softmax);
     const auto ref = run(in, AttentionKernel::kExplicit, fp32_softmax);
     for (size_t i = 0; i < fused.size(); ++i) {
-      EXPECT_LT(max_diff(fused[i], ref[i]), 1e-5) << "tensor " << i;
+      const double scale = std::max(1.0, ref[i].abs().max().item<double>());
+      EXPECT_LT(max_diff(fused[i], ref[i]) / scale, 1e-5) << "tensor " << i;
     }
   }
 }
 
 // bf16: both against the fp64 explicit reference on the same (bf16-rounded) inputs. The fused
 // kernel accumulates in fp32 and rounds its output once (relative 2^-8 of |y| < 5: 0.02); the
-// explicit one rounds the scores, the probabilities and the output, each to 2^-8. The fused kernel
-// must be no worse than the explicit one, and both within 0.1 (5x one rounding of the output).
+// explicit one rounds the scores, the probabilities and the output, each to 2^-8. Both must be
+// within 0.1 (5x one rounding of the output), and the fused kernel no worse than the explicit one
+// give or take 1.5x: each figure is the maximum over 3552 outputs, which one unlucky rounding of
+// 2^-8 * 5 = 0.02 can decide either way.
 TEST(Attention, FusedIsNoLessExactThanExplicitInBf16) {
   SKIP_WITHOUT_FUSED_ATTENTION();
   const Qkv in = random_qkv(at::kBFloat16);

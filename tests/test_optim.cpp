@@ -15,7 +15,9 @@
 #include <tuple>
 #include <vector>
 
+#include "compat.h"
 #include "fsdp/optim.h"
+#include "optim/kernels/adamw_kernel.h"
 
 namespace fsdp {
 namespace {
@@ -335,6 +337,12 @@ void expect_fused_matches_reference(const std::string& mask_kind, int threads,
     const double m_worst =
         worst_ratio(fused.exp_avg(i), reference.exp_avg(i), 2 * kU * K * g_max[i]);
     const double v_worst = worst_ratio(fused.exp_avg_sq(i), v, 3 * kU * K * v.abs());
+    // Debian's LibTorch 1.13 (the one 1.x we build against) is bit for bit what the kernel
+    // reproduces, as include/fsdp/optim.h claims.
+    if (!compat::kTorch2) {
+      EXPECT_TRUE(at::equal(fused.params()[i].param, p)) << "param, shard " << i;
+      EXPECT_TRUE(at::equal(fused.exp_avg_sq(i), v)) << "exp_avg_sq, shard " << i;
+    }
     EXPECT_LE(p_worst, 1.0) << "param, shard " << i;
     EXPECT_LE(m_worst, 1.0) << "exp_avg, shard " << i;
     EXPECT_LE(v_worst, 1.0) << "exp_avg_sq, shard " << i;
@@ -374,6 +382,25 @@ TEST(FusedAdamWOptions, OtherHyperparametersAndNoDecay) {
 }
 
 // Elementwise work with no reductions: the thread split cannot change a single bit.
+// The variant that runs: the widest this build compiled that the CPU supports, capped by
+// ATEN_CPU_CAPABILITY (test_optim_fused_default and test_optim_fused_avx2 set it), so that those
+// entries really run the narrower code.
+TEST(FusedAdamWKernel, VariantFollowsTheCpuAndTheCap) {
+  const std::vector<std::string> order = {"DEFAULT", "AVX2", "AVX512"};
+  int level =
+      static_cast<int>(std::find(order.begin(), order.end(), FSDP_ADAMW_WIDEST) - order.begin());
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  level = std::min(level, avx512 ? 2 : avx2 ? 1 : 0);
+  const char* cap = std::getenv("ATEN_CPU_CAPABILITY");
+  if (cap != nullptr && std::string(cap) == "default") level = 0;
+  if (cap != nullptr && std::string(cap) == "avx2") level = std::min(level, 1);
+  EXPECT_EQ(std::string(detail::adamw_kernel().isa), order.at(level))
+      << "ATEN_CPU_CAPABILITY=" << (cap ? cap : "(unset)");
+}
+
 TEST(FusedAdamWOptions, SameBitsOnAnyThreadCount) {
   const auto shards = odd_shards("runs");
   AdamWOptions o = fused_test_options();

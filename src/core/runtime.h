@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "compat.h"
 #include "core/buffer_pool.h"
 #include "core/flat_param.h"
 #include "fsdp/fully_shard.h"
@@ -112,7 +113,7 @@ class Unit : public ModuleHooks {
   bool prefetched_ = false;  // gathered by a prefetch and not used since
   // Grad accumulators are held so that hooks registered on them survive between steps (a
   // parameter only keeps a weak reference to its accumulator).
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<compat::GradAccumulatorPtr> accumulators_;
   std::vector<uintptr_t> hook_keys_;
   int trainable_params_ = 0;
   // Per-backward state.

@@ -27,26 +27,6 @@ at::Tensor explicit_causal_attention(const at::Tensor& q, const at::Tensor& k, c
 
 }  // namespace
 
-AttentionKernel parse_attention_kernel(const std::string& name) {
-  if (name == "auto") return AttentionKernel::kAuto;
-  if (name == "fused") return AttentionKernel::kFused;
-  if (name == "explicit") return AttentionKernel::kExplicit;
-  throw std::invalid_argument("unknown attention kernel '" + name +
-                              "' (choices: auto, fused, explicit)");
-}
-
-std::string to_string(AttentionKernel kernel) {
-  switch (kernel) {
-    case AttentionKernel::kAuto:
-      return "auto";
-    case AttentionKernel::kFused:
-      return "fused";
-    case AttentionKernel::kExplicit:
-      return "explicit";
-  }
-  return "?";
-}
-
 bool attention_kernel_available(AttentionKernel kernel) {
   return kernel != AttentionKernel::kFused || compat::kHasFusedAttention;
 }

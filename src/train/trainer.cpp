@@ -177,9 +177,11 @@ int64_t resume(const std::string& path, const TrainConfig& c, FullyShardedModel&
                data::TrainLoader& loader, RunLog& log) {
   LoadedCheckpoint loaded = load_checkpoint(path, model, &opt);
   const TrainConfig saved = saved_config(loaded.train_state, loaded.path);
-  // The architecture must match; where the first run's parameters came from need not.
+  // The architecture must match; where the first run's parameters came from, and which attention
+  // kernel computes the same function, need not.
   ModelConfig saved_model = saved.model, model_now = c.model;
   saved_model.init_from = model_now.init_from = "";
+  saved_model.attention = model_now.attention = AttentionKernel::kAuto;
   if (!(saved_model == model_now)) {
     throw CheckpointError("train.resume: checkpoint '" + loaded.path +
                           "' holds another model; its config is:\n" + to_yaml(saved));

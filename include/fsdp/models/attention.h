@@ -17,10 +17,6 @@ enum class AttentionKernel {
   kExplicit,  // the written-out reference
 };
 
-// "auto", "fused", "explicit" and back; parse throws std::invalid_argument naming the choices.
-AttentionKernel parse_attention_kernel(const std::string& name);
-std::string to_string(AttentionKernel kernel);
-
 // Whether this LibTorch can run `kernel` (all but kFused on 1.13); the check throws
 // std::invalid_argument naming `field` where it cannot.
 bool attention_kernel_available(AttentionKernel kernel);
