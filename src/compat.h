@@ -11,6 +11,8 @@
 #include <torch/version.h>
 
 #include <cstddef>
+#include <memory>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -72,6 +74,21 @@ struct HasUseLibUV<Options, std::void_t<decltype(std::declval<Options&>().useLib
 template <class Options>
 void use_classic_tcp_store(Options& options) {
   if constexpr (HasUseLibUV<Options>::value) options.useLibUV = false;
+}
+
+// Gloo's rendezvous (it travels with LibTorch, so its changes are ours too): PrefixStore and
+// Context::connectFullMesh take a Store& in the snapshot Debian 12 and 13 ship, a
+// std::shared_ptr<Store> in the one beside LibTorch 2.14. Templates, so that this header needs no
+// Gloo headers; `store` must outlive `context` (the newer Gloo may keep it).
+template <class PrefixStore, class Context, class Store, class Device>
+void connect_full_mesh(Context& context, const std::string& prefix, Store& store, Device& device) {
+  if constexpr (std::is_constructible_v<PrefixStore, const std::string&, Store&>) {
+    PrefixStore prefixed(prefix, store);
+    context.connectFullMesh(prefixed, device);
+  } else {
+    std::shared_ptr<Store> borrowed(&store, [](Store*) {});
+    context.connectFullMesh(std::make_shared<PrefixStore>(prefix, borrowed), device);
+  }
 }
 
 }  // namespace fsdp::compat

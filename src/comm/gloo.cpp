@@ -144,10 +144,9 @@ std::shared_ptr<gloo::Context> connect(gloo::rendezvous::Store& store, const std
                                        int rank, int size,
                                        std::shared_ptr<gloo::transport::Device> device,
                                        std::chrono::milliseconds timeout) {
-  gloo::rendezvous::PrefixStore prefixed(prefix, store);
   auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
   context->setTimeout(timeout);
-  context->connectFullMesh(prefixed, device);
+  compat::connect_full_mesh<gloo::rendezvous::PrefixStore>(*context, prefix, store, device);
   return context;
 }
 
