@@ -1,8 +1,9 @@
 // Where LibTorch 1.13 and 2.x differ, this header decides, so that no other file tests a version.
 // Each difference is one small piece here: a base class, a constant, a function, each saying from
 // which release it changed. Version macros come from torch/version.h; where a member's presence
-// is the whole question (a c10d option added in some release), it is detected instead.
-// Supported: LibTorch 1.13 (Debian 12) through 2.x (Debian 13's 2.6, PyTorch's wheels).
+// is the whole question (a c10d option added in some release), it is detected instead. Gloo's
+// rendezvous API, which changes with the LibTorch it ships beside, is decided here too.
+// Tested: LibTorch 1.13 (Debian 12), 2.6 (Debian 13), 2.14.1 (Debian sid).
 #pragma once
 
 #include <ATen/ATen.h>
