@@ -3,8 +3,10 @@
 # 2.11+cu130, CUDA 13, OpenMPI, yaml-cpp, nlohmann-json, GoogleTest; no Debian packages): builds
 # fsdp.cpp against the wheel's LibTorch into build-gpu/ and runs the test suite there, writing the
 # machine's description, the build log and CTest's log into RESULTS_DIR (default $OUT, else
-# build-gpu/results). Today that is the CPU suite on the newest LibTorch (CUDA tests and the GPU
-# benchmark against PyTorch FSDP join it as docs/cuda.md's steps land). The wheel has no Gloo
+# build-gpu/results). The suite holds the CUDA tests: cuda_gpu (NCCL at world size 1, host
+# staging, a model sharded on the GPU) and parity_cuda_* (the parity tests on the GPU: 1 to 4 MPI
+# ranks sharing it, one NCCL rank); `scripts/gpu.sh --test-only -R cuda` runs those alone. The
+# GPU benchmark against PyTorch FSDP joins as docs/cuda.md's steps land. The wheel has no Gloo
 # headers, so the Gloo tests report themselves skipped; nor sleef.h, so the fused AdamW kernel is
 # built for baseline x86-64 only unless SLEEF_INCLUDE_DIR names a folder holding it.
 # That machine reaches no package registry: fetch the assets first where npm works

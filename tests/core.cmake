@@ -15,6 +15,14 @@ foreach(np 1 2 3 4)
   fsdp_mpi_test(NAME parity_onednn_off_mpi_np${np} EXE test_parity NP ${np} BACKEND mpi
                 FILTER "*Bf16*" ENV FSDP_TEST_ONEDNN=off TIMEOUT 600)
 endforeach()
+# The same parity tests on a GPU (FSDP_TEST_DEVICE=cuda): 1 to 4 ranks sharing the one GPU over
+# MPI (CUDA tensors staged through pinned host buffers), and one rank over NCCL, which refuses two
+# ranks on one GPU. Where there is no GPU they print the reason and report themselves skipped.
+foreach(np 1 2 3 4)
+  fsdp_mpi_test(NAME parity_cuda_mpi_np${np} EXE test_parity NP ${np} BACKEND mpi
+                ENV FSDP_TEST_DEVICE=cuda TIMEOUT 600)
+endforeach()
+fsdp_mpi_test(NAME parity_cuda_nccl_np1 EXE test_parity NP 1 BACKEND nccl ENV FSDP_TEST_DEVICE=cuda)
 # Deferred initialisation: shards materialised by param_init equal eager initialisation.
 fsdp_test_executable(test_init test_init.cpp)
 foreach(np 1 2 3 4)
@@ -23,3 +31,11 @@ endforeach()
 fsdp_mpi_test(NAME init_gloo_np3 EXE test_init NP 3 BACKEND gloo)
 # The host allocator: exact counting, block reuse, raw allocations, its bound on cached blocks.
 fsdp_unit_test(test_host_memory test_host_memory.cpp)
+# CUDA in one process. test_cuda: the backend choice and the device-option errors, on every
+# machine. cuda_gpu: NCCL at world size 1, host staging, a model sharded on the GPU; the shared test
+# main reports it skipped, with the reason, where there is no GPU (FSDP_TEST_DEVICE=cuda).
+fsdp_test_executable(test_cuda test_cuda.cpp)
+add_test(NAME test_cuda COMMAND test_cuda --gtest_filter=CudaChoice.*:DeviceOption.*)
+add_test(NAME cuda_gpu COMMAND test_cuda --gtest_filter=CudaCollectives.*:Nccl.*:CudaSharding.*)
+set_tests_properties(cuda_gpu PROPERTIES ENVIRONMENT "FSDP_TEST_DEVICE=cuda;OMP_NUM_THREADS=1"
+                                         SKIP_RETURN_CODE 77)

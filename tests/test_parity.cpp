@@ -43,9 +43,12 @@ GPT2Config tiny_config() {
   return c;
 }
 
+// Built and initialised on the CPU (the same values on every device), then moved to the device
+// under test (FSDP_TEST_DEVICE).
 GPT2 make_model() {
   GPT2 model(tiny_config());
   init_gpt2_weights(*model, kSeed);
+  model->to(test::device_under_test());
   return model;
 }
 
@@ -54,7 +57,8 @@ GPT2 make_model() {
 at::Tensor batch_tokens(int step, int64_t rows) {
   const auto& c = tiny_config();
   return test::bigram_tokens(kSeed + 1000 + static_cast<uint64_t>(step), rows, c.n_positions,
-                             c.vocab_size);
+                             c.vocab_size)
+      .to(test::device_under_test());
 }
 
 using test::RunResult;
@@ -183,7 +187,8 @@ void expect_parity(RunResult ref, RunResult got, Tolerance tol, bool keep_key_bi
   const test::ParityErrors e = test::expect_parity(ref, got, initial, tol);
   if (test::world()->rank() == 0) {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::cout << "[ parity ] world " << test::world()->size() << " " << info->name() << ": loss "
+    std::cout << "[ parity ] " << test::device_under_test() << " world " << test::world()->size()
+              << " " << info->name() << ": loss "
               << e.loss << ", grad norm (rel) step 0 " << e.first_grad_norm_rel << ", later "
               << e.grad_norm_rel << ", param " << e.param << " (" << e.param_name
               << "), tensor update (rel) " << e.tensor_update_rel << " (" << e.tensor_name

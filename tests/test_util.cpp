@@ -23,11 +23,27 @@ std::string backend_under_test() {
   return b ? b : "auto";
 }
 
+c10::Device device_under_test() {
+  const char* d = std::getenv("FSDP_TEST_DEVICE");
+  return c10::Device(d && *d ? d : "cpu");
+}
+
+std::string device_skip_reason() {
+  const c10::Device device = device_under_test();
+  if (device.is_cuda() && !at::globalContext().hasCUDA()) {
+    return std::string("FSDP_TEST_DEVICE=") + std::getenv("FSDP_TEST_DEVICE") +
+           ", and CUDA is not available here (this LibTorch has no CUDA, or no GPU is visible): "
+           "CUDA tests run on a GPU machine (scripts/gpu.sh)";
+  }
+  return "";
+}
+
 CommPtr world() {
   CommPtr& comm = world_slot();
   if (!comm) {
     CommOptions options;
     options.backend = backend_under_test();
+    options.device = device_under_test().is_cuda() ? "cuda" : "cpu";
     options.timeout = std::chrono::seconds(60);
     comm = init_comm(options);
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 #include <torch/optim/adamw.h>
 
 #include <cstdint>
@@ -22,6 +23,11 @@ namespace test {
 CommPtr world();
 // Name of the backend under test.
 std::string backend_under_test();
+// The device the test's models and data live on: FSDP_TEST_DEVICE ("cpu" by default, or "cuda").
+c10::Device device_under_test();
+// Why this process cannot run on that device ("" when it can): the shared test main reports the
+// binary skipped (exit 77) with it.
+std::string device_skip_reason();
 void shutdown();
 
 // --- parity: FSDP against one process ----------------------------------------------------------

@@ -3,9 +3,20 @@
 // Everything above comm/ (the sharding runtime, optimizers, checkpoints) talks to other ranks only
 // through `Comm`. Buffers are raw pointers with an element count and a `DType`; the caller owns
 // them and keeps them alive, unmodified, until the returned `Work` has been waited on.
-// Backends: "mpi" (OpenMPI), "gloo" (the Gloo library over a c10d TCPStore rendezvous) and
-// "local" (one rank: every collective is a copy or a no-op). `init_comm` picks one from the
-// environment the ranks were started in (see rendezvous in src/comm/rendezvous.cpp).
+// Backends: "mpi" (OpenMPI), "gloo" (the Gloo library over a c10d TCPStore rendezvous), "nccl"
+// (c10d's ProcessGroupNCCL, in builds against a CUDA LibTorch) and "local" (one rank: every
+// collective is a copy or a no-op). `init_comm` picks one from the environment the ranks were
+// started in (see rendezvous in src/comm/rendezvous.cpp).
+//
+// Memory and streams. `device()` says where a backend's collectives work: host memory (MPI, Gloo,
+// local) or the memory of one CUDA device (NCCL). Pointers into host memory may be given to every
+// backend (NCCL copies them through its device and back, for the small control messages of
+// checkpoints and the trainer); CUDA memory is given to NCCL only, and the sharding runtime copies
+// CUDA tensors through pinned host buffers for the host backends (src/core/collectives.h). On a
+// device backend a collective is ordered after the work already queued on the calling thread's
+// current stream, and `Work::wait()` makes the *current* stream wait for it without blocking the
+// host (ProcessGroupNCCL's semantics); `Work::synchronize()` blocks the host. On host backends
+// both block until the collective is complete.
 //
 // Thread-safety: a Comm is used by one thread at a time; collectives must be issued in the same
 // order on every rank of the group. Every wait has a deadline (CommOptions::timeout): when it
@@ -28,6 +39,9 @@ const char* dtype_name(DType dtype);
 
 enum class ReduceOp { kSum, kAvg };
 
+// Where a backend's collectives read and write natively.
+enum class CommDevice { kCpu, kCuda };
+
 // Thrown for every communication failure: timeouts, a peer that went away, a backend error.
 class CommError : public std::runtime_error {
  public:
@@ -35,11 +49,14 @@ class CommError : public std::runtime_error {
 };
 
 // Handle on an asynchronous collective. `wait` blocks until it completes (or throws CommError on
-// failure or timeout); calling it again after completion returns at once.
+// failure or timeout), or on a device backend orders the current stream after it (see above);
+// calling it again returns at once.
 class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;
+  // Blocks the host until the collective is complete, on every backend.
+  virtual void synchronize() { wait(); }
 };
 using WorkPtr = std::shared_ptr<Work>;
 
@@ -50,6 +67,9 @@ class Comm {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string backend() const = 0;
+  // kCpu for the host backends; kCuda for NCCL, whose device is `device_index()`.
+  virtual CommDevice device() const { return CommDevice::kCpu; }
+  virtual int device_index() const { return -1; }
 
   // Gathers `count` elements from every rank: rank r's `in` lands at out[r*count, (r+1)*count).
   // `out` holds size()*count elements and must not overlap `in`.
@@ -107,8 +127,14 @@ using CommPtr = std::shared_ptr<Comm>;
 
 struct CommOptions {
   // "auto" (default): "mpi" when started by mpirun, "gloo" when RANK/WORLD_SIZE are set
-  // (torchrun-style), "local" when neither is. Or one of "mpi", "gloo", "local" explicitly.
+  // (torchrun-style), "local" when neither is; with `device` "cuda", "nccl" instead of "gloo" and
+  // "local" (under mpirun it stays "mpi", whose ranks may share one GPU). Or one of "mpi",
+  // "gloo", "nccl", "local" explicitly.
   std::string backend = "auto";
+  // "cpu" (default) or "cuda": where the job's tensors live. With "cuda", NCCL (when chosen)
+  // works on GPU LOCAL_RANK (torchrun's and fsdp-run's variable; OpenMPI's local rank under
+  // mpirun).
+  std::string device = "cpu";
   // Deadline for every wait on a collective. Default: 5 minutes.
   std::chrono::milliseconds timeout{300000};
 };

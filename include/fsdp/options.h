@@ -78,9 +78,15 @@ struct ShardingOptions {
   ShardingStrategy strategy_ = ShardingStrategy::kFullShard;
   // Default: no wrapping (the whole model is one unit).
   WrapPolicy wrap_;
+  // Where shards, gathered parameters, gradients and optimizer state live, as LibTorch spells a
+  // device: "cpu", "cuda", "cuda:1". Parameters elsewhere are copied there unit by unit, and
+  // the root module's buffers are moved there. PyTorch FSDP's device_id. Default "": on an NCCL
+  // group its GPU (as FSDP2 takes its mesh's device), else the device the parameters are on (all
+  // on one).
+  std::string device_;
   // Dtype of gathered parameters, forward and backward compute, and unsharded gradients: fp32 or
-  // bf16 (CPU LibTorch has no fp16 kernels). Default: fp32 (no mixed precision). Master shards
-  // and optimizer state stay fp32 regardless.
+  // bf16, and fp16 on CUDA (CPU LibTorch has no fp16 kernels). Default: fp32 (no mixed
+  // precision). Master shards and optimizer state stay fp32 regardless.
   DType param_dtype_ = DType::kFloat32;
   // Dtype in which gradients are reduced across ranks: fp32, bf16 or fp16. Default: fp32.
   DType reduce_dtype_ = DType::kFloat32;
@@ -121,6 +127,10 @@ struct ShardingOptions {
   }
   ShardingOptions& wrap(WrapPolicy w) {
     wrap_ = std::move(w);
+    return *this;
+  }
+  ShardingOptions& device(std::string d) {
+    device_ = std::move(d);
     return *this;
   }
   ShardingOptions& param_dtype(DType d) {

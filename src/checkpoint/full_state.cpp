@@ -14,6 +14,7 @@
 #include <exception>
 #include <set>
 
+#include "core/collectives.h"
 #include "fsdp/checkpoint/safetensors.h"
 
 namespace fsdp {
@@ -85,15 +86,14 @@ void agree(Comm& world, const std::exception_ptr& rank0_error, const std::string
                          "); its error says why");
 }
 
-// The unit's padded fp32 flat parameter, gathered over the shard group (the shard itself when
-// there is one shard: nothing is copied).
+// The unit's padded fp32 flat parameter, gathered over the shard group, in host memory (the shard
+// itself when there is one shard on the CPU: nothing is copied).
 at::Tensor gather_unit(Comm& shard_group, const UnitInfo& unit, const at::Tensor& shard) {
-  if (unit.shard_count == 1) return shard;
-  at::Tensor full = at::empty({unit.padded_numel}, at::kFloat);
+  if (unit.shard_count == 1) return shard.to(at::kCPU);
+  at::Tensor full = at::empty({unit.padded_numel}, shard.options());
   shard_group.set_context("save_full_safetensors: all-gather of unit '" + display_name(unit) + "'");
-  shard_group.all_gather(shard.data_ptr(), full.data_ptr(), static_cast<size_t>(unit.shard_numel),
-                         DType::kFloat32);
-  return full;
+  all_gather(shard_group, shard, full)->wait();
+  return full.to(at::kCPU);
 }
 
 // fp32 goes straight from the gathered buffer; bf16 and fp16 in bounded converted pieces.

@@ -95,8 +95,11 @@ void load_shard(CheckpointReader& reader, const UnitInfo& u, const std::string& 
   TORCH_CHECK(t.scalar_type() == at::kFloat && t.is_contiguous() && t.numel() == u.shard_numel,
               "unit '", u.name, "': shard tensor is not a contiguous fp32 tensor of ",
               u.shard_numel, " elements");
+  // Device shards are read through the host (a copy of one shard at a time).
+  const at::Tensor host = t.device().is_cpu() ? t : at::empty(t.sizes(), t.options().device(at::kCPU));
   read_flat_range(reader, target_params(u), kind, u.shard_rank * u.shard_numel, u.shard_numel,
-                  t.data_ptr<float>());
+                  host.data_ptr<float>());
+  if (!host.is_same(t)) t.copy_(host);
 }
 
 void load_tensors(const std::string& dir, FullyShardedModel& model, ShardedOptimizer* optimizer,

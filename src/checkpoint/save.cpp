@@ -73,7 +73,8 @@ CheckpointFile write_shard(const SaveContext& c) {
       if (t.scalar_type() != at::kFloat || !t.is_contiguous()) {
         throw CheckpointError("unit '" + c.shards[u].unit_name + "': shard tensor is not fp32");
       }
-      writer.append(t.data_ptr(), t.nbytes());
+      const at::Tensor host = t.to(at::kCPU);  // t itself for CPU shards
+      writer.append(host.data_ptr(), host.nbytes());
     }
     if (u == 0 && c.options->fault_point) c.options->fault_point("shard_partial");
   }

@@ -20,15 +20,14 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <mutex>
 #include <thread>
-#include <torch/csrc/distributed/c10d/FileStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
 
 #include "comm/internal.h"
 #include "comm/progress.h"
+#include "comm/store.h"
 #include "compat.h"
 
 namespace fsdp {
@@ -41,7 +40,7 @@ using Clock = std::chrono::steady_clock;
 // store (the adapter c10d's ProcessGroupGloo uses too).
 class StoreAdapter : public gloo::rendezvous::Store {
  public:
-  explicit StoreAdapter(std::shared_ptr<c10d::Store> store) : store_(std::move(store)) {}
+  explicit StoreAdapter(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
     store_->set(key, std::vector<uint8_t>(data.begin(), data.end()));
@@ -51,77 +50,14 @@ class StoreAdapter : public gloo::rendezvous::Store {
     return std::vector<char>(value.begin(), value.end());
   }
   void wait(const std::vector<std::string>& keys) override { store_->wait(keys); }
-  // Whether every key exists, without waiting.
-  bool has(const std::vector<std::string>& keys) { return store_->check(keys); }
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override {
     store_->wait(keys, timeout);
   }
 
  private:
-  std::shared_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::Store> store_;
 };
-
-// Progress entries kept in the rendezvous store, for jobs whose ranks share no directory.
-class StoreSlots : public ProgressSlots {
- public:
-  explicit StoreSlots(std::shared_ptr<StoreAdapter> store) : store_(std::move(store)) {}
-  void put(const std::string& key, const std::string& value) override {
-    store_->set(key, std::vector<char>(value.begin(), value.end()));
-  }
-  // Checks first: a get on a missing key would wait for it.
-  std::string get(const std::string& key) override {
-    if (!store_->has({key})) return "";
-    const std::vector<char> value = store_->get(key);
-    return std::string(value.begin(), value.end());
-  }
-
- private:
-  std::shared_ptr<StoreAdapter> store_;
-};
-
-// One store per rendezvous and process: a second init_comm in the same processes (a group with
-// another timeout, say) must not start a second server on the port. Each init gets its own key
-// prefix from a counter, which agrees across ranks because every rank calls init_comm the same
-// number of times. With a run directory (a one-host job under fsdp-run) the store is a file in it
-// and nothing listens on a port; otherwise rank 0 serves a c10d::TCPStore at MASTER_ADDR:PORT.
-struct SharedStore {
-  std::shared_ptr<StoreAdapter> store;
-  std::shared_ptr<ProgressSlots> progress;
-  int inits = 0;
-};
-
-SharedStore& shared_store(const GlooSetup& setup) {
-  static std::mutex mu;
-  static std::map<std::string, SharedStore> stores;
-  std::lock_guard<std::mutex> lock(mu);
-  const std::string where = setup.run_dir.empty()
-                                ? setup.master_addr + ":" + std::to_string(setup.master_port)
-                                : setup.run_dir;
-  SharedStore& entry = stores[where];
-  if (entry.store) return entry;
-  if (!setup.run_dir.empty()) {
-    auto file = std::make_shared<c10d::FileStore>(setup.run_dir + "/store", setup.size);
-    file->setTimeout(setup.timeout);
-    entry.store = std::make_shared<StoreAdapter>(std::move(file));
-    entry.progress = directory_slots(setup.run_dir + "/progress", false);
-    return entry;
-  }
-  c10d::TCPStoreOptions options;
-  options.port = static_cast<uint16_t>(setup.master_port);
-  options.isServer = setup.rank == 0;
-  options.waitWorkers = false;  // connectFullMesh below waits for every rank anyway
-  options.timeout = setup.timeout;
-  compat::use_classic_tcp_store(options);
-  entry.store =
-      std::make_shared<StoreAdapter>(std::make_shared<c10d::TCPStore>(setup.master_addr, options));
-  entry.progress = std::make_shared<StoreSlots>(entry.store);
-  return entry;
-}
-
-bool is_loopback(const std::string& addr) {
-  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
-}
 
 // The address peers reach this rank at: the interface named by GLOO_SOCKET_IFNAME if given,
 // loopback when the whole job is on this host (a run directory, or MASTER_ADDR is loopback), else
@@ -452,7 +388,7 @@ CommPtr make_gloo_comm(const GlooSetup& setup) {
       prefix = "fsdp";
     } else {
       SharedStore& shared = shared_store(setup);
-      store = shared.store;
+      store = std::make_shared<StoreAdapter>(shared.store);
       prefix = "fsdp/init" + std::to_string(shared.inits++);
       board = std::make_shared<ProgressBoard>(shared.progress, prefix, setup.rank, setup.size);
     }

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <string>
 
+#include "comm/store.h"
 #include "fsdp/comm.h"
 
 namespace fsdp {
@@ -44,17 +45,17 @@ struct MpiSetup {
 bool mpi_built();
 CommPtr make_mpi_comm(const MpiSetup& setup);
 
-struct GlooSetup {
-  int rank = 0;
-  int size = 1;
-  std::string master_addr = "127.0.0.1";
-  int master_port = 0;  // 0: none given (allowed only for size 1)
-  std::string iface;    // network interface to bind (GLOO_SOCKET_IFNAME); empty: by address
-  std::string run_dir;  // FSDP_RUN_DIR: a one-host job's private directory, holding the store
-  std::chrono::milliseconds timeout{300000};
+struct GlooSetup : StoreSetup {
+  std::string iface;  // network interface to bind (GLOO_SOCKET_IFNAME); empty: by address
 };
 bool gloo_built();
 CommPtr make_gloo_comm(const GlooSetup& setup);
+
+struct NcclSetup : StoreSetup {
+  int device = 0;  // the CUDA device this rank's collectives run on (its LOCAL_RANK)
+};
+bool nccl_built();
+CommPtr make_nccl_comm(const NcclSetup& setup);
 
 }  // namespace comm_internal
 }  // namespace fsdp

@@ -80,20 +80,23 @@ void read_run_dir(const EnvLookup& env, Launch* launch) {
 }
 
 void check_backend_name(const std::string& name) {
-  if (name != "auto" && name != "mpi" && name != "gloo" && name != "local") {
+  if (name != "auto" && name != "mpi" && name != "gloo" && name != "nccl" && name != "local") {
     throw CommError("fsdp: unknown comm backend '" + name +
-                    "' (valid: \"auto\", \"mpi\", \"gloo\", \"local\")");
+                    "' (valid: \"auto\", \"mpi\", \"gloo\", \"nccl\", \"local\")");
   }
 }
 
+// Under mpirun, MPI even for CUDA jobs: its ranks may share one GPU, which NCCL refuses.
 std::string choose_backend(const std::string& requested, const EnvLookup& env, bool mpi_available,
-                           bool in_job) {
+                           bool in_job, bool cuda) {
   if (requested != "auto") return requested;
   if (env("OMPI_COMM_WORLD_SIZE") && mpi_available) return "mpi";
+  if (cuda) return "nccl";
   return in_job ? "gloo" : "local";
 }
 
-void read_gloo(const EnvLookup& env, Launch* launch) {
+// The rendezvous of the store-based backends (Gloo, NCCL).
+void read_store_address(const EnvLookup& env, Launch* launch) {
   const Var addr{"MASTER_ADDR", env("MASTER_ADDR")}, port{"MASTER_PORT", env("MASTER_PORT")};
   if (addr.set()) {
     if (*addr.value == '\0') bad(addr, "is empty");
@@ -102,7 +105,8 @@ void read_gloo(const EnvLookup& env, Launch* launch) {
   if (port.set()) {
     launch->master_port = parse_int(port, 1, 65535);
   } else if (launch->size > 1 && launch->run_dir.empty()) {
-    throw CommError("fsdp: the gloo backend with " + std::to_string(launch->size) +
+    throw CommError("fsdp: the " + launch->backend + " backend with " +
+                    std::to_string(launch->size) +
                     " ranks needs MASTER_PORT (and MASTER_ADDR unless rank 0 is on this host) "
                     "for its rendezvous store; MASTER_PORT is not set");
   }
@@ -111,14 +115,15 @@ void read_gloo(const EnvLookup& env, Launch* launch) {
 
 }  // namespace
 
-Launch resolve_launch(const std::string& backend, const EnvLookup& env, bool mpi_available) {
+Launch resolve_launch(const std::string& backend, const EnvLookup& env, bool mpi_available,
+                      bool cuda) {
   check_backend_name(backend);
   Launch launch;
   read_world(env, &launch);
   read_local(env, &launch);
   read_run_dir(env, &launch);
-  launch.backend = choose_backend(backend, env, mpi_available, launch.size_from_env);
-  if (launch.backend == "gloo") read_gloo(env, &launch);
+  launch.backend = choose_backend(backend, env, mpi_available, launch.size_from_env, cuda);
+  if (launch.backend == "gloo" || launch.backend == "nccl") read_store_address(env, &launch);
   if (launch.backend == "local" && launch.size > 1) {
     throw CommError("fsdp: backend 'local' is a one-rank group, but the environment describes " +
                     std::to_string(launch.size) + " ranks (WORLD_SIZE or OMPI_COMM_WORLD_SIZE)");
@@ -139,16 +144,24 @@ CommPtr join(const comm_internal::Launch& launch, const CommOptions& options) {
     setup.timeout = options.timeout;
     return make_mpi_comm(setup);
   }
+  StoreSetup store;
+  store.rank = launch.rank;
+  store.size = launch.size;
+  store.master_addr = launch.master_addr;
+  store.master_port = launch.master_port;
+  store.run_dir = launch.run_dir;
+  store.timeout = options.timeout;
   if (launch.backend == "gloo") {
     GlooSetup setup;
-    setup.rank = launch.rank;
-    setup.size = launch.size;
-    setup.master_addr = launch.master_addr;
-    setup.master_port = launch.master_port;
+    static_cast<StoreSetup&>(setup) = store;
     setup.iface = launch.iface;
-    setup.run_dir = launch.run_dir;
-    setup.timeout = options.timeout;
     return make_gloo_comm(setup);
+  }
+  if (launch.backend == "nccl") {
+    NcclSetup setup;
+    static_cast<StoreSetup&>(setup) = store;
+    setup.device = launch.local_rank;
+    return make_nccl_comm(setup);
   }
   CommPtr comm = make_local_comm();
   comm->set_timeout(options.timeout);
@@ -162,8 +175,13 @@ CommPtr init_comm(const CommOptions& options) {
     throw CommError("fsdp: CommOptions::timeout must be positive, got " +
                     std::to_string(options.timeout.count()) + " ms");
   }
+  if (options.device != "cpu" && options.device != "cuda") {
+    throw CommError("fsdp: CommOptions::device must be \"cpu\" or \"cuda\", got '" +
+                    options.device + "'");
+  }
   const Launch launch = resolve_launch(
-      options.backend, [](const char* name) { return std::getenv(name); }, mpi_built());
+      options.backend, [](const char* name) { return std::getenv(name); }, mpi_built(),
+      options.device == "cuda");
   CommPtr comm = join(launch, options);
   comm->set_local_size(launch.size_from_env ? launch.local_size : 1);
   return comm;

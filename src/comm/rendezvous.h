@@ -13,7 +13,7 @@ using EnvLookup = std::function<const char*(const char* name)>;
 
 // What the environment says about this process's place in the job.
 struct Launch {
-  std::string backend;  // "mpi", "gloo" or "local"
+  std::string backend;  // "mpi", "gloo", "nccl" or "local"
   int rank = 0;
   int size = 1;
   bool size_from_env = false;  // false: no launcher variables, a lone process
@@ -30,7 +30,9 @@ struct Launch {
 
 // Throws CommError naming the variable (and its value) that is missing or malformed, or listing
 // the valid backend names when `backend` is none of them.
-Launch resolve_launch(const std::string& backend, const EnvLookup& env, bool mpi_available);
+// `cuda`: the job's tensors are on GPUs ("auto" then means NCCL outside mpirun).
+Launch resolve_launch(const std::string& backend, const EnvLookup& env, bool mpi_available,
+                      bool cuda = false);
 
 }  // namespace comm_internal
 }  // namespace fsdp

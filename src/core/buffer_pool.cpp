@@ -4,6 +4,7 @@
 
 #include <ATen/ops/empty.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/DeviceGuard.h>
 
 #include <algorithm>
 #include <map>
@@ -57,9 +58,14 @@ void give_back(void* ctx) {
 
 }  // namespace
 
-BufferPool::BufferPool() : state_(std::make_shared<State>()) {}
+BufferPool::BufferPool(c10::Device device)
+    : device_(device), state_(device.is_cpu() ? std::make_shared<State>() : nullptr) {}
 
 c10::DataPtr BufferPool::take(size_t nbytes) {
+  if (!state_) {
+    c10::DeviceGuard guard(device_);
+    return c10::GetAllocator(device_.type())->allocate(nbytes);
+  }
   void* ptr = nullptr;
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
@@ -83,10 +89,12 @@ at::Tensor BufferPool::empty(int64_t numel, at::ScalarType dtype) {
   const size_t nbytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
   c10::Storage storage(c10::Storage::use_byte_size_t(), nbytes, take(nbytes), /*allocator=*/nullptr,
                        /*resizable=*/false);
-  return at::empty({0}, at::TensorOptions().dtype(dtype)).set_(storage, 0, {numel}, {1});
+  return at::empty({0}, at::TensorOptions().dtype(dtype).device(device_))
+      .set_(storage, 0, {numel}, {1});
 }
 
 BufferPoolStats BufferPool::stats() const {
+  if (!state_) return {};  // the device allocator's own statistics tell more
   std::lock_guard<std::mutex> lock(state_->mutex);
   return state_->stats;
 }

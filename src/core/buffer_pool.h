@@ -7,6 +7,11 @@
 // A block goes back to the pool when the last tensor (or storage) using it dies, through the
 // deleter of its DataPtr; the pool's state is shared with those deleters, so a tensor may outlive
 // the pool (autograd may still hold one after the model is gone).
+//
+// On a GPU the pool keeps nothing itself: LibTorch's caching allocator already reuses blocks,
+// per stream. Blocks come from it on the calling thread's current stream, and a collective that
+// uses one is waited on (ordering that stream after it) before the block is dropped, so the
+// allocator never hands out memory a collective still reads or writes.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -25,19 +30,21 @@ struct BufferPoolStats {
 
 class BufferPool {
  public:
-  BufferPool();
+  explicit BufferPool(c10::Device device = c10::Device(c10::kCPU));
 
-  // `nbytes` bytes (64-byte aligned, contents undefined).
+  // `nbytes` bytes on the pool's device (64-byte aligned, contents undefined).
   c10::DataPtr take(size_t nbytes);
-  // A 1-D CPU tensor of `numel` elements whose bytes come from the pool.
+  // A 1-D tensor of `numel` elements on the pool's device, whose bytes come from the pool.
   at::Tensor empty(int64_t numel, at::ScalarType dtype);
+  c10::Device device() const { return device_; }
 
   BufferPoolStats stats() const;
 
   struct State;
 
  private:
-  std::shared_ptr<State> state_;
+  c10::Device device_;
+  std::shared_ptr<State> state_;  // CPU pools only
 };
 
 }  // namespace fsdp

@@ -13,11 +13,12 @@ c10::StorageImpl* storage_of(const at::Tensor& t) { return t.storage().unsafeGet
 }  // namespace
 
 FlatParam::FlatParam(std::vector<ParamSlot> slots, int shard_rank, int shard_count,
-                     at::ScalarType param_dtype, const ParamInit& init)
+                     at::ScalarType param_dtype, const ParamInit& init, c10::Device device)
     : slots_(std::move(slots)),
       shard_rank_(shard_rank),
       shard_count_(shard_count),
-      param_dtype_(param_dtype) {
+      param_dtype_(param_dtype),
+      device_(device) {
   for (auto& s : slots_) {
     s.offset = numel_;
     s.numel = s.param.numel();
@@ -38,21 +39,24 @@ FlatParam::Overlap FlatParam::overlap(const ParamSlot& slot) const {
 }
 
 // The values of a deferred parameter, computed whole (generators draw a parameter's values in
-// order, so a slice cannot be drawn alone), of which the caller keeps its slice.
+// order, so a slice cannot be drawn alone) on the shard's device, of which the caller keeps its
+// slice.
 at::Tensor FlatParam::materialise(const ParamSlot& s, const ParamInit& init) const {
   FSDP_CHECK(init, "parameter '", s.name,
              "' is deferred (it has no values yet) but "
              "ShardingOptions::param_init is not set: fully_shard cannot materialise it");
-  at::Tensor full = at::empty(s.shape, at::kFloat);
+  at::Tensor full = at::empty(s.shape, at::TensorOptions().dtype(at::kFloat).device(device_));
   init(s.name, full);
-  FSDP_CHECK(full.sizes() == at::IntArrayRef(s.shape) && full.scalar_type() == at::kFloat,
-             "param_init for '", s.name, "' changed the tensor's shape or dtype");
+  FSDP_CHECK(full.sizes() == at::IntArrayRef(s.shape) && full.scalar_type() == at::kFloat &&
+                 full.device() == device_,
+             "param_init for '", s.name, "' changed the tensor's shape, dtype or device");
   return full;
 }
 
 void FlatParam::init_shard(const ParamInit& init) {
   at::NoGradGuard no_grad;
-  shard_ = at::zeros({shard_numel_}, at::kFloat);
+  const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat).device(device_);
+  shard_ = at::zeros({shard_numel_}, fp32);
   for (const auto& s : slots_) {
     const Overlap o = overlap(s);
     if (o.count == 0) continue;
@@ -60,12 +64,14 @@ void FlatParam::init_shard(const ParamInit& init) {
     shard_.narrow(0, o.shard_begin, o.count)
         .copy_(values.reshape({-1}).narrow(0, o.param_begin, o.count));
   }
-  grad_shard_ = at::zeros({shard_numel_}, at::kFloat);
+  grad_shard_ = at::zeros({shard_numel_}, fp32);
 }
 
 void FlatParam::point_params_at_full() {
   at::NoGradGuard no_grad;
-  full_ = aliased_ ? shard_ : at::empty({padded_numel()}, param_dtype_);
+  full_ = aliased_ ? shard_
+                   : at::empty({padded_numel()},
+                               at::TensorOptions().dtype(param_dtype_).device(device_));
   for (auto& s : slots_) {
     // set_data swaps the parameter's storage, keeping its identity (and autograd metadata), so
     // the module keeps working on the same at::Tensor handle.
@@ -111,7 +117,7 @@ int64_t FlatParam::full_grad_bytes() const {
 
 at::Tensor FlatParam::shard_mask(
     const std::function<bool(const std::string&, const at::Tensor&)>& rule) const {
-  at::Tensor mask = at::zeros({shard_numel_}, at::kFloat);
+  at::Tensor mask = at::zeros({shard_numel_}, at::TensorOptions().dtype(at::kFloat).device(device_));
   for (const auto& s : slots_) {
     const Overlap o = overlap(s);
     if (o.count > 0 && rule(s.name, s.param)) mask.narrow(0, o.shard_begin, o.count).fill_(1.0);

@@ -7,6 +7,8 @@
 // full's storage but keeps the storage object, so views (and tensors autograd saved) see the data
 // again after the next gather: see docs/design.md, [Note: storage resize].
 // With one shard in fp32, `full` *is* the master shard and nothing is ever freed or copied.
+// Shard, gradient shard and `full` live on one device (ShardingOptions::device); the parameters'
+// values are copied there from wherever they were.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -36,7 +38,8 @@ class FlatParam {
   // A deferred parameter (fsdp/init.h) has no current values: `init` computes them, one full
   // parameter at a time.
   FlatParam(std::vector<ParamSlot> slots, int shard_rank, int shard_count,
-            at::ScalarType param_dtype, const ParamInit& init = {});
+            at::ScalarType param_dtype, const ParamInit& init = {},
+            c10::Device device = c10::Device(c10::kCPU));
 
   const std::vector<ParamSlot>& slots() const { return slots_; }
   int64_t numel() const { return numel_; }
@@ -45,6 +48,7 @@ class FlatParam {
   int shard_rank() const { return shard_rank_; }
   int shard_count() const { return shard_count_; }
   at::ScalarType param_dtype() const { return param_dtype_; }
+  c10::Device device() const { return device_; }
 
   at::Tensor& shard() { return shard_; }
   at::Tensor& grad_shard() { return grad_shard_; }
@@ -90,6 +94,7 @@ class FlatParam {
   int shard_rank_;
   int shard_count_;
   at::ScalarType param_dtype_;
+  c10::Device device_;
   int64_t numel_ = 0;
   int64_t shard_numel_ = 0;
   bool aliased_ = false;

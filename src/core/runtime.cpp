@@ -5,23 +5,83 @@
 #include <torch/csrc/autograd/engine.h>
 #include <torch/nn/module.h>
 
+#include <c10/core/impl/VirtualGuardImpl.h>
+
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
 #include "core/check.h"
+#include "core/collectives.h"
 #include "core/dtypes.h"
+#include "fsdp/init.h"
 #include "fsdp/units.h"
 
 namespace fsdp {
 namespace {
 
-void check_dtypes(const ShardingOptions& o) {
-  FSDP_CHECK(o.param_dtype_ == DType::kFloat32 || o.param_dtype_ == DType::kBFloat16,
-             "param_dtype ", dtype_name(o.param_dtype_),
-             " is not supported: LibTorch's CPU kernels (matmul, layer norm) have no fp16; use "
-             "bf16 or fp32");
+void check_dtypes(const ShardingOptions& o, c10::Device device) {
+  FSDP_CHECK(o.param_dtype_ != DType::kInt64, "param_dtype must be a floating type, got int64");
+  FSDP_CHECK(o.param_dtype_ != DType::kFloat16 || !device.is_cpu(), "param_dtype ",
+             dtype_name(o.param_dtype_),
+             " is not supported on CPU: LibTorch's CPU kernels (matmul, layer norm) have no "
+             "fp16; use bf16 or fp32");
   FSDP_CHECK(o.reduce_dtype_ != DType::kInt64, "reduce_dtype must be a floating type, got int64");
+}
+
+// The device parameters that hold values are on: one for all of them (deferred ones have none).
+std::optional<c10::Device> params_device(const std::vector<UnitSpec>& specs) {
+  std::optional<c10::Device> device;
+  std::string first;
+  for (const auto& spec : specs) {
+    for (const auto& s : spec.slots) {
+      if (!s.param.defined() || is_deferred(s.param)) continue;
+      if (!device) {
+        device = s.param.device();
+        first = s.name;
+      }
+      FSDP_CHECK(s.param.device() == *device, "parameter '", first, "' is on ", *device, " and '",
+                 s.name, "' on ", s.param.device(),
+                 ": set ShardingOptions::device to say where the shards go");
+    }
+  }
+  return device;
+}
+
+c10::Device parse_device(const std::string& name) {
+  std::optional<c10::Device> device;
+  try {
+    device = c10::Device(name);
+  } catch (const std::exception&) {
+  }
+  FSDP_CHECK(device && (device->is_cpu() || device->is_cuda()), "ShardingOptions::device '", name,
+             "' is not a device fsdp.cpp shards on (\"cpu\", \"cuda\", \"cuda:1\")");
+  if (device->is_cpu()) return c10::Device(c10::kCPU);
+  FSDP_CHECK(at::globalContext().hasCUDA(), "ShardingOptions::device is '", name,
+             "', but CUDA is not available here (a LibTorch without CUDA, or no GPU visible)");
+  if (!device->has_index()) {  // the current device, as LibTorch's "cuda" means
+    device = c10::impl::VirtualGuardImpl(c10::kCUDA).getDevice();
+  }
+  return *device;
+}
+
+// Where the shards live: ShardingOptions::device; else on an NCCL group the group's GPU (as FSDP2
+// takes its mesh's device), else the parameters' device.
+c10::Device resolve_device(const ShardingOptions& o, const std::vector<UnitSpec>& specs,
+                           const Comm& world) {
+  const bool on_gpu_group = world.device() == CommDevice::kCuda;
+  const c10::Device device =
+      !o.device_.empty() ? parse_device(o.device_)
+      : on_gpu_group     ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(world.device_index()))
+                         : params_device(specs).value_or(c10::Device(c10::kCPU));
+  if (on_gpu_group) {
+    FSDP_CHECK(device.is_cuda() && device.index() == world.device_index(), "the ",
+               world.backend(), " group works on cuda:", world.device_index(),
+               ", but the shards would live on ", device,
+               ": set ShardingOptions::device to the group's GPU");
+  }
+  return device;
 }
 
 // Owner of each parameter: the innermost unit whose module contains it; a parameter shared by
@@ -68,8 +128,6 @@ void check_param(const ParamSlot& s) {
   FSDP_CHECK(s.param.scalar_type() == at::kFloat, "parameter '", s.name, "' is ",
              c10::toString(s.param.scalar_type()),
              ": fsdp shards fp32 parameters (use param_dtype for mixed precision)");
-  FSDP_CHECK(s.param.device().is_cpu(), "parameter '", s.name, "' is on ", s.param.device(),
-             ": this build shards CPU parameters");
 }
 
 }  // namespace
@@ -80,10 +138,23 @@ Runtime::Runtime(std::shared_ptr<torch::nn::Module> root, CommPtr comm, Sharding
   FSDP_CHECK(world_ != nullptr, "fully_shard: the comm group is null");
   FSDP_CHECK(find_module_hooks(root_.get()) == nullptr,
              "fully_shard: this module is already sharded");
-  check_dtypes(options_);
   check_prefetch_options();
+  std::vector<UnitSpec> specs = unit_specs(*root_, options_.wrap_);
+  device_ = resolve_device(options_, specs, *world_);
+  check_dtypes(options_, device_);
+  pool_ = BufferPool(device_);
+  move_buffers();
   make_groups();
-  build_units(unit_specs(*root_, options_.wrap_));
+  build_units(std::move(specs));
+}
+
+// Buffers (masks, running statistics) are the module's own business: they only follow it to the
+// device its parameters go to.
+void Runtime::move_buffers() {
+  at::NoGradGuard no_grad;
+  for (auto& buffer : root_->buffers(/*recurse=*/true)) {
+    if (buffer.defined() && buffer.device() != device_) buffer.set_data(buffer.to(device_));
+  }
 }
 
 // A strategy is a (replicate x shard) mesh: see docs/design.md, "Strategies as two groups".
@@ -308,10 +379,7 @@ void Runtime::drain_reduces() {
 void Runtime::complete_reduce(PendingReduce& p) {
   if (p.work) p.work->wait();
   at::NoGradGuard no_grad;
-  if (replicate_group_->size() > 1) {
-    replicate_group_->all_reduce(p.output.data_ptr(), static_cast<size_t>(p.output.numel()),
-                                 to_dtype(p.output.scalar_type()), ReduceOp::kSum);
-  }
+  if (replicate_group_->size() > 1) all_reduce(*replicate_group_, p.output, ReduceOp::kSum)->wait();
   if (world_->size() > 1) p.output.div_(world_->size());
   p.unit->flat().grad_shard().add_(p.output);
   track_grad_buffers(-p.tracked_bytes);
@@ -358,9 +426,8 @@ std::map<std::string, at::Tensor> Runtime::gather_full_params() {
     at::Tensor full = flat.shard();
     if (flat.shard_count() > 1) {
       shard_group_->set_context("gather_full_params '" + u->display_name() + "'");
-      full = at::empty({flat.padded_numel()}, at::kFloat);
-      shard_group_->all_gather(flat.shard().data_ptr(), full.data_ptr(),
-                               static_cast<size_t>(flat.shard_numel()), DType::kFloat32);
+      full = at::empty({flat.padded_numel()}, flat.shard().options());
+      all_gather(*shard_group_, flat.shard(), full)->wait();
     }
     for (const auto& s : flat.slots()) {
       out[s.name] = full.narrow(0, s.offset, s.numel).view(s.shape).clone();

@@ -138,6 +138,8 @@ class Runtime {
   ~Runtime();
 
   const ShardingOptions& options() const { return options_; }
+  // Where shards, gathered parameters and gradients live.
+  c10::Device device() const { return device_; }
   Comm& world() { return *world_; }
   Comm& shard_group() { return *shard_group_; }
   Comm& replicate_group() { return *replicate_group_; }
@@ -180,6 +182,7 @@ class Runtime {
 
  private:
   void make_groups();
+  void move_buffers();
   void build_units(std::vector<UnitSpec> specs);
   void complete_reduce(PendingReduce& pending);
   UnitPolicy policy_of(const std::string& name, bool is_root) const;
@@ -199,6 +202,7 @@ class Runtime {
   CommPtr shard_group_;
   CommPtr replicate_group_;
   ShardingOptions options_;
+  c10::Device device_ = c10::Device(c10::kCPU);
   std::vector<std::shared_ptr<Unit>> units_;  // wrapped units in model order, root last
   std::deque<PendingReduce> pending_;
   bool sync_gradients_ = true;

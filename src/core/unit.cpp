@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "core/check.h"
+#include "core/collectives.h"
 #include "core/dtypes.h"
 #include "core/runtime.h"
 
@@ -65,7 +66,8 @@ Unit::Unit(Runtime& runtime, std::string name, const torch::nn::Module* module,
       module_(module),
       is_root_(is_root),
       flat_(std::move(slots), runtime.shard_group().rank(), runtime.shard_group().size(),
-            to_scalar_type(runtime.options().param_dtype_), runtime.options().param_init_),
+            to_scalar_type(runtime.options().param_dtype_), runtime.options().param_init_,
+            runtime.device()),
       policy_(policy) {
   register_grad_hooks();
   // FlatParam starts gathered (it was built from the full parameters); start sharded.
@@ -113,9 +115,7 @@ void Unit::issue_unshard(const char* phase) {
     gather_src_ = runtime_.pool().empty(flat_.shard_numel(), flat_.param_dtype());
     gather_src_.copy_(flat_.shard());
   }
-  gather_ = runtime_.shard_group().all_gather_async(gather_src_.data_ptr(), full.data_ptr(),
-                                                    static_cast<size_t>(flat_.shard_numel()),
-                                                    to_dtype(flat_.param_dtype()));
+  gather_ = all_gather(runtime_.shard_group(), gather_src_, full);
   state_ = UnitState::kGathering;
 }
 
@@ -223,9 +223,7 @@ void Unit::reduce_gradients() {
   Comm& group = runtime_.shard_group();
   if (group.size() > 1) {
     pending.output = runtime_.pool().empty(flat_.shard_numel(), reduce_type);
-    pending.work = group.reduce_scatter_async(pending.source.data_ptr(), pending.output.data_ptr(),
-                                              static_cast<size_t>(flat_.shard_numel()),
-                                              to_dtype(reduce_type), ReduceOp::kSum);
+    pending.work = reduce_scatter(group, pending.source, pending.output, ReduceOp::kSum);
   } else {
     pending.output = pending.source;
   }

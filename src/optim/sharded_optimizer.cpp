@@ -47,10 +47,11 @@ detail::DecayRegions decay_regions(const char* who, size_t i, const ShardedParam
     if (n > 0) r.runs.emplace_back(0, n);
     return r;
   }
-  at::Tensor on = s.decay_mask.reshape({-1}).ne(0).contiguous();
-  if (!s.decay_mask.reshape({-1}).eq(1).eq(on).all().item<bool>()) {
+  const at::Tensor on_device = s.decay_mask.reshape({-1}).ne(0);
+  if (!s.decay_mask.reshape({-1}).eq(1).eq(on_device).all().item<bool>()) {
     bad_shard(who, i, "has a decay mask with values other than 0 and 1", s);
   }
+  const at::Tensor on = on_device.to(at::kCPU).contiguous();  // read here, once
   const bool* m = on.data_ptr<bool>();
   for (int64_t k = 0; k < n;) {
     if (!m[k]) {
@@ -63,7 +64,7 @@ detail::DecayRegions decay_regions(const char* who, size_t i, const ShardedParam
   }
   if (r.runs.size() > kMaxDecayRuns) {
     r.runs.clear();
-    r.dense = on;
+    r.dense = on_device;
   }
   return r;
 }

@@ -17,6 +17,7 @@
 #include <optional>
 #include <sstream>
 
+#include "core/collectives.h"
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/checkpoint/full_state.h"
 #include "fsdp/data/corpus.h"
@@ -110,8 +111,7 @@ void broadcast_shards(FullyShardedModel& model) {
   if (replicas.size() == 1) return;
   replicas.set_context("fsdp_sync_module_states broadcast");
   for (const UnitShard& s : model.shards()) {
-    replicas.broadcast(s.param.data_ptr(), static_cast<size_t>(s.param.numel()), DType::kFloat32,
-                       0);
+    broadcast(replicas, s.param, 0)->wait();
   }
 }
 

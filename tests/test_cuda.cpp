@@ -1,0 +1,193 @@
+// CUDA in one process: the choice of NCCL, ShardingOptions::device and its errors (these run on
+// every machine), and, on a GPU, the NCCL backend at world size 1, the pinned host staging that
+// lets host backends carry CUDA tensors, and a sharded model placed on the GPU. Multi-rank CUDA
+// training is in the parity tests (parity_cuda_*). Tests that need a GPU skip, with the reason,
+// where there is none.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <string>
+
+#include "comm/rendezvous.h"
+#include "core/collectives.h"
+#include "fsdp/fsdp.h"
+
+namespace fsdp {
+namespace {
+
+#define EXPECT_CONTAINS(text, part) \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)
+
+#define REQUIRE_CUDA()                                                                             \
+  if (!at::globalContext().hasCUDA())                                                              \
+  GTEST_SKIP() << "CUDA is not available here (a LibTorch without CUDA, or no GPU visible): this " \
+                  "runs on a GPU machine (scripts/gpu.sh)"
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+comm_internal::EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+}
+
+torch::nn::Sequential small_model() {
+  torch::manual_seed(7);
+  return torch::nn::Sequential(torch::nn::Linear(8, 16), torch::nn::ReLU(),
+                               torch::nn::Linear(16, 4));
+}
+
+TEST(CudaChoice, AutoPicksNcclForCudaJobsOutsideMpirun) {
+  using comm_internal::resolve_launch;
+  const auto torchrun = env_of({{"RANK", "0"},
+                                {"WORLD_SIZE", "2"},
+                                {"MASTER_ADDR", "127.0.0.1"},
+                                {"MASTER_PORT", "29999"},
+                                {"LOCAL_RANK", "0"},
+                                {"LOCAL_WORLD_SIZE", "2"}});
+  EXPECT_EQ(resolve_launch("auto", torchrun, true, /*cuda=*/true).backend, "nccl");
+  EXPECT_EQ(resolve_launch("auto", torchrun, true, /*cuda=*/false).backend, "gloo");
+  EXPECT_EQ(resolve_launch("auto", env_of({}), true, /*cuda=*/true).backend, "nccl");
+  // mpirun's ranks may share a GPU, which NCCL refuses: MPI stays.
+  const auto mpirun = env_of({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}});
+  EXPECT_EQ(resolve_launch("auto", mpirun, true, /*cuda=*/true).backend, "mpi");
+  const std::string e = error_of([&] {
+    resolve_launch("nccl", env_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}}), true, true);
+  });
+  EXPECT_CONTAINS(e, "nccl backend with 2 ranks needs MASTER_PORT");
+}
+
+TEST(CudaChoice, BadCommDeviceIsNamed) {
+  CommOptions options;
+  options.device = "gpu";
+  EXPECT_CONTAINS(error_of([&] { init_comm(options); }), "CommOptions::device must be");
+}
+
+TEST(CudaChoice, NcclInABuildWithoutItSaysWhy) {
+  if (at::globalContext().hasCUDA()) GTEST_SKIP() << "this build has CUDA: NCCL is built";
+  CommOptions options;
+  options.backend = "nccl";
+  EXPECT_CONTAINS(error_of([&] { init_comm(options); }), "built without NCCL");
+}
+
+TEST(DeviceOption, UnknownDeviceNamesTheOption) {
+  const std::string e = error_of([] {
+    fully_shard(small_model().ptr(), make_local_comm(), ShardingOptions().device("tpu:0"));
+  });
+  EXPECT_CONTAINS(e, "ShardingOptions::device 'tpu:0'");
+}
+
+TEST(DeviceOption, CudaWithoutCudaSaysSo) {
+  if (at::globalContext().hasCUDA()) GTEST_SKIP() << "CUDA is available: the error needs none";
+  const std::string e = error_of([] {
+    fully_shard(small_model().ptr(), make_local_comm(), ShardingOptions().device("cuda"));
+  });
+  EXPECT_CONTAINS(e, "CUDA is not available");
+}
+
+TEST(DeviceOption, Fp16IsRefusedOnCpuOnly) {
+  const std::string e = error_of([] {
+    fully_shard(small_model().ptr(), make_local_comm(),
+                ShardingOptions().param_dtype(DType::kFloat16));
+  });
+  EXPECT_CONTAINS(e, "not supported on CPU");
+}
+
+TEST(DeviceOption, ExplicitCpuKeepsEverythingOnTheCpu) {
+  auto model = small_model();
+  auto sharded = fully_shard(model.ptr(), make_local_comm(), ShardingOptions().device("cpu"));
+  for (const auto& s : sharded->shards()) EXPECT_TRUE(s.param.device().is_cpu());
+  for (const auto& p : model->parameters()) EXPECT_TRUE(p.device().is_cpu());
+}
+
+TEST(CudaCollectives, HostBackendsCarryCudaTensorsThroughPinnedBuffers) {
+  REQUIRE_CUDA();
+  CommPtr comm = make_local_comm();  // a host backend: the tensors below are staged
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  at::Tensor in = at::arange(6, cuda.dtype(at::kFloat));
+  at::Tensor out = at::zeros({6}, cuda.dtype(at::kFloat));
+  all_gather(*comm, in, out)->wait();
+  EXPECT_TRUE(out.equal(in));
+  at::Tensor scattered = at::zeros({6}, cuda.dtype(at::kFloat));
+  reduce_scatter(*comm, in, scattered, ReduceOp::kSum)->wait();
+  EXPECT_TRUE(scattered.equal(in));
+  at::Tensor data = in.to(at::kBFloat16);
+  all_reduce(*comm, data, ReduceOp::kAvg)->wait();
+  EXPECT_TRUE(data.equal(in.to(at::kBFloat16)));
+  broadcast(*comm, data, 0)->wait();
+  EXPECT_TRUE(data.device().is_cuda());
+}
+
+TEST(Nccl, WorldOfOneRunsEveryCollectiveOnDeviceAndHostMemory) {
+  REQUIRE_CUDA();
+  CommOptions options;
+  options.backend = "nccl";
+  options.device = "cuda";
+  CommPtr comm = init_comm(options);
+  EXPECT_EQ(comm->backend(), "nccl");
+  EXPECT_EQ(comm->device(), CommDevice::kCuda);
+  const auto cuda = at::TensorOptions().device(at::kCUDA, comm->device_index());
+  at::Tensor in = at::arange(10, cuda.dtype(at::kFloat));
+  at::Tensor out = at::zeros({10}, cuda.dtype(at::kFloat));
+  all_gather(*comm, in, out)->wait();
+  reduce_scatter(*comm, in, out, ReduceOp::kAvg)->wait();
+  EXPECT_TRUE(out.equal(in));
+  at::Tensor bf16 = in.to(at::kBFloat16);
+  all_reduce(*comm, bf16, ReduceOp::kSum)->wait();
+  EXPECT_TRUE(bf16.equal(in.to(at::kBFloat16)));
+  // Host memory: the control messages of checkpoints and the trainer.
+  int64_t token = 41;
+  comm->all_reduce(&token, 1, DType::kInt64, ReduceOp::kSum);
+  EXPECT_EQ(token, 41);
+  std::vector<float> host = {1, 2, 3}, gathered(3);
+  comm->all_gather(host.data(), gathered.data(), 3, DType::kFloat32);
+  EXPECT_EQ(gathered, host);
+  comm->barrier();
+  CommPtr child = comm->split(0, 0);
+  EXPECT_EQ(child->size(), 1);
+  child->all_reduce(&token, 1, DType::kInt64, ReduceOp::kSum);
+  EXPECT_EQ(token, 41);
+}
+
+// The same model and steps sharded on the CPU and on the GPU: the GPU run keeps shards, gathered
+// parameters, gradients and buffers there, and trains to the same losses within the difference
+// of two sets of kernels (fp32 matmuls summed in other orders: 1e-5 relative on losses near 1).
+TEST(CudaSharding, ParametersMovedToTheGpuTrainAsOnTheCpu) {
+  REQUIRE_CUDA();
+  auto losses = [](const std::string& device) {
+    auto model = small_model();
+    model->register_buffer("scale", torch::ones({1}));
+    auto sharded = fully_shard(model.ptr(), make_local_comm(), ShardingOptions().device(device));
+    std::vector<ShardedParam> params = sharded_params(*sharded);
+    AdamW opt(params, AdamWOptions());
+    const c10::Device where(device);
+    for (const auto& p : model->parameters()) EXPECT_EQ(p.device().type(), where.type());
+    for (const auto& b : model->buffers()) EXPECT_EQ(b.device().type(), where.type());
+    torch::manual_seed(11);
+    const at::Tensor x = torch::randn({32, 8}).to(where), y = torch::randn({32, 4}).to(where);
+    std::vector<double> out;
+    for (int step = 0; step < 5; ++step) {
+      opt.zero_grad();
+      at::Tensor loss = (fsdp::forward(model, x) - y).pow(2).mean();
+      loss.backward();
+      opt.step();
+      out.push_back(loss.item<double>());
+    }
+    return out;
+  };
+  const std::vector<double> cpu = losses("cpu"), gpu = losses("cuda");
+  for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(gpu[i], cpu[i], 1e-5 * cpu[i]) << i;
+  EXPECT_LT(gpu.back(), gpu.front());
+}
+
+}  // namespace
+}  // namespace fsdp
