@@ -13,7 +13,7 @@
 #include <functional>
 #include <iostream>
 
-#include "core/dtypes.h"
+#include "comm/scalar_type.h"
 #include "fsdp/fsdp.h"
 #include "test_util.h"
 

@@ -26,6 +26,7 @@
 
 #include "comm/internal.h"
 #include "comm/progress.h"
+#include "comm/scalar_type.h"
 
 namespace fsdp {
 namespace comm_internal {
@@ -36,20 +37,6 @@ using Clock = std::chrono::steady_clock;
 // Past our deadline, so that where the host waits our report (naming the missing ranks) comes
 // first; the watchdog's abort is for hangs no host wait sees.
 constexpr std::chrono::milliseconds kWatchdogGrace{30000};
-
-at::ScalarType scalar_type(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return at::kFloat;
-    case DType::kBFloat16:
-      return at::kBFloat16;
-    case DType::kFloat16:
-      return at::kHalf;
-    case DType::kInt64:
-      return at::kLong;
-  }
-  throw CommError("fsdp: unknown dtype");
-}
 
 bool is_device_memory(const void* ptr) {
   cudaPointerAttributes attr{};
@@ -226,7 +213,7 @@ class NcclComm : public Comm {
   // (of its contents when the collective reads them).
   Operand operand(void* ptr, size_t count, DType dtype, bool read) const {
     const int64_t n = static_cast<int64_t>(count);
-    const at::ScalarType type = scalar_type(dtype);
+    const at::ScalarType type = to_scalar_type(dtype);
     const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(device_));
     if (is_device_memory(ptr)) {
       return {at::from_blob(ptr, {n}, at::TensorOptions().dtype(type).device(device)), {}};

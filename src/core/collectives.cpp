@@ -4,29 +4,11 @@
 
 #include <ATen/ops/empty.h>
 
+#include "comm/scalar_type.h"
 #include "core/check.h"
-#include "core/dtypes.h"
 
 namespace fsdp {
 namespace {
-
-size_t count_of(const at::Tensor& t) { return static_cast<size_t>(t.numel()); }
-
-void check_contiguous(const at::Tensor& t, const char* what) {
-  FSDP_CHECK(t.is_contiguous(), "collective on a non-contiguous ", what, " tensor");
-}
-
-// A host backend given a device tensor.
-bool staged(const Comm& comm, const at::Tensor& t) {
-  return !t.device().is_cpu() && comm.device() == CommDevice::kCpu;
-}
-
-// A pinned host copy of `t` (its contents when `copy`), so that the device copies are DMA.
-at::Tensor host_copy(const at::Tensor& t, bool copy) {
-  at::Tensor host = at::empty({t.numel()}, t.options().device(at::kCPU).pinned_memory(true));
-  if (copy) host.copy_(t.reshape({-1}));  // blocking: the host backend reads it next
-  return host;
-}
 
 // Waits for the host collective, then copies its result back to the device tensor.
 class StagedWork : public Work {
@@ -51,54 +33,52 @@ class StagedWork : public Work {
   at::Tensor host_in_, host_out_, device_out_;
 };
 
+// A pinned host copy of `t` (of its contents when `copy`), so that the device copies are DMA.
+at::Tensor host_copy(const at::Tensor& t, bool copy) {
+  at::Tensor host = at::empty({t.numel()}, t.options().device(at::kCPU).pinned_memory(true));
+  if (copy) host.copy_(t.reshape({-1}));  // blocking: the host backend reads it next
+  return host;
+}
+
+// Runs `issue(in, out)` (raw pointers) on the tensors themselves, or, for a host backend given
+// device tensors, on pinned host copies; `out` may be `in` (in-place collectives).
+template <typename Issue>
+WorkPtr run(Comm& comm, const at::Tensor& in, const at::Tensor& out, Issue issue) {
+  FSDP_CHECK(in.is_contiguous() && out.is_contiguous(), "collective on a non-contiguous tensor");
+  const bool staged = !in.device().is_cpu() && comm.device() == CommDevice::kCpu;
+  if (!staged) return issue(in.data_ptr(), out.data_ptr());
+  at::Tensor host_in = host_copy(in, true);
+  at::Tensor host_out = out.is_same(in) ? host_in : host_copy(out, false);
+  WorkPtr work = issue(host_in.data_ptr(), host_out.data_ptr());
+  return std::make_shared<StagedWork>(std::move(work), host_in, host_out, out);
+}
+
+size_t count_of(const at::Tensor& t) { return static_cast<size_t>(t.numel()); }
+
 }  // namespace
 
 WorkPtr all_gather(Comm& comm, const at::Tensor& in, const at::Tensor& out) {
-  check_contiguous(in, "input");
-  check_contiguous(out, "output");
-  const DType dtype = to_dtype(in.scalar_type());
-  if (!staged(comm, in)) {
-    return comm.all_gather_async(in.data_ptr(), out.data_ptr(), count_of(in), dtype);
-  }
-  at::Tensor host_in = host_copy(in, true), host_out = host_copy(out, false);
-  WorkPtr work =
-      comm.all_gather_async(host_in.data_ptr(), host_out.data_ptr(), count_of(in), dtype);
-  return std::make_shared<StagedWork>(std::move(work), host_in, host_out, out);
+  return run(comm, in, out, [&](void* i, void* o) {
+    return comm.all_gather_async(i, o, count_of(in), to_dtype(in.scalar_type()));
+  });
 }
 
 WorkPtr reduce_scatter(Comm& comm, const at::Tensor& in, const at::Tensor& out, ReduceOp op) {
-  check_contiguous(in, "input");
-  check_contiguous(out, "output");
-  const DType dtype = to_dtype(in.scalar_type());
-  if (!staged(comm, in)) {
-    return comm.reduce_scatter_async(in.data_ptr(), out.data_ptr(), count_of(out), dtype, op);
-  }
-  at::Tensor host_in = host_copy(in, true), host_out = host_copy(out, false);
-  WorkPtr work =
-      comm.reduce_scatter_async(host_in.data_ptr(), host_out.data_ptr(), count_of(out), dtype, op);
-  return std::make_shared<StagedWork>(std::move(work), host_in, host_out, out);
+  return run(comm, in, out, [&](void* i, void* o) {
+    return comm.reduce_scatter_async(i, o, count_of(out), to_dtype(in.scalar_type()), op);
+  });
 }
 
 WorkPtr all_reduce(Comm& comm, const at::Tensor& data, ReduceOp op) {
-  check_contiguous(data, "input");
-  const DType dtype = to_dtype(data.scalar_type());
-  if (!staged(comm, data)) {
-    return comm.all_reduce_async(data.data_ptr(), count_of(data), dtype, op);
-  }
-  at::Tensor host = host_copy(data, true);
-  WorkPtr work = comm.all_reduce_async(host.data_ptr(), count_of(data), dtype, op);
-  return std::make_shared<StagedWork>(std::move(work), at::Tensor(), host, data);
+  return run(comm, data, data, [&](void*, void* d) {
+    return comm.all_reduce_async(d, count_of(data), to_dtype(data.scalar_type()), op);
+  });
 }
 
 WorkPtr broadcast(Comm& comm, const at::Tensor& data, int root) {
-  check_contiguous(data, "input");
-  const DType dtype = to_dtype(data.scalar_type());
-  if (!staged(comm, data)) {
-    return comm.broadcast_async(data.data_ptr(), count_of(data), dtype, root);
-  }
-  at::Tensor host = host_copy(data, true);
-  WorkPtr work = comm.broadcast_async(host.data_ptr(), count_of(data), dtype, root);
-  return std::make_shared<StagedWork>(std::move(work), at::Tensor(), host, data);
+  return run(comm, data, data, [&](void*, void* d) {
+    return comm.broadcast_async(d, count_of(data), to_dtype(data.scalar_type()), root);
+  });
 }
 
 }  // namespace fsdp

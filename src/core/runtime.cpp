@@ -12,9 +12,9 @@
 #include <set>
 #include <unordered_map>
 
+#include "comm/scalar_type.h"
 #include "core/check.h"
 #include "core/collectives.h"
-#include "core/dtypes.h"
 #include "fsdp/init.h"
 #include "fsdp/units.h"
 

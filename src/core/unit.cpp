@@ -6,9 +6,9 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include "comm/scalar_type.h"
 #include "core/check.h"
 #include "core/collectives.h"
-#include "core/dtypes.h"
 #include "core/runtime.h"
 
 namespace fsdp {

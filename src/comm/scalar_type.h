@@ -1,4 +1,5 @@
-// Conversions between the comm layer's torch-free DType and LibTorch's ScalarType.
+// Conversions between the comm layer's torch-free DType and LibTorch's ScalarType, for the
+// layers that hand tensors to a Comm and for the backends built on c10d (NCCL).
 #pragma once
 
 #include <c10/core/ScalarType.h>

@@ -1,7 +1,7 @@
-// DType <-> ScalarType, for the core's calls into the comm layer.
-#include "core/dtypes.h"
+// DType <-> ScalarType (scalar_type.h).
+#include "comm/scalar_type.h"
 
-#include "core/check.h"
+#include <string>
 
 namespace fsdp {
 
@@ -16,8 +16,7 @@ at::ScalarType to_scalar_type(DType dtype) {
     case DType::kInt64:
       return at::kLong;
   }
-  FSDP_CHECK(false, "unknown DType ", static_cast<int>(dtype));
-  return at::kFloat;
+  throw CommError("fsdp: unknown DType " + std::to_string(static_cast<int>(dtype)));
 }
 
 DType to_dtype(at::ScalarType type) {
@@ -33,9 +32,8 @@ DType to_dtype(at::ScalarType type) {
     default:
       break;
   }
-  FSDP_CHECK(false, "dtype ", c10::toString(type),
-             " cannot be communicated (fp32, bf16, fp16, int64)");
-  return DType::kFloat32;
+  throw CommError(std::string("fsdp: dtype ") + c10::toString(type) +
+                  " cannot be communicated (fp32, bf16, fp16, int64)");
 }
 
 }  // namespace fsdp
