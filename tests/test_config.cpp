@@ -487,6 +487,49 @@ TEST(ConfigErrors, BadYamlAndMissingFiles) {
   }
 }
 
+// A config must be a regular file of bounded size: a folder once meant "no settings" (rc 0), and
+// /dev/zero was read until the kernel killed the process. The /dev/zero case comes last, after
+// assertions that stop the test on a build that would read it without end.
+TEST(ConfigErrors, ConfigIsARegularFileOfBoundedSize) {
+  const std::string folder = ::testing::TempDir();
+  try {
+    fsdp::load_config(folder);
+    FAIL() << "a folder was taken as a config";
+  } catch (const ConfigError& e) {
+    ASSERT_TRUE(contains(e.what(), folder + ": is a folder, not a config file"));
+  }
+  const std::string big = temp_file("big.yaml", "# " + std::string(fsdp::kMaxConfigFileBytes, 'x') + "\n");
+  try {
+    fsdp::load_config(big);
+    FAIL() << "a config larger than the limit was read";
+  } catch (const ConfigError& e) {
+    ASSERT_TRUE(contains(e.what(), big + ": is larger than 1024 KiB"));
+  }
+  const std::string fits = temp_file("fits.yaml", "# " + std::string(fsdp::kMaxConfigFileBytes - 40, 'x') +
+                                                      "\noptim:\n  lr: 0.5\n");
+  EXPECT_EQ(fsdp::load_config(fits).optim.lr, 0.5);
+  try {
+    fsdp::load_config("/dev/zero");
+    ADD_FAILURE() << "/dev/zero was taken as a config";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "/dev/zero: is not a regular file"));
+  }
+}
+
+// train.process_group_timeout: seconds, a millisecond to a week; errors name the key.
+TEST(ConfigErrors, ProcessGroupTimeoutIsCheckedAndNamed) {
+  EXPECT_EQ(TrainConfig().train.process_group_timeout, 300);
+  EXPECT_EQ(parse("train:\n  process_group_timeout: 2.5\n").train.process_group_timeout, 2.5);
+  const ConfigError zero = parse_error("train:\n  process_group_timeout: 0\n");
+  EXPECT_EQ(std::string(zero.what()),
+            "test.yaml:2: train.process_group_timeout: must be in [0.001, 604800] seconds, got 0");
+  const ConfigError text = parse_error("", {{"train.process_group_timeout", "5m"}});
+  EXPECT_EQ(std::string(text.what()),
+            "--train.process_group_timeout: expected a number, got '5m'");
+  const ConfigError huge = parse_error("", {{"train.process_group_timeout", "1e9"}});
+  EXPECT_TRUE(contains(huge.what(), "--train.process_group_timeout: must be in"));
+}
+
 // --- not supported yet -----------------------------------------------------------------------
 
 TEST(ConfigUnsupported, EachIsAnErrorThatSaysSo) {

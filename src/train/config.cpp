@@ -6,6 +6,10 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -194,12 +198,43 @@ void Builder::check_same_source(const std::string& target, const std::string& be
   }
 }
 
+// Reads fd to its end into `text`; returns what went wrong ("" if nothing): a read error, or more
+// than kMaxConfigFileBytes (a file that grows while it is read stops there too).
+std::string read_bounded(int fd, std::string& text) {
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return std::string("cannot read: ") + std::strerror(errno);
+    if (n == 0) return "";
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxConfigFileBytes) {
+      return "is larger than " + std::to_string(kMaxConfigFileBytes / 1024) +
+             " KiB, the most a config file may hold";
+    }
+  }
+}
+
+// A config is a regular file of at most kMaxConfigFileBytes: a folder is not silently "no settings",
+// and /dev/zero or a FIFO cannot be read without end. Checked on the open descriptor, so what is
+// read is what was checked.
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path, 0, "", std::string("cannot open: ") + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw ConfigError(path, 0, "", std::string("cannot open: ") + std::strerror(errno));
+  struct stat st {};
+  std::string problem;
+  if (::fstat(fd, &st) != 0) {
+    problem = std::string("cannot stat: ") + std::strerror(errno);
+  } else if (S_ISDIR(st.st_mode)) {
+    problem = "is a folder, not a config file";
+  } else if (!S_ISREG(st.st_mode)) {
+    problem = "is not a regular file (a device, FIFO or socket), so it cannot be a config file";
+  }
+  std::string text;
+  if (problem.empty()) problem = read_bounded(fd, text);
+  ::close(fd);
+  if (!problem.empty()) throw ConfigError(path, 0, "", problem);
+  return text;
 }
 
 // Scalars a YAML reader could take for something else (booleans, numbers, nulls) or that hold
