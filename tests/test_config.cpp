@@ -873,8 +873,25 @@ TEST(ConfigArgs, Errors) {
   EXPECT_TRUE(
       contains(args_error({"--prompt", "x"}), "--prompt: is not a flag of `fsdp-train train`"));
   EXPECT_TRUE(contains(args_error({"stray"}), "stray: unexpected argument"));
-  EXPECT_TRUE(contains(args_error({"sample", "--top-k", "-1"}), "--top-k: must be at least 0"));
-  EXPECT_TRUE(contains(args_error({"sample", "--temperature", "hot"}), "expected a number"));
+  EXPECT_EQ(args_error({"sample", "--top-k", "-1"}),
+            "--top-k: -1 is out of range [0, 2147483647]");
+  EXPECT_EQ(args_error({"sample", "--temperature", "hot"}), "--temperature: 'hot' is not a number");
+}
+
+// Every numeric flag goes through one checked parser with a range: trailing text is not dropped,
+// and a number past the range is refused rather than wrapped; each error names the flag.
+TEST(ConfigArgs, NumbersAreWholeAndInRange) {
+  EXPECT_EQ(args_error({"sample", "--max-new-tokens", "3abc"}),
+            "--max-new-tokens: '3abc' is not an integer");
+  EXPECT_EQ(args_error({"sample", "--num-samples", "99999999999"}),
+            "--num-samples: 99999999999 is out of range [1, 1048576]");
+  EXPECT_EQ(args_error({"sample", "--top-k", "1e3"}), "--top-k: '1e3' is not an integer");
+  EXPECT_EQ(args_error({"sample", "--seed", "99999999999999999999"}),
+            "--seed: 99999999999999999999 is out of range [0, 9223372036854775807]");
+  EXPECT_EQ(args_error({"sample", "--temperature", "0x10"}),
+            "--temperature: '0x10' is not a number");
+  EXPECT_EQ(args_error({"sample", "--temperature", "inf"}), "--temperature: 'inf' is not a number");
+  EXPECT_EQ(args({"sample", "--seed", "99999999999"}).sample.seed, 99999999999);
   EXPECT_TRUE(contains(args_error({"--config", "a.yaml", "--config", "b.yaml"}), "given twice"));
   EXPECT_TRUE(contains(args_error({"--print-config=yes"}), "takes no value"));
   EXPECT_TRUE(contains(args_error({"--optim.lr", "-2"}), "--optim.lr: must be > 0, got -2"));

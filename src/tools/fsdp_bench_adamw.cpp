@@ -22,6 +22,7 @@
 
 #include "fsdp/optim.h"
 #include "optim/kernels/adamw_kernel.h"
+#include "util/number_flag.h"
 
 namespace {
 
@@ -39,19 +40,9 @@ struct Flag {
   std::function<void(Args&, const std::string&)> set;
 };
 
+// The shared checked parser (util/number_flag.h); every flag here is a count up to 2^40.
 int64_t parse_int(const std::string& flag, const std::string& s, int64_t min) {
-  size_t used = 0;
-  int64_t v = 0;
-  try {
-    v = std::stoll(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != s.size() || s.empty()) throw std::invalid_argument(flag + ": not an integer: " + s);
-  if (v < min) {
-    throw std::invalid_argument(flag + " must be at least " + std::to_string(min) + ", got " + s);
-  }
-  return v;
+  return fsdp::flags::parse_int(flag, s, min, int64_t{1} << 40);
 }
 
 const std::vector<Flag>& flags() {
