@@ -655,6 +655,8 @@ std::map<std::string, Change> changes() {
       {"train.resume", {[](TrainConfig& c) { c.train.resume = "no"; }}},  // a path named "no"
       {"train.metrics_file", {[](TrainConfig& c) { c.train.metrics_file = "m.jsonl"; }}},
       {"train.num_threads", {[](TrainConfig& c) { c.train.num_threads = 0; }}},
+      {"train.process_group_timeout",
+       {[](TrainConfig& c) { c.train.process_group_timeout = 2.5; }}},
   };
 }
 

@@ -40,21 +40,22 @@ struct Flag {
   std::function<void(Args&, const std::string&)> set;
 };
 
-// The shared checked parser (util/number_flag.h); every flag here is a count up to 2^40.
-int64_t parse_int(const std::string& flag, const std::string& s, int64_t min) {
-  return fsdp::flags::parse_int(flag, s, min, int64_t{1} << 40);
+// The shared checked parser (util/number_flag.h), with each flag's range.
+int64_t parse_int(const std::string& flag, const std::string& s, int64_t min, int64_t max) {
+  return fsdp::flags::parse_int(flag, s, min, max);
 }
+constexpr int64_t kMaxElements = int64_t{1} << 36, kMaxSteps = 1000000, kMaxThreads = 4096;
 
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
       {"--n", "elements in the shard (default 100000000)",
-       [](Args& a, const std::string& v) { a.n = parse_int("--n", v, 1); }},
+       [](Args& a, const std::string& v) { a.n = parse_int("--n", v, 1, kMaxElements); }},
       {"--threads", "intra-op threads for all three (default: LibTorch's, here all cores)",
-       [](Args& a, const std::string& v) { a.threads = parse_int("--threads", v, 1); }},
+       [](Args& a, const std::string& v) { a.threads = parse_int("--threads", v, 1, kMaxThreads); }},
       {"--steps", "timed steps; the median is reported (default 5)",
-       [](Args& a, const std::string& v) { a.steps = parse_int("--steps", v, 1); }},
+       [](Args& a, const std::string& v) { a.steps = parse_int("--steps", v, 1, kMaxSteps); }},
       {"--warmup", "untimed steps first (default 1)",
-       [](Args& a, const std::string& v) { a.warmup = parse_int("--warmup", v, 0); }},
+       [](Args& a, const std::string& v) { a.warmup = parse_int("--warmup", v, 0, kMaxSteps); }},
   };
   return table;
 }
