@@ -356,7 +356,8 @@ TEST_F(Damaged, EveryReaderRefusesAnUncommittedCheckpoint) {
 TEST_F(Damaged, EveryRankNamesTheFileOfTheRankThatFailedToLoad) {
   const int last = world_->size() - 1;
   if (last == 0) GTEST_SKIP() << "needs a rank other than the failing one";
-  const std::string missing = path_ + "/shard_" + pad5(last) + "-of-" + pad5(world_->size()) + ".bin";
+  const std::string missing =
+      path_ + "/shard_" + pad5(last) + "-of-" + pad5(world_->size()) + ".bin";
   const std::string error = load_error([&] { fs::remove(missing); });
   EXPECT_NE(error.find("'" + missing + "' is missing"), std::string::npos) << error;
   if (world_->rank() != last) {

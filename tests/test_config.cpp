@@ -498,15 +498,17 @@ TEST(ConfigErrors, ConfigIsARegularFileOfBoundedSize) {
   } catch (const ConfigError& e) {
     ASSERT_TRUE(contains(e.what(), folder + ": is a folder, not a config file"));
   }
-  const std::string big = temp_file("big.yaml", "# " + std::string(fsdp::kMaxConfigFileBytes, 'x') + "\n");
+  const std::string big =
+      temp_file("big.yaml", "# " + std::string(fsdp::kMaxConfigFileBytes, 'x') + "\n");
   try {
     fsdp::load_config(big);
     FAIL() << "a config larger than the limit was read";
   } catch (const ConfigError& e) {
     ASSERT_TRUE(contains(e.what(), big + ": is larger than 1024 KiB"));
   }
-  const std::string fits = temp_file("fits.yaml", "# " + std::string(fsdp::kMaxConfigFileBytes - 40, 'x') +
-                                                      "\noptim:\n  lr: 0.5\n");
+  const std::string fits =
+      temp_file("fits.yaml",
+                "# " + std::string(fsdp::kMaxConfigFileBytes - 40, 'x') + "\noptim:\n  lr: 0.5\n");
   EXPECT_EQ(fsdp::load_config(fits).optim.lr, 0.5);
   try {
     fsdp::load_config("/dev/zero");
@@ -524,8 +526,7 @@ TEST(ConfigErrors, ProcessGroupTimeoutIsCheckedAndNamed) {
   EXPECT_EQ(std::string(zero.what()),
             "test.yaml:2: train.process_group_timeout: must be in [0.001, 604800] seconds, got 0");
   const ConfigError text = parse_error("", {{"train.process_group_timeout", "5m"}});
-  EXPECT_EQ(std::string(text.what()),
-            "--train.process_group_timeout: expected a number, got '5m'");
+  EXPECT_EQ(std::string(text.what()), "--train.process_group_timeout: expected a number, got '5m'");
   const ConfigError huge = parse_error("", {{"train.process_group_timeout", "1e9"}});
   EXPECT_TRUE(contains(huge.what(), "--train.process_group_timeout: must be in"));
 }
@@ -875,8 +876,7 @@ TEST(ConfigArgs, Errors) {
   EXPECT_TRUE(
       contains(args_error({"--prompt", "x"}), "--prompt: is not a flag of `fsdp-train train`"));
   EXPECT_TRUE(contains(args_error({"stray"}), "stray: unexpected argument"));
-  EXPECT_EQ(args_error({"sample", "--top-k", "-1"}),
-            "--top-k: -1 is out of range [0, 2147483647]");
+  EXPECT_EQ(args_error({"sample", "--top-k", "-1"}), "--top-k: -1 is out of range [0, 2147483647]");
   EXPECT_EQ(args_error({"sample", "--temperature", "hot"}), "--temperature: 'hot' is not a number");
 }
 

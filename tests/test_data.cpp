@@ -244,8 +244,11 @@ TEST(TokenFile, VocabularyIsCheckedBeforeTrainingAndRemembered) {
   write_token_file(bad, {1, 60000, 3, 60001});
   EXPECT_NO_THROW(check_vocabulary({{good, 0, 2}, {good, 2, -1}}, 50257, cache));
   EXPECT_EQ(TokenFile::open(good).max_token(), 50256);
-  expect_error([&] { check_vocabulary({{good}, {bad, 0, 1}}, 50257, cache); },
-               {bad, "token 60000 at position 1", "vocabulary of 50257"});
+  expect_error(
+      [&] {
+        check_vocabulary({{good}, {bad, 0, 1}}, 50257, cache);
+      },
+      {bad, "token 60000 at position 1", "vocabulary of 50257"});
   // The largest token is remembered, per file: a smaller vocabulary is checked without a scan, a
   // larger one passes.
   EXPECT_NO_THROW(check_vocabulary({{bad}}, 60002, cache));
@@ -257,7 +260,8 @@ TEST(TokenFile, VocabularyIsCheckedBeforeTrainingAndRemembered) {
   write_token_file(good, {1, 2, 50257, 4});
   const timespec later[2] = {{0, UTIME_OMIT}, {4102444800, 0}};  // 2100-01-01
   ASSERT_EQ(utimensat(AT_FDCWD, good.c_str(), later, 0), 0);
-  expect_error([&] { check_vocabulary({{good}}, 50257, cache); }, {good, "token 50257 at position 2"});
+  expect_error([&] { check_vocabulary({{good}}, 50257, cache); },
+               {good, "token 50257 at position 2"});
 }
 
 TEST(TokenFile, RangesOutsideTheFileAreErrors) {

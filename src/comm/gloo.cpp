@@ -279,9 +279,9 @@ class Worker {
   std::condition_variable cv_;
   std::deque<Task> queue_;
   bool stopping_ = false;
-  std::string failure_;                 // touched by the worker thread only
-  std::shared_ptr<TaskState> failed_;   // the task that failed first; worker thread only
-  std::thread thread_;   // last: starts after the members above exist
+  std::string failure_;                // touched by the worker thread only
+  std::shared_ptr<TaskState> failed_;  // the task that failed first; worker thread only
+  std::thread thread_;                 // last: starts after the members above exist
 };
 
 // Storage type Gloo sees for each DType; the reduce function does the arithmetic.

@@ -3,12 +3,12 @@
 // all flags are read, in validate().
 #include "launch/options.h"
 
-#include "util/number_flag.h"
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <sstream>
+
+#include "util/number_flag.h"
 
 namespace fsdp {
 namespace launch {

@@ -51,7 +51,9 @@ const std::vector<Flag>& flags() {
       {"--n", "elements in the shard (default 100000000)",
        [](Args& a, const std::string& v) { a.n = parse_int("--n", v, 1, kMaxElements); }},
       {"--threads", "intra-op threads for all three (default: LibTorch's, here all cores)",
-       [](Args& a, const std::string& v) { a.threads = parse_int("--threads", v, 1, kMaxThreads); }},
+       [](Args& a, const std::string& v) {
+         a.threads = parse_int("--threads", v, 1, kMaxThreads);
+       }},
       {"--steps", "timed steps; the median is reported (default 5)",
        [](Args& a, const std::string& v) { a.steps = parse_int("--steps", v, 1, kMaxSteps); }},
       {"--warmup", "untimed steps first (default 1)",

@@ -43,8 +43,8 @@ int main(int argc, char** argv) {
   int rank = -1;
   try {
     fsdp::CommOptions comm;
-    comm.timeout = std::chrono::milliseconds(
-        std::llround(args.config.train.process_group_timeout * 1000));
+    comm.timeout =
+        std::chrono::milliseconds(std::llround(args.config.train.process_group_timeout * 1000));
     fsdp::CommPtr world = fsdp::init_comm(comm);
     rank = world->rank();
     if (args.command == fsdp::TrainCommand::kSample) {

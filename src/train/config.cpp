@@ -4,11 +4,10 @@
 // back out (to_yaml), the key list for --help and docs, and the conversion to ShardingOptions.
 #include "fsdp/train/config.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -215,9 +214,9 @@ std::string read_bounded(int fd, std::string& text) {
   }
 }
 
-// A config is a regular file of at most kMaxConfigFileBytes: a folder is not silently "no settings",
-// and /dev/zero or a FIFO cannot be read without end. Checked on the open descriptor, so what is
-// read is what was checked.
+// A config is a regular file of at most kMaxConfigFileBytes: a folder is not silently "no
+// settings", and /dev/zero or a FIFO cannot be read without end. Checked on the open descriptor, so
+// what is read is what was checked.
 std::string read_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw ConfigError(path, 0, "", std::string("cannot open: ") + std::strerror(errno));

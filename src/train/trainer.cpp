@@ -91,7 +91,9 @@ Data prepare_data(const TrainConfig& c, RunLog& log) {
            (token_files ? "token file(s) '" + c.data.dataset + "'" : "'" + d.corpus.name + "'") +
            ": " + std::to_string(d.corpus.train_tokens) + " training tokens, " +
            std::to_string(d.corpus.val_tokens) + " validation (" + d.corpus.split + ")" +
-           (token_files ? ", read in place" : d.corpus.built ? ", tokenized now" : ", from the cache"));
+           (token_files      ? ", read in place"
+            : d.corpus.built ? ", tokenized now"
+                             : ", from the cache"));
   if (c.train.eval_every > 0 && d.val.empty()) {
     throw std::invalid_argument("train.eval_every: data.dataset '" + c.data.dataset +
                                 "' has no validation data; set data.val_split or "
@@ -222,7 +224,8 @@ ResumePlan without_latest(const std::string& key, const std::string& root) {
     const std::vector<std::string> unfinished = unfinished_steps(root);
     why = unfinished.empty() ? "no `latest`, no committed step folder"
                              : "its step folders have no COMMITTED marker, saves that did not "
-                               "finish: " + joined(unfinished);
+                               "finish: " +
+                                   joined(unfinished);
   }
   return {std::nullopt,
           key + ": no checkpoint under '" + root + "' (" + why + "); starting a fresh run"};

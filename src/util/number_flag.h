@@ -40,12 +40,13 @@ inline int64_t parse_int(const std::string& flag, const std::string& text, int64
   char* end = nullptr;
   errno = 0;
   const long long v = std::strtoll(text.c_str(), &end, 10);
-  const bool digits_only = !text.empty() && (std::isdigit(static_cast<unsigned char>(text[0])) ||
-                                             ((text[0] == '-' || text[0] == '+') && text.size() > 1));
+  const bool digits_only =
+      !text.empty() && (std::isdigit(static_cast<unsigned char>(text[0])) ||
+                        ((text[0] == '-' || text[0] == '+') && text.size() > 1));
   if (!digits_only || *end != '\0') throw NumberError(flag, "'" + text + "' is not an integer");
   if (errno == ERANGE || v < lo || v > hi) {
-    throw NumberError(flag, text + " is out of range [" + std::to_string(lo) + ", " +
-                                std::to_string(hi) + "]");
+    throw NumberError(
+        flag, text + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   }
   return v;
 }
