@@ -1,6 +1,11 @@
 // A small FSDP training program that misbehaves on request, for the fault tests (tests/faults.sh):
 //   --kill-rank R --at-step S   rank R kills itself with SIGKILL at step S, mid-step
 //   --stall-rank R --at-step S  rank R skips step S's backward (its collectives) and sleeps
+//   --stop-rank R --at-step S   rank R stops itself (SIGSTOP, as `kill -STOP` does) after step S's
+//                               forward: a hung rank, whose peers are in a backward prefetch
+//   --vocab V --batch B         the model's vocabulary (default 256) and sequences per step (2): a
+//                               large vocabulary makes the root's backward, which overlaps the
+//                               first prefetched all-gather, take long enough to matter
 //   --check-listeners 1         after training, list this rank's listening TCP sockets and exit 3
 //                               if any accepts connections from beyond loopback
 // The other ranks must not hang: the launcher notices a dead rank; a stalled rank's peers time
@@ -20,7 +25,8 @@
 namespace {
 
 struct Args {
-  int kill_rank = -1, stall_rank = -1, at_step = 2, steps = 5;
+  int kill_rank = -1, stall_rank = -1, stop_rank = -1, at_step = 2, steps = 5;
+  int vocab = 256, batch = 2;
   int timeout_ms = 3000;
   bool check_listeners = false;
   std::string backend = "auto";
@@ -35,6 +41,12 @@ Args parse(int argc, char** argv) {
       a.kill_rank = std::stoi(v);
     else if (k == "--stall-rank")
       a.stall_rank = std::stoi(v);
+    else if (k == "--stop-rank")
+      a.stop_rank = std::stoi(v);
+    else if (k == "--vocab")
+      a.vocab = std::stoi(v);
+    else if (k == "--batch")
+      a.batch = std::stoi(v);
     else if (k == "--at-step")
       a.at_step = std::stoi(v);
     else if (k == "--steps")
@@ -103,17 +115,24 @@ int main(int argc, char** argv) {
     options.timeout = std::chrono::milliseconds(a.timeout_ms);
     fsdp::CommPtr world = fsdp::init_comm(options);
     at::set_num_threads(1);
-    fsdp::GPT2 model(fsdp::GPT2Config::tiny());
+    fsdp::GPT2Config config = fsdp::GPT2Config::tiny();
+    config.vocab_size = a.vocab;
+    fsdp::GPT2 model(config);
     auto sharded = fsdp::fully_shard(
         model.ptr(), world, fsdp::ShardingOptions().wrap(fsdp::WrapPolicy::by_type({"GPT2Block"})));
     fsdp::AdamW opt(fsdp::sharded_params(*sharded));
     auto gen = at::make_generator<at::CPUGeneratorImpl>(world->rank());
     const int64_t T = fsdp::GPT2Config::tiny().n_positions;
     for (int step = 0; step < a.steps; ++step) {
-      at::Tensor tokens = at::randint(256, {2, T + 1}, gen, at::kLong);
+      at::Tensor tokens = at::randint(a.vocab, {a.batch, T + 1}, gen, at::kLong);
       at::Tensor loss =
           fsdp::gpt2_loss(fsdp::forward(model, tokens.narrow(1, 0, T)), tokens.narrow(1, 1, T));
       if (step == a.at_step && world->rank() == a.kill_rank) raise(SIGKILL);
+      if (step == a.at_step && world->rank() == a.stop_rank) {
+        std::fprintf(stderr, "rank %d: stopping (SIGSTOP) before backward at step %d\n",
+                     world->rank(), step);
+        raise(SIGSTOP);
+      }
       if (step == a.at_step && world->rank() == a.stall_rank) {
         std::fprintf(stderr, "rank %d: skipping backward at step %d\n", world->rank(), step);
         sleep(120);

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fault tests: a rank killed mid-step, and a rank that skips a collective, never hang the job.
+# Fault tests: a rank killed mid-step, a rank that skips a collective, and a hung (stopped) rank
+# never hang the job.
 # Each case runs fault_child (tests/fault_child.cpp) under fsdp-run and checks that the job ends
 # non-zero within a bound, naming the dead rank or the collective the others waited for.
 #
@@ -58,6 +59,17 @@ run_case stall 30 "timed out after 2000 ms waiting for all_gather" "bytes" \
   "unit 'transformer.h.1' backward (prefetch )?all-gather, step 1" \
   "ranks that issued this collective \(#[0-9]+\): 0, 1; rank 2 last issued #[0-9]+ " -- \
   --stall-rank 2 --at-step 1 --timeout-ms 2000
+
+# A hung rank (SIGSTOP, as `kill -STOP` does) between forward and backward, with BACKWARD_PRE
+# prefetch (the default): its peers' first missing collective is a prefetched all-gather, issued
+# while the root's backward runs (made long by a 50257-token vocabulary). Gloo's own timer starts
+# at that issue and fires before the wait's; the error must still name the missing rank and where
+# it stopped, as for a prompt wait. The launcher then stops the job (SIGKILL reaches a stopped
+# process after the grace period).
+run_case hung_prefetch 45 "timed out after 2000 ms waiting for all_gather" \
+  "unit 'transformer.h.1' backward (prefetch )?all-gather, step 1" \
+  "ranks that issued this collective \(#[0-9]+\): 0, 1; rank 2 last issued #[0-9]+ " -- \
+  --stop-rank 2 --at-step 1 --timeout-ms 2000 --vocab 50257 --batch 4
 
 # Under a bare mpirun (no fsdp-run, so no run directory) the MPI backend makes its own board when
 # every rank is on this host.

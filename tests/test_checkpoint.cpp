@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "fsdp/checkpoint/checkpoint.h"
+#include "fsdp/checkpoint/full_state.h"
 #include "fsdp/fsdp.h"
 #include "test_util.h"
 
@@ -320,6 +321,83 @@ TEST_F(Damaged, UncommittedCheckpointIsNeverLoaded) {
   const std::string error = load_error([&] { fs::remove(path_ + "/COMMITTED"); });
   EXPECT_NE(error.find("no COMMITTED marker"), std::string::npos) << error;
   EXPECT_THROW(latest_checkpoint(root_), CheckpointError);
+}
+
+// One check for every reader: a folder whose save never finished is refused by loading, offline
+// resharding, consolidation into one file and the reader they share, each naming the marker.
+TEST_F(Damaged, EveryReaderRefusesAnUncommittedCheckpoint) {
+  if (world_->rank() == 0) fs::remove(path_ + "/COMMITTED");
+  world_->barrier();
+  if (world_->rank() == 0) {
+    const std::string out = root_ + "/consolidated.safetensors";
+    const std::vector<std::pair<std::string, std::function<void()>>> readers = {
+        {"consolidate_checkpoint", [&] { consolidate_checkpoint(path_, out, DType::kFloat32); }},
+        {"reshard_checkpoint", [&] { reshard_checkpoint(path_, root_ + "/resharded", 2); }},
+        {"CheckpointReader", [&] { CheckpointReader reader(path_); }},
+    };
+    for (const auto& [name, read] : readers) {
+      try {
+        read();
+        ADD_FAILURE() << name << " read an uncommitted checkpoint";
+      } catch (const CheckpointError& e) {
+        EXPECT_NE(std::string(e.what()).find("'" + path_ + "' has no COMMITTED marker"),
+                  std::string::npos)
+            << name << ": " << e.what();
+      }
+    }
+    EXPECT_FALSE(fs::exists(out));
+  }
+  Trained b = make(world_, ShardingStrategy::kFullShard, 4);
+  EXPECT_THROW(load_checkpoint(path_, *b.sharded, b.opt.get()), CheckpointError);
+}
+
+// A load that fails on one rank (its shard file is missing) names that rank's file on every rank,
+// so that rank 0's error, the one a user sees, gives the cause.
+TEST_F(Damaged, EveryRankNamesTheFileOfTheRankThatFailedToLoad) {
+  const int last = world_->size() - 1;
+  if (last == 0) GTEST_SKIP() << "needs a rank other than the failing one";
+  const std::string missing =
+      path_ + "/shard_" + pad5(last) + "-of-" + pad5(world_->size()) + ".bin";
+  const std::string error = load_error([&] { fs::remove(missing); });
+  EXPECT_NE(error.find("'" + missing + "' is missing"), std::string::npos) << error;
+  if (world_->rank() != last) {
+    EXPECT_NE(error.find("loading the checkpoint failed on rank " + std::to_string(last) + ": "),
+              std::string::npos)
+        << error;
+  }
+}
+
+// A save that fails on some ranks: each failing rank reports its own file, never credited to
+// another rank, and the others name the first failing rank and its file. Disk full is simulated
+// with RLIMIT_FSIZE, as below.
+TEST_F(Damaged, SaveErrorsAreCreditedToTheRankThatHadThem) {
+  const int n = world_->size(), last = n - 1;
+  Trained a = make(world_, ShardingStrategy::kFullShard, 5);
+  auto save_error = [&](bool limited) {
+    std::optional<FileSizeLimit> limit;
+    if (limited) limit.emplace(4096);
+    try {
+      save_checkpoint(root_, 8, *a.sharded, a.opt.get(), "{}");
+    } catch (const CheckpointError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  auto shard = [&](int r) { return "shard_" + pad5(r) + "-of-" + pad5(n) + ".bin"; };
+  // Every rank's disk is full: each names its own shard file.
+  const std::string all = save_error(true);
+  EXPECT_NE(all.find(shard(world_->rank())), std::string::npos) << all;
+  EXPECT_EQ(all.find("failed on rank"), std::string::npos) << all;
+  // Only the last rank's: every rank names that rank and its file.
+  const std::string one = save_error(world_->rank() == last);
+  EXPECT_NE(one.find(shard(last)), std::string::npos) << one;
+  if (world_->rank() != last) {
+    EXPECT_NE(one.find("saving the checkpoint failed on rank " + std::to_string(last) + ": "),
+              std::string::npos)
+        << one;
+  }
+  world_->barrier();
+  EXPECT_EQ(latest_checkpoint(root_).value_or(""), path_);
 }
 
 TEST_F(Damaged, MetadataFromAnotherModelIsRefused) {

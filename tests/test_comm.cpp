@@ -428,6 +428,52 @@ TEST(CommTimeout, LoneRankTimesOutWithContext) {
   check_all_reduce(*world, DType::kFloat32, 7, ReduceOp::kSum);  // the world is unharmed
 }
 
+// A prefetch: rank 0 issues an all-gather that no one else joins and waits on it only after its
+// deadline has passed, as FSDP's backward prefetch does when a peer hangs. Gloo's own timer (which
+// starts when its worker begins the collective) fires before the wait does; either way the error
+// must be the same timeout report as a prompt wait gives, naming who issued the collective and
+// where the others stopped.
+TEST(CommTimeout, PrefetchThatTimesOutBeforeItsWaitNamesTheMissingRanks) {
+  CommPtr world = test::world();
+  if (world->size() < 2) GTEST_SKIP() << "needs a peer that stays away";
+  CommPtr group = world->split(0, world->rank());
+  group->set_context("prefetch test");
+  group->barrier();  // collective #1 on the group's board, issued by every rank
+  const auto timeout = 500ms;
+  group->set_timeout(timeout);
+  std::vector<float> in(5, 1.0f), out(5 * world->size());
+  WorkPtr work;
+  if (world->rank() == 0) {
+    work = group->all_gather_async(in.data(), out.data(), in.size(), DType::kFloat32);
+    std::this_thread::sleep_for(3 * timeout);  // the compute a prefetch overlaps
+    try {
+      work->wait();
+      ADD_FAILURE() << "wait returned although no peer joined";
+    } catch (const CommError& e) {
+      const std::string what = e.what();
+      std::cout << "rank 0 got, as expected: " << what << "\n";
+      EXPECT_NE(what.find("timed out after 500 ms waiting for all_gather of 5 x fp32"),
+                std::string::npos)
+          << what;
+      EXPECT_NE(what.find("prefetch test"), std::string::npos) << what;
+      EXPECT_NE(what.find("; ranks that issued this collective (#2): 0; rank 1 last issued #1 "
+                          "barrier"),
+                std::string::npos)
+          << what;
+    }
+  }
+  world->barrier();
+  if (world->backend() == "mpi") {  // the collective is still pending: complete it
+    group->set_timeout(30s);
+    if (world->rank() == 0) {
+      wait_patiently(*work);
+    } else {
+      group->all_gather(in.data(), out.data(), in.size(), DType::kFloat32);
+    }
+  }
+  world->barrier();
+}
+
 // ---- Single process: environment parsing -----------------------------------------------------
 
 using Env = std::map<std::string, std::string>;

@@ -487,6 +487,50 @@ TEST(ConfigErrors, BadYamlAndMissingFiles) {
   }
 }
 
+// A config must be a regular file of bounded size: a folder once meant "no settings" (rc 0), and
+// /dev/zero was read until the kernel killed the process. The /dev/zero case comes last, after
+// assertions that stop the test on a build that would read it without end.
+TEST(ConfigErrors, ConfigIsARegularFileOfBoundedSize) {
+  const std::string folder = ::testing::TempDir();
+  try {
+    fsdp::load_config(folder);
+    FAIL() << "a folder was taken as a config";
+  } catch (const ConfigError& e) {
+    ASSERT_TRUE(contains(e.what(), folder + ": is a folder, not a config file"));
+  }
+  const std::string big =
+      temp_file("big.yaml", "# " + std::string(fsdp::kMaxConfigFileBytes, 'x') + "\n");
+  try {
+    fsdp::load_config(big);
+    FAIL() << "a config larger than the limit was read";
+  } catch (const ConfigError& e) {
+    ASSERT_TRUE(contains(e.what(), big + ": is larger than 1024 KiB"));
+  }
+  const std::string fits =
+      temp_file("fits.yaml",
+                "# " + std::string(fsdp::kMaxConfigFileBytes - 40, 'x') + "\noptim:\n  lr: 0.5\n");
+  EXPECT_EQ(fsdp::load_config(fits).optim.lr, 0.5);
+  try {
+    fsdp::load_config("/dev/zero");
+    ADD_FAILURE() << "/dev/zero was taken as a config";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "/dev/zero: is not a regular file"));
+  }
+}
+
+// train.process_group_timeout: seconds, a millisecond to a week; errors name the key.
+TEST(ConfigErrors, ProcessGroupTimeoutIsCheckedAndNamed) {
+  EXPECT_EQ(TrainConfig().train.process_group_timeout, 300);
+  EXPECT_EQ(parse("train:\n  process_group_timeout: 2.5\n").train.process_group_timeout, 2.5);
+  const ConfigError zero = parse_error("train:\n  process_group_timeout: 0\n");
+  EXPECT_EQ(std::string(zero.what()),
+            "test.yaml:2: train.process_group_timeout: must be in [0.001, 604800] seconds, got 0");
+  const ConfigError text = parse_error("", {{"train.process_group_timeout", "5m"}});
+  EXPECT_EQ(std::string(text.what()), "--train.process_group_timeout: expected a number, got '5m'");
+  const ConfigError huge = parse_error("", {{"train.process_group_timeout", "1e9"}});
+  EXPECT_TRUE(contains(huge.what(), "--train.process_group_timeout: must be in"));
+}
+
 // --- not supported yet -----------------------------------------------------------------------
 
 TEST(ConfigUnsupported, EachIsAnErrorThatSaysSo) {
@@ -612,6 +656,8 @@ std::map<std::string, Change> changes() {
       {"train.resume", {[](TrainConfig& c) { c.train.resume = "no"; }}},  // a path named "no"
       {"train.metrics_file", {[](TrainConfig& c) { c.train.metrics_file = "m.jsonl"; }}},
       {"train.num_threads", {[](TrainConfig& c) { c.train.num_threads = 0; }}},
+      {"train.process_group_timeout",
+       {[](TrainConfig& c) { c.train.process_group_timeout = 2.5; }}},
   };
 }
 
@@ -830,8 +876,24 @@ TEST(ConfigArgs, Errors) {
   EXPECT_TRUE(
       contains(args_error({"--prompt", "x"}), "--prompt: is not a flag of `fsdp-train train`"));
   EXPECT_TRUE(contains(args_error({"stray"}), "stray: unexpected argument"));
-  EXPECT_TRUE(contains(args_error({"sample", "--top-k", "-1"}), "--top-k: must be at least 0"));
-  EXPECT_TRUE(contains(args_error({"sample", "--temperature", "hot"}), "expected a number"));
+  EXPECT_EQ(args_error({"sample", "--top-k", "-1"}), "--top-k: -1 is out of range [0, 2147483647]");
+  EXPECT_EQ(args_error({"sample", "--temperature", "hot"}), "--temperature: 'hot' is not a number");
+}
+
+// Every numeric flag goes through one checked parser with a range: trailing text is not dropped,
+// and a number past the range is refused rather than wrapped; each error names the flag.
+TEST(ConfigArgs, NumbersAreWholeAndInRange) {
+  EXPECT_EQ(args_error({"sample", "--max-new-tokens", "3abc"}),
+            "--max-new-tokens: '3abc' is not an integer");
+  EXPECT_EQ(args_error({"sample", "--num-samples", "99999999999"}),
+            "--num-samples: 99999999999 is out of range [1, 1048576]");
+  EXPECT_EQ(args_error({"sample", "--top-k", "1e3"}), "--top-k: '1e3' is not an integer");
+  EXPECT_EQ(args_error({"sample", "--seed", "99999999999999999999"}),
+            "--seed: 99999999999999999999 is out of range [0, 9223372036854775807]");
+  EXPECT_EQ(args_error({"sample", "--temperature", "0x10"}),
+            "--temperature: '0x10' is not a number");
+  EXPECT_EQ(args_error({"sample", "--temperature", "inf"}), "--temperature: 'inf' is not a number");
+  EXPECT_EQ(args({"sample", "--seed", "99999999999"}).sample.seed, 99999999999);
   EXPECT_TRUE(contains(args_error({"--config", "a.yaml", "--config", "b.yaml"}), "given twice"));
   EXPECT_TRUE(contains(args_error({"--print-config=yes"}), "takes no value"));
   EXPECT_TRUE(contains(args_error({"--optim.lr", "-2"}), "--optim.lr: must be > 0, got -2"));

@@ -4,7 +4,9 @@
 // batch), corpus building with its cache, and the real SOTU corpus. The corpus tests need
 // assets/gpt2 and assets/sotu from scripts/fetch_assets.sh and skip without them.
 #include <ATen/ATen.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -230,6 +232,36 @@ TEST(TokenFile, TokensOutsideTheVocabularyAreErrorsWhenTheSizeIsGiven) {
         for (int i = 0; i < 4; ++i) loader.next();
       },
       {path, "50257"});
+}
+
+// The trainer's check before its first step: every token of every range below the vocabulary,
+// each file scanned once and its largest token remembered by path, size and modification time.
+TEST(TokenFile, VocabularyIsCheckedBeforeTrainingAndRemembered) {
+  const std::string dir = temp_dir("vocab_check");
+  const std::string cache = dir + "/cache";
+  const std::string good = dir + "/good.bin", bad = dir + "/bad.bin";
+  write_token_file(good, {1, 2, 50256, 4});
+  write_token_file(bad, {1, 60000, 3, 60001});
+  EXPECT_NO_THROW(check_vocabulary({{good, 0, 2}, {good, 2, -1}}, 50257, cache));
+  EXPECT_EQ(TokenFile::open(good).max_token(), 50256);
+  expect_error(
+      [&] {
+        check_vocabulary({{good}, {bad, 0, 1}}, 50257, cache);
+      },
+      {bad, "token 60000 at position 1", "vocabulary of 50257"});
+  // The largest token is remembered, per file: a smaller vocabulary is checked without a scan, a
+  // larger one passes.
+  EXPECT_NO_THROW(check_vocabulary({{bad}}, 60002, cache));
+  size_t entries = 0;
+  for (const auto& e : fs::directory_iterator(cache + "/token-max")) entries += e.is_regular_file();
+  EXPECT_EQ(entries, 2u);
+  expect_error([&] { check_vocabulary({{good}}, 50000, cache); }, {good, "position 2"});
+  // The same file rewritten with a bad token (same size) is scanned again: its time changed.
+  write_token_file(good, {1, 2, 50257, 4});
+  const timespec later[2] = {{0, UTIME_OMIT}, {4102444800, 0}};  // 2100-01-01
+  ASSERT_EQ(utimensat(AT_FDCWD, good.c_str(), later, 0), 0);
+  expect_error([&] { check_vocabulary({{good}}, 50257, cache); },
+               {good, "token 50257 at position 2"});
 }
 
 TEST(TokenFile, RangesOutsideTheFileAreErrors) {

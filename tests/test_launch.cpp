@@ -21,6 +21,7 @@
 
 #include "launch/options.h"
 #include "launch/output.h"
+#include "util/number_flag.h"
 
 namespace {
 
@@ -253,7 +254,44 @@ std::string usage_error(const Strings& args) {
   return "(no error)";
 }
 
+// The parser every tool's numeric flags share (util/number_flag.h): the whole text is the number,
+// the range is the flag's, and the error names the flag.
+TEST(NumberFlag, WholeTextInRangeOrAnErrorNamingTheFlag) {
+  using fsdp::flags::NumberError;
+  using fsdp::flags::parse_int;
+  using fsdp::flags::parse_number;
+  EXPECT_EQ(parse_int("--n", "42", 1, 100), 42);
+  EXPECT_EQ(parse_int("--n", "-3", -5, 5), -3);
+  auto int_error = [](const std::string& text) {
+    try {
+      parse_int("--world-size", text, 1, 65536);
+    } catch (const NumberError& e) {
+      EXPECT_EQ(e.flag(), "--world-size");
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(int_error("3abc"), "--world-size: '3abc' is not an integer");
+  EXPECT_EQ(int_error("99999999999"), "--world-size: 99999999999 is out of range [1, 65536]");
+  EXPECT_EQ(int_error("99999999999999999999"),
+            "--world-size: 99999999999999999999 is out of range [1, 65536]");
+  for (const char* bad : {"", " 3", "3 ", "0x10", "1e3", "+", "-", "3.0"}) {
+    EXPECT_EQ(int_error(bad), std::string("--world-size: '") + bad + "' is not an integer");
+  }
+  EXPECT_EQ(parse_number("--t", "0.5", 0, 1), 0.5);
+  EXPECT_EQ(parse_number("--t", "1e-3", 0, 1), 1e-3);
+  for (const char* bad : {"", "hot", "1.5s", "0x1p3", "nan", "inf", " 1"}) {
+    EXPECT_THROW(parse_number("--t", bad, 0, 10), NumberError) << bad;
+  }
+  EXPECT_THROW(parse_number("--t", "11", 0, 10), NumberError);
+  EXPECT_THROW(parse_number("--t", "1e999", 0, 10), NumberError);
+}
+
 TEST(LaunchOptions, ErrorsNameTheFlag) {
+  EXPECT_EQ(usage_error({"--nproc-per-node", "3abc", "x"}),
+            "--nproc-per-node: '3abc' is not an integer");
+  EXPECT_EQ(usage_error({"--max-restarts", "99999999999", "x"}),
+            "--max-restarts: 99999999999 is out of range [0, 1000000]");
   EXPECT_EQ(usage_error({"--bogus", "x"}), "unknown flag --bogus");
   EXPECT_EQ(usage_error({"--nnodes"}), "--nnodes needs a value (M)");
   EXPECT_EQ(usage_error({"--nproc_per_node", "two", "x"}),

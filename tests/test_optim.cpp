@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <iostream>
 #include <string>
@@ -507,30 +508,32 @@ class NoWork : public Work {
   void wait() override {}
 };
 
-// A group of `size` ranks seen from rank 0: all_reduce adds `others`, the other ranks' fp32
-// contribution; nothing else is used by clip_grad_norm.
+// A group of `size` ranks seen from rank 0: all_gather hands back rank 0's value, then `others`
+// as rank 1's float64 sum of squares (as its bits, the way clip_grad_norm sends them) and zeros
+// for the rest; nothing else is used by clip_grad_norm.
 class FakeComm : public Comm {
  public:
-  FakeComm(int size, float others) : size_(size), others_(others) {}
+  FakeComm(int size, double others) : size_(size), others_(others) {}
   int rank() const override { return 0; }
   int size() const override { return size_; }
   std::string backend() const override { return "fake"; }
-  WorkPtr all_gather_async(const void*, void*, size_t, DType) override { return unsupported(); }
+  WorkPtr all_gather_async(const void* in, void* out, size_t count, DType dtype) override {
+    EXPECT_EQ(count, 1u);
+    EXPECT_EQ(dtype, DType::kInt64);
+    auto* all = static_cast<double*>(out);
+    std::memcpy(all, in, sizeof(double));
+    for (int r = 1; r < size_; ++r) all[r] = r == 1 ? others_ : 0.0;
+    ++all_gathers;
+    return std::make_shared<NoWork>();
+  }
   WorkPtr reduce_scatter_async(const void*, void*, size_t, DType, ReduceOp) override {
     return unsupported();
   }
-  WorkPtr all_reduce_async(void* data, size_t count, DType dtype, ReduceOp op) override {
-    EXPECT_EQ(count, 1u);
-    EXPECT_EQ(dtype, DType::kFloat32);
-    EXPECT_EQ(op, ReduceOp::kSum);
-    *static_cast<float*>(data) += others_;
-    ++all_reduces;
-    return std::make_shared<NoWork>();
-  }
+  WorkPtr all_reduce_async(void*, size_t, DType, ReduceOp) override { return unsupported(); }
   WorkPtr broadcast_async(void*, size_t, DType, int) override { return unsupported(); }
   void barrier() override {}
   std::shared_ptr<Comm> split(int, int) override { return nullptr; }
-  int all_reduces = 0;
+  int all_gathers = 0;
 
  private:
   WorkPtr unsupported() {
@@ -538,7 +541,7 @@ class FakeComm : public Comm {
     return std::make_shared<NoWork>();
   }
   int size_;
-  float others_;
+  double others_;
 };
 
 // Returns {torch's norm, our norm} and checks the clipped gradients agree.
@@ -551,7 +554,7 @@ std::pair<double, double> clip_both(double scale, double max_norm) {
   load_grads(shards, flatten(grads) * scale);
   FakeComm one(1, 0);
   const double actual = clip_grad_norm(shards, max_norm, one);
-  EXPECT_EQ(one.all_reduces, 1);
+  EXPECT_EQ(one.all_gathers, 1);
   std::vector<at::Tensor> ref_grads, our_grads;
   for (const auto& p : ref_params) ref_grads.push_back(p.grad());
   for (const auto& s : shards) our_grads.push_back(s.grad);
@@ -575,7 +578,7 @@ TEST(ClipGradNorm, BelowMaxNormLeavesGradsAlone) {
 TEST(ClipGradNorm, SumsSquaresAcrossTheShardGroup) {
   at::Tensor g = flatten(make_grads(1)) * 2;
   at::Tensor mine = g.narrow(0, 0, 100), theirs = g.narrow(0, 100, g.numel() - 100);
-  const float theirs_sq = static_cast<float>(theirs.square().sum().item<double>());
+  const double theirs_sq = theirs.to(at::kDouble).square().sum().item<double>();
   auto shards = make_shards(at::zeros({100}), at::Tensor(), {30});
   load_grads(shards, mine);
   FakeComm two(2, theirs_sq);
@@ -584,6 +587,30 @@ TEST(ClipGradNorm, SumsSquaresAcrossTheShardGroup) {
   EXPECT_NEAR(norm, expected, 1e-6 * expected);
   at::Tensor clipped = at::cat({shards[0].grad, shards[1].grad});
   EXPECT_LT(max_rel_diff(clipped, mine * (0.5 / (expected + 1e-6))), 1e-6);
+}
+
+// The norm is float64-exact whatever the shard's size, so that it (and the clipping factor) does
+// not depend on the world size. At 2^24 + 3 elements (a shard of GPT-2 124M at world size 8 is
+// ~15.5M) LibTorch 1.13's fp32 norm was off by ~1e-4 relative. Tolerance: every square of a float
+// is exact in a double, so both this norm and the reference differ from the exact one only by the
+// rounding of a sum of n positive terms, at most (n - 1) u relative in any order (u = 2^-53), and
+// the square root halves that: |ours / reference - 1| <= (n - 1) u, about 1.9e-9 here.
+TEST(ClipGradNorm, NormIsFloat64ExactAtALargeShard) {
+  const int64_t n = (int64_t{1} << 24) + 3;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  // Magnitudes spread over several decades, as real gradients are.
+  at::Tensor g = at::randn({n}, gen) * at::exp(2 * at::randn({n}, gen));
+  auto shards = make_shards(at::zeros({n}), at::Tensor(), {});
+  load_grads(shards, g);
+  const double reference = std::sqrt(g.to(at::kDouble).square().sum().item<double>());
+  FakeComm one(1, 0);
+  const double norm = clip_grad_norm(shards, 1e30, one);  // no clipping: the norm only
+  const double tolerance = static_cast<double>(n - 1) * std::ldexp(1.0, -53);
+  EXPECT_LE(std::fabs(norm / reference - 1), tolerance)
+      << "norm " << norm << ", float64 reference " << reference << ", relative error "
+      << norm / reference - 1;
+  std::cout << "relative error of the norm at " << n << " elements: " << norm / reference - 1
+            << " (tolerance " << tolerance << ")\n";
 }
 
 TEST(ClipGradNorm, NonFiniteNormLeavesGradsAlone) {

@@ -8,7 +8,9 @@
 #    nothing so that AddressSanitizer sees every block);
 #  - fsdp-bench-adamw on a tiny shard (an odd size, two threads): it prints every row, and the
 #    op-by-op AdamW ends exactly where torch's does;
-#  - bad arguments to any of them exit non-zero naming the option, before any rank starts.
+#  - bad arguments to any of them exit non-zero naming the option, before any rank starts; every
+#    numeric flag of every tool (fsdp-ckpt, fsdp-train sample, fsdp-run too) refuses trailing text
+#    and numbers past its range.
 # Usage: tools_smoke.sh BUILD_BIN_DIR [SANITIZED (1 or 0)]
 set -uo pipefail
 BIN=$1
@@ -56,11 +58,11 @@ PY
 grep -q '^fused vs torch: ' "$WORK/adamw.log" || fail "fsdp-bench-adamw printed no ratio"
 grep -Eq '^fsdp op by op \(kReference\) +[0-9.]+ +[0-9.]+x +0$' "$WORK/adamw.log" ||
   fail "fsdp-bench-adamw: op-by-op AdamW not equal to torch's: $(cat "$WORK/adamw.log")"
-expect_error "bench-adamw --n 0" "--n must be at least 1" "$BIN/fsdp-bench-adamw" --n 0
-expect_error "bench-adamw --threads" "--threads: not an integer" "$BIN/fsdp-bench-adamw" --threads two
+expect_error "bench-adamw --n 0" "--n: 0 is out of range" "$BIN/fsdp-bench-adamw" --n 0
+expect_error "bench-adamw --threads" "--threads: 'two' is not an integer" "$BIN/fsdp-bench-adamw" --threads two
 expect_error "bench-adamw unknown option" "unknown option --stesp" "$BIN/fsdp-bench-adamw" --stesp 3
 
-expect_error "bench --steps 0" "--steps must be at least 1" "$BIN/fsdp-bench" --steps 0
+expect_error "bench --steps 0" "--steps: 0 is out of range \[1, " "$BIN/fsdp-bench" --steps 0
 expect_error "bench --allocator" "--allocator: fsdp or glibc" "$BIN/fsdp-bench" --allocator tc
 expect_error "bench --model" "--model: 124m, large or tiny" "$BIN/fsdp-bench" --model xl
 expect_error "bench unknown option" "unknown option --stpes" "$BIN/fsdp-bench" --stpes 3
@@ -70,6 +72,25 @@ expect_error "plan without num_processes" "num_processes is not set" "$BIN/fsdp-
 expect_error "plan machines" "must be a multiple of num_machines" "$BIN/fsdp-plan" \
   --num_processes 3 --num_machines 2
 expect_error "plan bad key" "no_such_key" "$BIN/fsdp-plan" --num_processes 2 --no_such_key 1
+
+# Every numeric flag of every tool goes through one checked parser with a range (util/number_flag.h):
+# trailing text is an error, not dropped, and a number past the range is an error, not wrapped.
+# Each exits 2 naming the flag before doing any work (reshard writes nothing).
+for bad in 3abc 99999999999; do
+  expect_error "ckpt reshard --world-size $bad" "fsdp-ckpt: --world-size: .*$bad" \
+    "$BIN/fsdp-ckpt" reshard "$WORK/no-checkpoint" "$WORK/resharded" --world-size "$bad"
+  [[ ! -e $WORK/resharded ]] || fail "reshard --world-size $bad wrote $WORK/resharded"
+  expect_error "demo --nproc $bad" "--nproc: .*$bad" "$BIN/fsdp-demo" --nproc "$bad"
+  expect_error "demo --steps $bad" "--steps: .*$bad" "$BIN/fsdp-demo" --steps "$bad"
+  expect_error "bench --seq $bad" "--seq: .*$bad" "$BIN/fsdp-bench" --seq "$bad"
+  expect_error "bench --nproc $bad" "--nproc: .*$bad" "$BIN/fsdp-bench" --nproc "$bad"
+  expect_error "bench-adamw --steps $bad" "--steps: .*$bad" "$BIN/fsdp-bench-adamw" --steps "$bad"
+  expect_error "train sample --top-k $bad" "--top-k: .*$bad" "$BIN/fsdp-train" sample --top-k "$bad"
+  expect_error "run --nproc-per-node $bad" "--nproc-per-node: .*$bad" \
+    "$BIN/fsdp-run" --nproc-per-node "$bad" true
+done
+"$BIN/fsdp-ckpt" reshard "$WORK/no-checkpoint" "$WORK/resharded" --world-size 3abc >/dev/null 2>&1
+[[ $? == 2 ]] || fail "fsdp-ckpt reshard --world-size 3abc: exit code not 2 (a usage error)"
 
 if ((failures > 0)); then
   echo "$failures failure(s)"

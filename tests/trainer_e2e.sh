@@ -11,7 +11,13 @@
 #  - fsdp-ckpt: inspect verifies the checksums (and names a damaged shard), consolidate writes the
 #    same bytes as FULL_STATE_DICT's model.safetensors and as consolidating a resharded copy;
 #  - a bad key or value exits 2 naming the key; num_processes that disagrees with the world fails;
-#    a fresh run refuses a folder holding checkpoints, and a resume refuses another model.
+#    a fresh run refuses a folder holding checkpoints, and a resume refuses another model;
+#  - failures named where the user looks (issue 19): a hung rank (SIGSTOP) is named after
+#    train.process_group_timeout; a rank's unreadable shard is named in rank 0's error without
+#    --log-dir; consolidate refuses an uncommitted checkpoint; a resume says what it found (the
+#    newest committed step when `latest` is missing, or why there is none); an unwritable
+#    checkpoint folder and tokens outside the vocabulary fail before the first step; a token file's
+#    data line names it once and does not claim a cache.
 # Usage: trainer_e2e.sh BUILD_BIN_DIR BACKEND PORT SOURCE_DIR
 # Exits 77 (skipped) without the assets of scripts/fetch_assets.sh.
 set -uo pipefail
@@ -149,5 +155,122 @@ out=$(train 1 "$WORK/straight" 2>&1)
   fail "a fresh run into a used checkpoint folder: $out"
 out=$(train 1 "$WORK/straight" --resume --model.norm_eps 1e-6 2>&1)
 [[ $? != 0 && $out == *"holds another model"* ]] || fail "resuming another model: $out"
+
+# --- failures named where the user looks --------------------------------------------------------
+
+# The pid of rank R of the job whose environment has FSDP_E2E_TAG=TAG (RANK under Gloo,
+# OMPI_COMM_WORLD_RANK under MPI); empty while it has not started.
+rank_pid() {
+  local e env
+  for e in /proc/[0-9]*/environ; do
+    [[ $(cat "${e%/environ}/comm" 2>/dev/null) == fsdp-train ]] || continue
+    env=$(tr '\0' '\n' <"$e" 2>/dev/null)
+    grep -qx "FSDP_E2E_TAG=$1" <<<"$env" && grep -Eqx "(RANK|OMPI_COMM_WORLD_RANK)=$2" <<<"$env" &&
+      { e=${e#/proc/}; echo "${e%/environ}"; return; }
+  done
+}
+
+# A hung rank: rank 1 is stopped (kill -STOP) in the middle of training, with the default
+# BACKWARD_PRE prefetch and a 2 s train.process_group_timeout. Rank 0's error, the one fsdp-run
+# shows, names the collective and rank 1 as the rank that did not issue it.
+hung=$WORK/hung
+PORT=$((PORT + 1))
+FSDP_E2E_TAG=$hung timeout 120 "$BIN/fsdp-run" --nproc-per-node 2 --backend "$BACKEND" \
+  --master-port "$PORT" "$BIN/fsdp-train" "${COMMON[@]}" --train.checkpoint_dir "$hung/ckpt" \
+  --train.metrics_file "$hung.jsonl" --optim.max_steps 5000 --train.eval_every 0 \
+  --train.checkpoint_every 0 --train.process_group_timeout 2 >"$hung.txt" 2>&1 &
+job=$!
+stopped=""
+for _ in $(seq 600); do  # until rank 0 has logged three steps (at most 60 s)
+  [[ -s $hung.jsonl && $(grep -c '"loss"' "$hung.jsonl") -ge 3 ]] && stopped=$(rank_pid "$hung" 1)
+  [[ -n $stopped ]] && break
+  sleep 0.1
+done
+[[ -n $stopped ]] && kill -STOP "$stopped"
+wait "$job"
+rc=$?
+[[ -n $stopped && $(cat "/proc/$stopped/comm" 2>/dev/null) == fsdp-train ]] && kill -KILL "$stopped"
+out=$(cat "$hung.txt")
+if [[ -z $stopped ]]; then
+  fail "hung rank: rank 1 of the job was not found: $(tail -5 "$hung.txt")"
+elif [[ $rc == 0 || $rc == 124 ]]; then
+  fail "hung rank: the job exited $rc: $(tail -5 "$hung.txt")"
+elif ! grep -Eq "fsdp-train \(rank 0\): .*timed out after 2000 ms waiting for .*; ranks that issued this collective \(#[0-9]+\): 0; rank 1 last issued #[0-9]+ " <<<"$out"; then
+  fail "hung rank: rank 0's error does not name rank 1: $(grep -m1 'rank 0)' <<<"$out")"
+else
+  echo "ok: hung rank named: $(grep -m1 -o 'ranks that issued this collective[^;]*; rank 1 last issued #[0-9]*' <<<"$out")"
+fi
+
+# A rank's own error reaches the user: rank 1's shard file is missing; fsdp-run, without
+# --log-dir, shows rank 0's error, which must name rank 1's file.
+mkdir -p "$WORK/no_shard/ckpt"
+cp -r "$WORK/straight/ckpt/step_00000020" "$WORK/no_shard/ckpt/"
+echo step_00000020 >"$WORK/no_shard/ckpt/latest"
+rm "$WORK/no_shard/ckpt/step_00000020/shard_00001-of-00002.bin"
+out=$(train 2 "$WORK/no_shard" --train.micro_batch_size 4 --optim.max_steps 30 --resume 2>&1)
+[[ $? != 0 && $out == *"fsdp-train (rank 0): loading the checkpoint failed on rank 1: "*"shard_00001-of-00002.bin' is missing"* ]] &&
+  echo "ok: rank 1's missing shard is named in rank 0's error" ||
+  fail "rank 1's missing shard: $(tail -4 <<<"$out")"
+
+# fsdp-ckpt consolidate refuses a checkpoint whose save did not finish, as every reader does.
+cp -r "$WORK/straight/ckpt/step_00000010" "$WORK/uncommitted"
+rm "$WORK/uncommitted/COMMITTED"
+out=$("$CK" consolidate "$WORK/uncommitted" "$WORK/uncommitted.safetensors" 2>&1)
+[[ $? == 1 && $out == *"has no COMMITTED marker"* && ! -e $WORK/uncommitted.safetensors ]] &&
+  echo "ok: consolidate refuses an uncommitted checkpoint" || fail "consolidate, uncommitted: $out"
+
+# Resume that finds nothing says so; `latest` missing: the newest committed step folder, named.
+mkdir -p "$WORK/no_latest/ckpt"
+cp -r "$WORK/straight/ckpt/step_00000010" "$WORK/straight/ckpt/step_00000020" "$WORK/no_latest/ckpt/"
+cp -r "$WORK/uncommitted" "$WORK/no_latest/ckpt/step_00000030"
+out=$(train 2 "$WORK/no_latest" --train.micro_batch_size 4 --optim.max_steps 21 --resume 2>&1)
+[[ $? == 0 && $out == *"has no \`latest\` pointer; using its newest committed step folder, step_00000020 (of 2 committed)"* &&
+  $out == *"resumed from $WORK/no_latest/ckpt/step_00000020 at step 20"* ]] &&
+  echo "ok: resume without latest uses the newest committed step folder, and says so" ||
+  fail "resume without latest: $(tail -6 <<<"$out")"
+ONE=(--optim.max_steps 2 --optim.warmup_steps 1 --train.eval_every 0 --train.micro_batch_size 2)
+out=$(train 1 "$WORK/nothing" "${ONE[@]}" --resume 2>&1)
+[[ $? == 0 && $out == *"train.resume: no checkpoint under '$WORK/nothing/ckpt' (no such folder); starting a fresh run"* ]] &&
+  echo "ok: resume that finds nothing says so" || fail "resume finding nothing: $(head -4 <<<"$out")"
+
+# Fail before the first step: a checkpoint folder that cannot be made (a file is in the way, which
+# stops root too), and a token file with two tokens outside the vocabulary.
+mkdir -p "$WORK/blocked"
+touch "$WORK/blocked/file"
+out=$(timeout 300 "$BIN/fsdp-train" "${COMMON[@]}" "${ONE[@]}" --train.checkpoint_dir "$WORK/blocked/file/ckpt" \
+  --train.metrics_file "$WORK/blocked/metrics.jsonl" 2>&1)
+[[ $? != 0 && $out == *"train.checkpoint_dir: cannot create the checkpoint folder '$WORK/blocked/file/ckpt'"* &&
+  ! -s $WORK/blocked/metrics.jsonl ]] &&
+  echo "ok: an unwritable checkpoint folder fails before the first step" ||
+  fail "unwritable checkpoint folder: $(tail -3 <<<"$out")"
+# write_bin PATH N BAD...: an llm.c token file of N tokens below 50257, with 60000 at each BAD.
+write_bin() {
+  python3 - "$@" <<'PY'
+import random, struct, sys
+path, n, bad = sys.argv[1], int(sys.argv[2]), [int(b) for b in sys.argv[3:]]
+random.seed(5)
+tokens = [random.randrange(50257) for _ in range(n)]
+for b in bad:
+    tokens[b] = 60000
+with open(path, "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack("<%dH" % n, *tokens))
+PY
+}
+mkdir -p "$WORK/oov" "$WORK/bin"
+write_bin "$WORK/oov/data.bin" 3000 1700 2900
+out=$(timeout 300 "$BIN/fsdp-train" "${COMMON[@]}" "${ONE[@]}" --data.dataset "$WORK/oov/data.bin" \
+  --train.checkpoint_every 0 --train.metrics_file "$WORK/oov/metrics.jsonl" 2>&1)
+[[ $? != 0 && $out == *"data: token file $WORK/oov/data.bin: token 60000 at position 1700 is outside the vocabulary of 50257"* &&
+  ! -s $WORK/oov/metrics.jsonl ]] &&
+  echo "ok: tokens outside the vocabulary fail before the first step" ||
+  fail "tokens outside the vocabulary: $(tail -3 <<<"$out")"
+# A good token file named data.bin: its data line names it once and claims no cache.
+write_bin "$WORK/bin/data.bin" 3000
+out=$(timeout 300 "$BIN/fsdp-train" "${COMMON[@]}" "${ONE[@]}" --data.dataset "$WORK/bin/data.bin" \
+  --train.checkpoint_dir "$WORK/bin/ckpt" 2>&1)
+line=$(grep -m1 '^data: ' <<<"$out")
+[[ $line == "data: token file(s) '$WORK/bin/data.bin': "*", read in place" && $line != *"data: data:"* &&
+  $line != *"from the cache"* ]] && echo "ok: $line" || fail "the data line of a token file: '$line'"
 
 exit $((failures > 0))

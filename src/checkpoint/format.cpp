@@ -174,6 +174,15 @@ std::string join(const std::string& dir, const std::string& name) {
   return dir.empty() || dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
+bool is_committed(const std::string& dir) { return exists(join(dir, kCommitMarker)); }
+
+void require_committed(const std::string& dir) {
+  if (!is_committed(dir)) {
+    throw CheckpointError("checkpoint '" + dir + "' has no " + kCommitMarker +
+                          " marker: its save did not finish; not reading it");
+  }
+}
+
 std::string commit_marker(int64_t step) {
   return "{\"version\": " + std::to_string(kFormatVersion) + ", \"step\": " + std::to_string(step) +
          "}\n";

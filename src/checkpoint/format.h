@@ -26,6 +26,11 @@ std::string shard_file_name(int shard_rank, int shard_count);
 std::string join(const std::string& dir, const std::string& name);
 // The COMMITTED marker's content (its presence is what counts; the content helps a human).
 std::string commit_marker(int64_t step);
+// Whether step folder `dir` holds the marker; and the one check every reader of a checkpoint
+// (load, reshard, consolidate, CheckpointReader) makes: a CheckpointError naming `dir` unless it
+// does, since a folder without it is a save that did not finish.
+bool is_committed(const std::string& dir);
+void require_committed(const std::string& dir);
 
 // The 64-byte header every shard file opens with: magic, format version, shard rank and count,
 // step. A reader compares it with the metadata, so a shard from another checkpoint is refused.

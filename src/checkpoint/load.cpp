@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <set>
 
+#include "checkpoint/errors.h"
 #include "checkpoint/format.h"
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/optim.h"
@@ -34,10 +35,7 @@ std::string resolve(const std::string& path) {
     throw CheckpointError("'" + path + "' is not a checkpoint folder (no " + kMetadataFile +
                           ", no " + kLatestFile + ")");
   }
-  if (!exists(join(dir, kCommitMarker))) {
-    throw CheckpointError("checkpoint '" + dir + "' has no " + kCommitMarker +
-                          " marker: its save did not finish; not loading it");
-  }
+  require_committed(dir);
   return dir;
 }
 
@@ -123,6 +121,20 @@ void load_tensors(const std::string& dir, FullyShardedModel& model, ShardedOptim
 
 }  // namespace
 
+std::vector<std::string> committed_checkpoints(const std::string& root) {
+  std::vector<std::string> steps;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) == 0 && name.find('.') == std::string::npos &&
+        is_committed(e.path().string())) {
+      steps.push_back(e.path().string());
+    }
+  }
+  std::sort(steps.begin(), steps.end());  // zero-padded step numbers sort as numbers
+  return steps;
+}
+
 std::optional<std::string> latest_checkpoint(const std::string& root) {
   const std::string latest = join(root, kLatestFile);
   if (!exists(latest)) return std::nullopt;
@@ -131,7 +143,7 @@ std::optional<std::string> latest_checkpoint(const std::string& root) {
     throw CheckpointError("'" + latest + "' does not name a step folder: '" + name + "'");
   }
   const std::string dir = join(root, name);
-  if (!exists(join(dir, kCommitMarker))) {
+  if (!is_committed(dir)) {
     throw CheckpointError("'" + latest + "' names '" + dir + "', which has no " + kCommitMarker +
                           " marker");
   }
@@ -152,16 +164,9 @@ LoadedCheckpoint load_checkpoint(const std::string& path, FullyShardedModel& mod
   } catch (const std::exception& e) {
     error = e.what();
   }
-  // A rank that failed (its file was corrupt) must not leave the others training alone.
-  int64_t failed = error.empty() ? 0 : 1;
-  std::vector<int64_t> all(world.size());
-  world.all_gather(&failed, all.data(), 1, DType::kInt64);
-  for (int r = 0; r < world.size(); ++r) {
-    if (all[r] != 0) {
-      throw CheckpointError(
-          error.empty() ? "loading the checkpoint failed on rank " + std::to_string(r) : error);
-    }
-  }
+  // A rank that failed (its file was corrupt) must not leave the others training alone, and the
+  // others must say why, naming its file.
+  agree_on_failure(world, error, "loading the checkpoint");
   return out;
 }
 

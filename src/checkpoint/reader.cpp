@@ -102,8 +102,17 @@ CheckpointMetadata read_checkpoint_metadata(const std::string& dir) {
   return metadata_from_json(read_small_file(path), path);
 }
 
+namespace {
+
+CheckpointMetadata committed_metadata(const std::string& dir) {
+  require_committed(dir);
+  return read_checkpoint_metadata(dir);
+}
+
+}  // namespace
+
 CheckpointReader::CheckpointReader(std::string dir)
-    : dir_(std::move(dir)), meta_(read_checkpoint_metadata(dir_)), impl_(new Impl) {
+    : dir_(std::move(dir)), meta_(committed_metadata(dir_)), impl_(new Impl) {
   impl_->dir = dir_;
   impl_->meta = &meta_;
   impl_->shards.resize(meta_.files.size());
@@ -150,7 +159,7 @@ void CheckpointReader::read(const std::string& param, const std::string& kind, i
 
 std::vector<std::string> verify_checkpoint(const std::string& dir) {
   std::vector<std::string> problems;
-  if (!exists(join(dir, kCommitMarker))) {
+  if (!is_committed(dir)) {
     problems.push_back("'" + join(dir, kCommitMarker) + "' is missing: the save did not finish");
   }
   // Metadata problems throw: nothing else can be checked then.

@@ -1,11 +1,16 @@
 // Saving a sharded checkpoint: every rank of replica 0 streams its shards to one file, the ranks
 // exchange their files' checksums and whether they succeeded, and rank 0 commits (metadata,
 // marker, rename of the folder into place, `latest`). See fsdp/checkpoint/checkpoint.h.
+#include <fcntl.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
+#include "checkpoint/errors.h"
 #include "checkpoint/format.h"
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/optim.h"
@@ -83,11 +88,10 @@ CheckpointFile write_shard(const SaveContext& c) {
   return file;
 }
 
-// Every rank learns every other's outcome, so that a failure on one rank (a full disk) fails the
-// save everywhere instead of leaving the others waiting. Row per rank: [status, shard rank,
-// whole-file CRC, block CRCs...]; status 0 failed, 1 wrote a shard, 2 had nothing to write.
+// Every rank's file checksums, once every rank has written its shard. Row per rank: [status,
+// shard rank, whole-file CRC, block CRCs...]; status 1 wrote a shard, 2 had nothing to write.
 std::vector<CheckpointFile> exchange_files(Comm& world, const CheckpointFile& mine, int status,
-                                           int64_t blocks, const std::string& error) {
+                                           int64_t blocks) {
   const size_t row = 3 + static_cast<size_t>(blocks);
   std::vector<int64_t> send(row, 0), all(row * world.size());
   send[0] = status;
@@ -100,10 +104,6 @@ std::vector<CheckpointFile> exchange_files(Comm& world, const CheckpointFile& mi
   std::vector<CheckpointFile> files;
   for (int r = 0; r < world.size(); ++r) {
     const int64_t* p = all.data() + row * r;
-    if (p[0] == 0) {
-      throw CheckpointError("saving the checkpoint failed on rank " + std::to_string(r) +
-                            (error.empty() ? "" : ": " + error));
-    }
     if (p[0] != 1) continue;
     CheckpointFile f;
     f.shard_rank = static_cast<int>(p[1]);
@@ -116,37 +116,23 @@ std::vector<CheckpointFile> exchange_files(Comm& world, const CheckpointFile& mi
   return files;
 }
 
-// Runs `fn` on rank 0 and tells every rank whether it succeeded, so that no rank waits for a
-// rank 0 that failed; all throw if it did.
+// Runs `fn` on rank 0 and tells every rank whether it succeeded and why not, so that no rank
+// waits for a rank 0 that failed; all throw if it did.
 void run_on_rank0(Comm& world, const char* what, const std::function<void()>& fn) {
-  int64_t ok = 1;
   std::string error;
   if (world.rank() == 0) {
     try {
       fn();
     } catch (const std::exception& e) {
-      ok = 0;
-      error = e.what();
+      error = e.what();  // names the file; the other ranks add what failed, and where
     }
   }
-  world.broadcast(&ok, 1, DType::kInt64, 0);
-  if (ok == 0) {
-    throw CheckpointError(std::string(what) + " the checkpoint failed on rank 0" +
-                          (error.empty() ? "" : ": " + error));
-  }
+  agree_on_failure(world, error, std::string(what) + " the checkpoint");
 }
 
 // Deletes all but the newest `keep` committed step folders.
 void prune(const std::string& root, int keep) {
-  std::vector<std::string> steps;
-  for (const auto& e : fs::directory_iterator(root)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("step_", 0) == 0 && name.find('.') == std::string::npos &&
-        exists(join(e.path().string(), kCommitMarker))) {
-      steps.push_back(e.path().string());
-    }
-  }
-  std::sort(steps.begin(), steps.end());  // zero-padded step numbers sort as numbers
+  const std::vector<std::string> steps = committed_checkpoints(root);
   for (size_t i = 0; i + keep < steps.size(); ++i) fs::remove_all(steps[i]);
 }
 
@@ -188,7 +174,29 @@ CheckpointMetadata metadata(const SaveContext& c, FullyShardedModel& model,
   return meta;
 }
 
+// This process can create a file in root (made if missing): "" if so, else why not.
+std::string write_problem(const std::string& root) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) return "cannot create the checkpoint folder '" + root + "': " + ec.message();
+  char host[64] = {};
+  gethostname(host, sizeof host - 1);
+  const std::string probe =
+      join(root, ".write-check." + std::string(host) + "." + std::to_string(getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return "cannot write in the checkpoint folder '" + root + "': " + std::strerror(errno);
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return "";
+}
+
 }  // namespace
+
+void check_checkpoint_root_writable(const std::string& root, Comm& world) {
+  ckpt::agree_on_failure(world, write_problem(root), "checking the checkpoint folder");
+}
 
 std::string save_checkpoint(const std::string& root, int64_t step, FullyShardedModel& model,
                             const ShardedOptimizer* optimizer, const std::string& train_state_json,
@@ -224,11 +232,13 @@ std::string save_checkpoint(const std::string& root, int64_t step, FullyShardedM
       mine = write_shard(c);
       status = 1;
     } catch (const std::exception& e) {
-      status = 0;
       error = e.what();
     }
   }
-  std::vector<CheckpointFile> files = exchange_files(world, mine, status, blocks, error);
+  // A rank that could not write its shard (a full disk) fails the save everywhere, each rank
+  // naming the first failing rank's file, instead of leaving the others waiting.
+  agree_on_failure(world, error, "saving the checkpoint");
+  std::vector<CheckpointFile> files = exchange_files(world, mine, status, blocks);
 
   // On return every rank sees the committed checkpoint, or every rank throws.
   run_on_rank0(world, "committing", [&] {

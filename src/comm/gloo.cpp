@@ -5,7 +5,9 @@
 // the *_async calls queue a task and return a Work that waits for it with the comm's deadline. Gloo
 // has no reduce-scatter that fits (contiguous chunks, any count), so reduce_scatter is an
 // all-reduce into a scratch buffer of which each rank keeps its chunk: about twice the traffic of a
-// true reduce-scatter (docs/comm.md).
+// true reduce-scatter (docs/comm.md). Gloo's own per-operation timer starts when the worker begins
+// a collective, which for a prefetch is before anyone waits on it: its timeout is reported like
+// ours, with what the progress board says about the other ranks.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -95,6 +97,9 @@ struct TaskState {
   std::string what;   // describe() at issue time
   // On a timeout: what the other ranks of the group last posted (see ProgressBoard).
   std::function<std::string()> diagnose;
+  bool timed_out = false;  // Gloo's own timer fired: `error` reads as our timeout
+  // For a task that was not run: the one whose failure broke the group.
+  std::shared_ptr<TaskState> cause;
 
   void finish(std::string message) {
     {
@@ -118,10 +123,17 @@ class GlooWork : public Work {
       const std::string peers = state_->diagnose ? state_->diagnose() : std::string();
       throw CommError(timeout_error(state_->what, timeout_).what() + peers);
     }
-    if (!state_->error.empty()) throw CommError(state_->error);
+    if (!state_->error.empty()) throw CommError(state_->error + peers_of_timeout());
   }
 
  private:
+  // A timeout that Gloo's timer found (a prefetched collective, issued long before its wait), or
+  // the one that broke the group before this task ran, names the missing ranks like ours does.
+  std::string peers_of_timeout() const {
+    const TaskState* t = state_->timed_out ? state_.get() : state_->cause.get();
+    return t && t->timed_out && t->diagnose ? t->diagnose() : std::string();
+  }
+
   std::shared_ptr<TaskState> state_;
   std::chrono::milliseconds timeout_;
 };
@@ -142,10 +154,11 @@ class Worker {
     thread_.join();
   }
 
-  void post(std::shared_ptr<TaskState> state, std::function<void()> run) {
+  void post(std::shared_ptr<TaskState> state, std::chrono::milliseconds timeout,
+            std::function<void()> run) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back({std::move(state), std::move(run)});
+      queue_.push_back({std::move(state), timeout, std::move(run)});
     }
     cv_.notify_all();
   }
@@ -153,6 +166,7 @@ class Worker {
  private:
   struct Task {
     std::shared_ptr<TaskState> state;
+    std::chrono::milliseconds timeout{0};  // what Gloo was told
     std::function<void()> run;
   };
 
@@ -172,23 +186,38 @@ class Worker {
 
   std::string run(Task& task) {
     if (!failure_.empty()) {
+      task.state->cause = failed_;
       return "fsdp: " + task.state->what + " was not run: the group failed earlier: " + failure_;
     }
     try {
       task.run();
       return "";
     } catch (const std::exception& e) {
+      failed_ = task.state;
+      if (is_timeout(e)) {
+        task.state->timed_out = true;
+        const std::string message = timeout_error(task.state->what, task.timeout).what();
+        failure_ = message.substr(std::strlen("fsdp: "));
+        return message;
+      }
       failure_ = task.state->what + ": " + e.what();
       return "fsdp: " + task.state->what + " failed: " + e.what();
     }
+  }
+
+  // Gloo's IoException for an operation that outlived its timeout ("Timed out waiting 2000ms for
+  // recv operation to complete").
+  static bool is_timeout(const std::exception& e) {
+    return std::strstr(e.what(), "Timed out") != nullptr;
   }
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
   bool stopping_ = false;
-  std::string failure_;  // touched by the worker thread only
-  std::thread thread_;   // last: starts after the members above exist
+  std::string failure_;                // touched by the worker thread only
+  std::shared_ptr<TaskState> failed_;  // the task that failed first; worker thread only
+  std::thread thread_;                 // last: starts after the members above exist
 };
 
 // Storage type Gloo sees for each DType; the reduce function does the arithmetic.
@@ -302,7 +331,7 @@ class GlooComm : public Comm {
     if (count == 0) {
       state->finish("");
     } else {
-      worker_->post(state, std::move(run));
+      worker_->post(state, timeout(), std::move(run));
     }
     return std::make_shared<GlooWork>(std::move(state), timeout());
   }

@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -394,7 +396,53 @@ Corpus prepare_shard_folder(const std::string& dir, const std::vector<std::strin
   return c;
 }
 
+// ---- the vocabulary check -------------------------------------------------------------------
+
+// What a file's largest token is remembered with: the file is the same while these are.
+std::string file_identity(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "";
+  return fs::absolute(path).string() + "\n" + std::to_string(st.st_size) + " " +
+         std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + "\n";
+}
+
+// The file's largest token: from the cache entry when its identity matches, else scanned (and
+// remembered, best effort: a cache that cannot be written only costs the next run a scan).
+int64_t largest_token(const TokenFile& f, const std::string& cache_dir) {
+  const std::string identity = file_identity(f.path());
+  const std::string dir = cache_dir + "/token-max";
+  const std::string entry = dir + "/" + hex64(fnv1a(identity.data(), identity.size())) + ".txt";
+  std::ifstream in(entry, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  const std::string cached = text.str();
+  if (!identity.empty() && cached.size() > identity.size() &&
+      cached.compare(0, identity.size(), identity) == 0) {
+    return std::strtoll(cached.c_str() + identity.size(), nullptr, 10);
+  }
+  const int64_t most = f.max_token();
+  if (!identity.empty()) {
+    try {
+      fs::create_directories(dir);
+      write_text_atomic(entry, identity + std::to_string(most) + "\n");
+    } catch (const std::exception&) {
+      // an optimisation only: the next run scans again
+    }
+  }
+  return most;
+}
+
 }  // namespace
+
+void check_vocabulary(const std::vector<TokenRange>& ranges, int64_t vocab_size,
+                      const std::string& cache_dir) {
+  std::set<std::string> seen;
+  for (const TokenRange& r : ranges) {
+    if (!seen.insert(r.path).second) continue;
+    const TokenFile f = TokenFile::open(r.path);
+    if (largest_token(f, cache_dir) >= vocab_size) f.check_vocab(vocab_size);  // names the token
+  }
+}
 
 uint64_t hash_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -147,6 +147,13 @@ void TokenFile::check_vocab(int64_t vocab_size) const {
     read(at, std::min(kChunk, m_->tokens - at), buf.data(), vocab_size);
 }
 
+int64_t TokenFile::max_token() const {
+  const uint16_t* p = m_->data();
+  uint16_t most = 0;
+  for (int64_t i = 0; i < m_->tokens; ++i) most = std::max(most, p[i]);  // vectorizes
+  return m_->tokens == 0 ? -1 : most;
+}
+
 void write_token_file(const std::string& path, const std::vector<int32_t>& tokens) {
   const std::vector<uint16_t> narrow_tokens = narrow(path, tokens);
   if (tokens.size() > static_cast<size_t>(INT32_MAX))

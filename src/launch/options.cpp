@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "util/number_flag.h"
+
 namespace fsdp {
 namespace launch {
 namespace {
@@ -22,31 +24,21 @@ struct Flag {
   Setter set;
 };
 
-long parse_long(const std::string& flag, const std::string& value, long lo, long hi) {
-  char* end = nullptr;
-  errno = 0;
-  const long v = std::strtol(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || errno == ERANGE) {
-    throw UsageError(flag + ": '" + value + "' is not an integer");
-  }
-  if (v < lo || v > hi) {
-    throw UsageError(flag + ": " + value + " is out of range [" + std::to_string(lo) + ", " +
-                     std::to_string(hi) + "]");
-  }
-  return v;
-}
-
+// Numbers go through the parser every tool shares (util/number_flag.h).
 int parse_int(const std::string& flag, const std::string& value, int lo, int hi) {
-  return static_cast<int>(parse_long(flag, value, lo, hi));
+  try {
+    return static_cast<int>(flags::parse_int(flag, value, lo, hi));
+  } catch (const flags::NumberError& e) {
+    throw UsageError(e.what());
+  }
 }
 
 double parse_seconds(const std::string& flag, const std::string& value) {
-  char* end = nullptr;
-  const double v = std::strtod(value.c_str(), &end);
-  if (value.empty() || *end != '\0' || !(v >= 0 && v <= 3600)) {
-    throw UsageError(flag + ": '" + value + "' is not a number of seconds in [0, 3600]");
+  try {
+    return flags::parse_number(flag, value, 0, 3600);
+  } catch (const flags::NumberError& e) {
+    throw UsageError(std::string(e.what()) + " (seconds)");
   }
-  return v;
 }
 
 const Flag kFlags[] = {

@@ -39,6 +39,7 @@
 #include "fsdp/train/plan.h"
 #include "tools/tool_util.h"
 #include "train/model_factory.h"
+#include "util/number_flag.h"
 
 namespace {
 
@@ -80,13 +81,13 @@ Args parse_args(int argc, char** argv) {
     if (k == "--model") {
       a.model = value();
     } else if (k == "--seq") {
-      a.seq = std::stoll(value());
+      a.seq = fsdp::flags::parse_int(k, value(), 1, 1 << 20);
     } else if (k == "--batch") {
-      a.batch = std::stoll(value());
+      a.batch = fsdp::flags::parse_int(k, value(), 1, 1 << 20);
     } else if (k == "--steps") {
-      a.steps = std::stoi(value());
+      a.steps = static_cast<int>(fsdp::flags::parse_int(k, value(), 1, 1000000));
     } else if (k == "--repeats") {
-      a.repeats = std::stoi(value());
+      a.repeats = static_cast<int>(fsdp::flags::parse_int(k, value(), 1, 10000));
     } else if (k == "--dtype") {
       a.dtype = value();
     } else if (k == "--strategies") {
@@ -98,7 +99,7 @@ Args parse_args(int argc, char** argv) {
     } else if (k == "--label") {
       a.label = value();
     } else if (k == "--nproc") {
-      a.nproc = std::stoi(value());
+      a.nproc = static_cast<int>(fsdp::flags::parse_int(k, value(), 1, 4096));
     } else if (k == "--allocator") {
       a.allocator = value();
     } else if (k == "--checkpoint") {
@@ -123,8 +124,6 @@ Args parse_args(int argc, char** argv) {
     }
   }
   for (const auto& s : a.strategies) fsdp::parse_sharding_strategy(s);  // throws on a bad name
-  if (a.steps < 1) throw std::invalid_argument("--steps must be at least 1");
-  if (a.repeats < 1) throw std::invalid_argument("--repeats must be at least 1");
   return a;
 }
 

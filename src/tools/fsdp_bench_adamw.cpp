@@ -22,6 +22,7 @@
 
 #include "fsdp/optim.h"
 #include "optim/kernels/adamw_kernel.h"
+#include "util/number_flag.h"
 
 namespace {
 
@@ -39,31 +40,24 @@ struct Flag {
   std::function<void(Args&, const std::string&)> set;
 };
 
-int64_t parse_int(const std::string& flag, const std::string& s, int64_t min) {
-  size_t used = 0;
-  int64_t v = 0;
-  try {
-    v = std::stoll(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != s.size() || s.empty()) throw std::invalid_argument(flag + ": not an integer: " + s);
-  if (v < min) {
-    throw std::invalid_argument(flag + " must be at least " + std::to_string(min) + ", got " + s);
-  }
-  return v;
+// The shared checked parser (util/number_flag.h), with each flag's range.
+int64_t parse_int(const std::string& flag, const std::string& s, int64_t min, int64_t max) {
+  return fsdp::flags::parse_int(flag, s, min, max);
 }
+constexpr int64_t kMaxElements = int64_t{1} << 36, kMaxSteps = 1000000, kMaxThreads = 4096;
 
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
       {"--n", "elements in the shard (default 100000000)",
-       [](Args& a, const std::string& v) { a.n = parse_int("--n", v, 1); }},
+       [](Args& a, const std::string& v) { a.n = parse_int("--n", v, 1, kMaxElements); }},
       {"--threads", "intra-op threads for all three (default: LibTorch's, here all cores)",
-       [](Args& a, const std::string& v) { a.threads = parse_int("--threads", v, 1); }},
+       [](Args& a, const std::string& v) {
+         a.threads = parse_int("--threads", v, 1, kMaxThreads);
+       }},
       {"--steps", "timed steps; the median is reported (default 5)",
-       [](Args& a, const std::string& v) { a.steps = parse_int("--steps", v, 1); }},
+       [](Args& a, const std::string& v) { a.steps = parse_int("--steps", v, 1, kMaxSteps); }},
       {"--warmup", "untimed steps first (default 1)",
-       [](Args& a, const std::string& v) { a.warmup = parse_int("--warmup", v, 0); }},
+       [](Args& a, const std::string& v) { a.warmup = parse_int("--warmup", v, 0, kMaxSteps); }},
   };
   return table;
 }

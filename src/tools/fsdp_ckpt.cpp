@@ -17,6 +17,7 @@
 
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/checkpoint/full_state.h"
+#include "util/number_flag.h"
 
 namespace {
 
@@ -25,6 +26,10 @@ const char* kUsage =
     "       fsdp-ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16|fp16]\n"
     "       fsdp-ckpt reshard DIR OUT --world-size N\n"
     "DIR: a checkpoint step folder, or a root whose `latest` names one.\n";
+
+// The most ranks --world-size writes shard files for (fsdp-run's --nproc-per-node x --nnodes
+// bounds are far above any real job; this keeps a typo from writing millions of files).
+constexpr int64_t kMaxWorldSize = 65536;
 
 struct UsageError : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
@@ -124,8 +129,8 @@ int run(int argc, char** argv) {
     if (a.positional.size() != 2 || !a.flags.count("--world-size")) {
       throw UsageError("reshard takes a folder, an output folder and --world-size N");
     }
-    const int n = std::atoi(a.flags.at("--world-size").c_str());
-    if (n <= 0) throw UsageError("--world-size: expected a positive integer");
+    const int n = static_cast<int>(
+        fsdp::flags::parse_int("--world-size", a.flags.at("--world-size"), 1, kMaxWorldSize));
     fsdp::reshard_checkpoint(step_folder(a.positional[0]), a.positional[1], n);
     std::printf("wrote %s for %d ranks\n", a.positional[1].c_str(), n);
     return 0;
@@ -139,6 +144,9 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (const UsageError& e) {
+    std::cerr << "fsdp-ckpt: " << e.what() << "\n" << kUsage;
+    return 2;
+  } catch (const fsdp::flags::NumberError& e) {
     std::cerr << "fsdp-ckpt: " << e.what() << "\n" << kUsage;
     return 2;
   } catch (const std::exception& e) {

@@ -11,6 +11,7 @@
 
 #include "fsdp/fsdp.h"
 #include "tools/tool_util.h"
+#include "util/number_flag.h"
 
 namespace {
 
@@ -27,9 +28,9 @@ Args parse_args(int argc, char** argv) {
     if (i + 1 >= argc) throw std::invalid_argument("missing value after " + k);
     std::string v = argv[++i];
     if (k == "--steps")
-      a.steps = std::stoi(v);
+      a.steps = static_cast<int>(fsdp::flags::parse_int(k, v, 1, 1000000));
     else if (k == "--nproc")
-      a.nproc = std::stoi(v);
+      a.nproc = static_cast<int>(fsdp::flags::parse_int(k, v, 1, 4096));
     else if (k == "--strategy")
       a.strategy = fsdp::parse_sharding_strategy(v);
     else

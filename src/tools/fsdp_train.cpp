@@ -7,6 +7,8 @@
 // Exit codes: 0 done, 1 a failure during the run, 2 a bad command line or config.
 #include <malloc.h>
 
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
@@ -40,7 +42,10 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   int rank = -1;
   try {
-    fsdp::CommPtr world = fsdp::init_comm();
+    fsdp::CommOptions comm;
+    comm.timeout =
+        std::chrono::milliseconds(std::llround(args.config.train.process_group_timeout * 1000));
+    fsdp::CommPtr world = fsdp::init_comm(comm);
     rank = world->rank();
     if (args.command == fsdp::TrainCommand::kSample) {
       fsdp::sample(args.config, args.sample, world, std::cout);

@@ -4,6 +4,9 @@
 // back out (to_yaml), the key list for --help and docs, and the conversion to ShardingOptions.
 #include "fsdp/train/config.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -194,12 +197,43 @@ void Builder::check_same_source(const std::string& target, const std::string& be
   }
 }
 
+// Reads fd to its end into `text`; returns what went wrong ("" if nothing): a read error, or more
+// than kMaxConfigFileBytes (a file that grows while it is read stops there too).
+std::string read_bounded(int fd, std::string& text) {
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return std::string("cannot read: ") + std::strerror(errno);
+    if (n == 0) return "";
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxConfigFileBytes) {
+      return "is larger than " + std::to_string(kMaxConfigFileBytes / 1024) +
+             " KiB, the most a config file may hold";
+    }
+  }
+}
+
+// A config is a regular file of at most kMaxConfigFileBytes: a folder is not silently "no
+// settings", and /dev/zero or a FIFO cannot be read without end. Checked on the open descriptor, so
+// what is read is what was checked.
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError(path, 0, "", std::string("cannot open: ") + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw ConfigError(path, 0, "", std::string("cannot open: ") + std::strerror(errno));
+  struct stat st {};
+  std::string problem;
+  if (::fstat(fd, &st) != 0) {
+    problem = std::string("cannot stat: ") + std::strerror(errno);
+  } else if (S_ISDIR(st.st_mode)) {
+    problem = "is a folder, not a config file";
+  } else if (!S_ISREG(st.st_mode)) {
+    problem = "is not a regular file (a device, FIFO or socket), so it cannot be a config file";
+  }
+  std::string text;
+  if (problem.empty()) problem = read_bounded(fd, text);
+  ::close(fd);
+  if (!problem.empty()) throw ConfigError(path, 0, "", problem);
+  return text;
 }
 
 // Scalars a YAML reader could take for something else (booleans, numbers, nulls) or that hold
@@ -291,10 +325,12 @@ bool operator==(const OptimConfig& a, const OptimConfig& b) {
 bool operator==(const TrainLoopConfig& a, const TrainLoopConfig& b) {
   return std::tie(a.micro_batch_size, a.gradient_accumulation_steps, a.seed, a.eval_every,
                   a.eval_batches, a.log_every, a.checkpoint_dir, a.checkpoint_every,
-                  a.checkpoint_keep_last, a.resume, a.metrics_file, a.num_threads) ==
+                  a.checkpoint_keep_last, a.resume, a.metrics_file, a.num_threads,
+                  a.process_group_timeout) ==
          std::tie(b.micro_batch_size, b.gradient_accumulation_steps, b.seed, b.eval_every,
                   b.eval_batches, b.log_every, b.checkpoint_dir, b.checkpoint_every,
-                  b.checkpoint_keep_last, b.resume, b.metrics_file, b.num_threads);
+                  b.checkpoint_keep_last, b.resume, b.metrics_file, b.num_threads,
+                  b.process_group_timeout);
 }
 
 bool operator==(const FsdpConfig& a, const FsdpConfig& b) {

@@ -2,16 +2,15 @@
 // flags' part of --help), and `--KEY VALUE` config overrides, which go to the option table. The
 // text of --help is generated from both tables, so it cannot name a flag or key the parser does
 // not read.
+#include <cstdint>
 #include <sstream>
 
 #include "fsdp/train/config.h"
 #include "train/config_schema.h"
+#include "util/number_flag.h"
 
 namespace fsdp {
 namespace {
-
-using config::RawValue;
-using config::ValueError;
 
 // What parsing collects before the config is loaded.
 struct ArgsState {
@@ -34,25 +33,24 @@ struct Flag {
   void (*set)(ArgsState& s, const std::string& flag, const std::string* value);
 };
 
-int64_t sample_int(const std::string& flag, const std::string& value, int64_t lo) {
+// The sample flags' numbers go through the parser every tool shares (util/number_flag.h).
+int64_t sample_int(const std::string& flag, const std::string& value, int64_t lo, int64_t hi) {
   try {
-    const int64_t v = config::to_int(RawValue::scalar(value));
-    if (v < lo) throw ValueError("must be at least " + std::to_string(lo) + ", got " + value);
-    return v;
-  } catch (const ValueError& e) {
-    throw ConfigError("", 0, flag, e.what());
+    return flags::parse_int(flag, value, lo, hi);
+  } catch (const flags::NumberError& e) {
+    throw ConfigError("", 0, flag, e.detail());
   }
 }
 
-double sample_number(const std::string& flag, const std::string& value) {
+double sample_number(const std::string& flag, const std::string& value, double hi) {
   try {
-    const double v = config::to_number(RawValue::scalar(value));
-    if (v < 0) throw ValueError("must be >= 0, got " + value);
-    return v;
-  } catch (const ValueError& e) {
-    throw ConfigError("", 0, flag, e.what());
+    return flags::parse_number(flag, value, 0, hi);
+  } catch (const flags::NumberError& e) {
+    throw ConfigError("", 0, flag, e.detail());
   }
 }
+
+constexpr int64_t kMaxCount = int64_t{1} << 20;  // tokens or samples one run generates
 
 const SampleOptions kSampleDefaults;
 
@@ -85,27 +83,27 @@ const Flag kFlags[] = {
     {"--max-new-tokens", "N", false, kForSample, "tokens generated per sample",
      [] { return std::to_string(kSampleDefaults.max_new_tokens); },
      [](ArgsState& s, const std::string& f, const std::string* v) {
-       s.out.sample.max_new_tokens = sample_int(f, *v, 1);
+       s.out.sample.max_new_tokens = sample_int(f, *v, 1, kMaxCount);
      }},
     {"--temperature", "T", false, kForSample, "logits are divided by T; 0: greedy (argmax)",
      [] { return config::format_number(kSampleDefaults.temperature); },
      [](ArgsState& s, const std::string& f, const std::string* v) {
-       s.out.sample.temperature = sample_number(f, *v);
+       s.out.sample.temperature = sample_number(f, *v, 1e6);
      }},
     {"--top-k", "K", false, kForSample, "sample among the K most likely tokens; 0: all",
      [] { return std::to_string(kSampleDefaults.top_k); },
      [](ArgsState& s, const std::string& f, const std::string* v) {
-       s.out.sample.top_k = sample_int(f, *v, 0);
+       s.out.sample.top_k = sample_int(f, *v, 0, INT32_MAX);
      }},
     {"--num-samples", "N", false, kForSample, "independent samples",
      [] { return std::to_string(kSampleDefaults.num_samples); },
      [](ArgsState& s, const std::string& f, const std::string* v) {
-       s.out.sample.num_samples = sample_int(f, *v, 1);
+       s.out.sample.num_samples = sample_int(f, *v, 1, kMaxCount);
      }},
     {"--seed", "S", false, kForSample, "sampling seed",
      [] { return std::to_string(kSampleDefaults.seed); },
      [](ArgsState& s, const std::string& f, const std::string* v) {
-       s.out.sample.seed = sample_int(f, *v, 0);
+       s.out.sample.seed = sample_int(f, *v, 0, INT64_MAX);
      }},
 };
 

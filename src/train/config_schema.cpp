@@ -466,6 +466,9 @@ std::vector<Option> train_section() {
                      "append one JSON object per logged step here (JSONL); empty: none"),
       int_setting("train.num_threads", FIELD(train.num_threads),
                   "intra-op threads per rank; 0: LibTorch's default"),
+      number_setting("train.process_group_timeout", FIELD(train.process_group_timeout),
+                     "seconds a rank waits for a collective or the rendezvous before it fails, "
+                     "naming the ranks that did not arrive (PyTorch's process group timeout)"),
       alias("train.dtype", "fp32|bf16", "another spelling of mixed_precision (fp32 is \"no\")",
             {"mixed_precision"},
             [](TrainConfig& c, const RawValue& v) {

@@ -25,6 +25,9 @@ const Unsupported kUnsupported[] = {
 };
 
 std::string num(double x) { return format_number(x); }
+
+// train.process_group_timeout, in seconds: a millisecond (the comm layer's unit) to a week.
+constexpr double kMinTimeout = 0.001, kMaxTimeout = 604800;
 std::string num(int64_t x) { return std::to_string(x); }
 
 class Checks {
@@ -122,6 +125,10 @@ void check_train(const Checks& k, const TrainLoopConfig& t, const DataConfig& d)
   k.at_least("train.checkpoint_every", t.checkpoint_every, 0);
   k.at_least("train.checkpoint_keep_last", t.checkpoint_keep_last, 0);
   k.at_least("train.num_threads", t.num_threads, 0);
+  k.require(t.process_group_timeout >= kMinTimeout && t.process_group_timeout <= kMaxTimeout,
+            {"train.process_group_timeout"},
+            "must be in [" + num(kMinTimeout) + ", " + num(kMaxTimeout) + "] seconds, got " +
+                num(t.process_group_timeout));
   k.require(!t.checkpoint_dir.empty() || (t.checkpoint_every == 0 && t.resume != "auto"),
             {"train.checkpoint_dir", "train.checkpoint_every", "train.resume"},
             "train.checkpoint_dir is empty, but train.checkpoint_every or train.resume: auto "

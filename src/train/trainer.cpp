@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -60,6 +61,19 @@ struct Data {
   std::vector<data::TokenRange> val;
 };
 
+// Every token below model.vocab_size, checked before the first step rather than when a bad
+// token's window is drawn (each file is scanned once; data.cache_dir remembers the result).
+void check_tokens(const TrainConfig& c, const Data& d) {
+  std::vector<data::TokenRange> all = d.corpus.train;
+  all.insert(all.end(), d.val.begin(), d.val.end());
+  try {
+    data::check_vocabulary(all, c.model.vocab_size, c.data.cache_dir);
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(std::string("data: ") + e.what() +
+                                " (model.vocab_size; checked before the first step)");
+  }
+}
+
 Data prepare_data(const TrainConfig& c, RunLog& log) {
   data::CorpusOptions options;
   options.cache_dir = c.data.cache_dir;
@@ -71,9 +85,16 @@ Data prepare_data(const TrainConfig& c, RunLog& log) {
     data::Corpus held_out = data::prepare_corpus(c.data.val_dataset, options);
     d.val = held_out.train;
   }
-  log.info("data: " + d.corpus.name + ": " + std::to_string(d.corpus.train_tokens) +
-           " training tokens, " + std::to_string(d.corpus.val_tokens) + " validation (" +
-           d.corpus.split + ")" + (d.corpus.built ? ", tokenized now" : ", from the cache"));
+  check_tokens(c, d);
+  // Token files are read where they lie; only text is tokenized into (or found in) the cache.
+  const bool token_files = d.corpus.cache_entry.empty();
+  log.info("data: " +
+           (token_files ? "token file(s) '" + c.data.dataset + "'" : "'" + d.corpus.name + "'") +
+           ": " + std::to_string(d.corpus.train_tokens) + " training tokens, " +
+           std::to_string(d.corpus.val_tokens) + " validation (" + d.corpus.split + ")" +
+           (token_files      ? ", read in place"
+            : d.corpus.built ? ", tokenized now"
+                             : ", from the cache"));
   if (c.train.eval_every > 0 && d.val.empty()) {
     throw std::invalid_argument("train.eval_every: data.dataset '" + c.data.dataset +
                                 "' has no validation data; set data.val_split or "
@@ -154,21 +175,86 @@ data::LoaderState saved_loader_state(const std::string& train_state, const std::
   return {(*l)["epoch"].get<int64_t>(), (*l)["position"].get<int64_t>()};
 }
 
+// Where a run resumes from, and what the log says about how it was found (or not).
+struct ResumePlan {
+  std::optional<std::string> path;
+  std::string note;  // "" when there is nothing to add to "resumed from PATH at step N"
+};
+
+bool is_dir(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec);
+}
+
+// Names of step folders under root that hold no COMMITTED marker (saves that did not finish).
+std::vector<std::string> unfinished_steps(const std::string& root) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) == 0 && !std::filesystem::exists(e.path() / "COMMITTED")) {
+      names.push_back(name);
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+std::string name_of(const std::string& path) {
+  return std::filesystem::path(path).filename().string();
+}
+
+// A root without `latest` (copied without it, say): its newest committed step folder, PyTorch
+// users' expectation, with a note saying which and why; or none, with a note saying why.
+ResumePlan without_latest(const std::string& key, const std::string& root) {
+  const std::vector<std::string> committed = committed_checkpoints(root);
+  if (!committed.empty()) {
+    return {committed.back(), key + ": '" + root + "' has no `latest` pointer; using its newest " +
+                                  "committed step folder, " + name_of(committed.back()) + " (of " +
+                                  std::to_string(committed.size()) + " committed)"};
+  }
+  std::string why = "no such folder";
+  if (is_dir(root)) {
+    const std::vector<std::string> unfinished = unfinished_steps(root);
+    why = unfinished.empty() ? "no `latest`, no committed step folder"
+                             : "its step folders have no COMMITTED marker, saves that did not "
+                               "finish: " +
+                                   joined(unfinished);
+  }
+  return {std::nullopt,
+          key + ": no checkpoint under '" + root + "' (" + why + "); starting a fresh run"};
+}
+
 // train.resume: "" none, "auto" the newest under checkpoint_dir if any, else a path. A fresh run
 // never writes over another run's checkpoints.
-std::optional<std::string> resume_path(const TrainLoopConfig& t) {
+ResumePlan resume_plan(const TrainLoopConfig& t) {
   if (t.resume.empty()) {
     if (t.checkpoint_every > 0) {
-      if (auto existing = latest_checkpoint(t.checkpoint_dir)) {
+      std::optional<std::string> existing = latest_checkpoint(t.checkpoint_dir);
+      if (!existing) existing = without_latest("", t.checkpoint_dir).path;
+      if (existing) {
         throw std::invalid_argument(
-            "train.checkpoint_dir: '" + t.checkpoint_dir + "' already holds a run (latest " +
+            "train.checkpoint_dir: '" + t.checkpoint_dir + "' already holds a run (newest " +
             *existing + "); continue it with --resume, or choose another train.checkpoint_dir");
       }
     }
-    return std::nullopt;
+    return {};
   }
-  if (t.resume == "auto") return latest_checkpoint(t.checkpoint_dir);
-  return t.resume;
+  const bool automatic = t.resume == "auto";
+  const std::string root = automatic ? t.checkpoint_dir : t.resume;
+  if (auto latest = latest_checkpoint(root)) return {*latest, ""};
+  const bool step_folder = std::filesystem::exists(std::filesystem::path(root) / "metadata.json");
+  if (!automatic && step_folder) return {root, ""};
+  ResumePlan plan = without_latest("train.resume", root);
+  // A path the user named must hold a checkpoint: loading it says why it does not.
+  if (!plan.path && !automatic) return {root, ""};
+  return plan;
 }
 
 // Loads the checkpoint into model and optimizer, checks it holds the same model, and moves the
@@ -189,6 +275,16 @@ int64_t resume(const std::string& path, const TrainConfig& c, FullyShardedModel&
   loader.set_state(saved_loader_state(loaded.train_state, loaded.path));
   log.info("resumed from " + loaded.path + " at step " + std::to_string(loaded.step));
   return loaded.step;
+}
+
+// A folder the checkpoints cannot be written to fails the run now, not at the first save.
+void check_checkpoint_folder(const std::string& root, Comm& world) {
+  try {
+    check_checkpoint_root_writable(root, world);
+  } catch (const CheckpointError& e) {
+    throw std::invalid_argument(std::string("train.checkpoint_dir: ") + e.what() +
+                                " (checked before the first step)");
+  }
 }
 
 std::string save(const TrainConfig& c, int64_t step, FullyShardedModel& model, const AdamW& opt,
@@ -254,13 +350,16 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
                    const StepCallback& after_step) {
   // 1. The world, threads, output, and where to resume from (checked before any work is done).
   check_world(c, *world);
-  const std::optional<std::string> resume_from = resume_path(c.train);
+  const ResumePlan plan = resume_plan(c.train);
+  const std::optional<std::string> resume_from = plan.path;
+  if (c.train.checkpoint_every > 0) check_checkpoint_folder(c.train.checkpoint_dir, *world);
   if (c.train.num_threads > 0) at::set_num_threads(c.train.num_threads);
   const bool rank0 = world->rank() == 0;
   // A progress bar only when rank 0 writes straight to a terminal: mpirun gives its ranks a
   // pseudo-terminal even when its own output goes to a file or a pipe, so not under MPI.
   const bool tty = &out == &std::cout && isatty(STDOUT_FILENO) && world->backend() != "mpi";
   RunLog log(out, rank0, tty, c.train.metrics_file, c.optim.max_steps);
+  if (!plan.note.empty()) log.info(plan.note);
 
   // 2. Data: the corpus is tokenized once (cached), then each rank reads its windows.
   Data d = prepare_data(c, log);

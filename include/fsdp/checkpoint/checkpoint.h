@@ -58,8 +58,17 @@ std::string save_checkpoint(const std::string& root, int64_t step, FullyShardedM
                             const CheckpointOptions& options = {});
 
 // The newest committed checkpoint under root (`latest`, checked for its marker), or nullopt when
-// root holds none. A `latest` naming a folder without COMMITTED is an error.
+// root holds no `latest`. A `latest` naming a folder without COMMITTED is an error.
 std::optional<std::string> latest_checkpoint(const std::string& root);
+
+// The committed step folders under root, oldest first, whatever `latest` says (none: empty).
+std::vector<std::string> committed_checkpoints(const std::string& root);
+
+// Checks, before a run's first step, that every rank can write its shard files under root
+// (creating root if needed), so that a folder that cannot be written is found before any training
+// rather than at the first save. Collective over `world`; every rank throws a CheckpointError
+// naming the folder and the first rank that could not write it.
+void check_checkpoint_root_writable(const std::string& root, Comm& world);
 
 // Loads a committed checkpoint (a step folder, or a root with `latest`) into a sharded model of
 // any world size and strategy, and the optimizer state when `optimizer` is non-null (the
@@ -124,7 +133,8 @@ CheckpointMetadata read_checkpoint_metadata(const std::string& dir);
 std::vector<std::string> verify_checkpoint(const std::string& dir);
 
 // Elements [begin, begin + count) of one parameter's `kind` tensor, flattened, as fp32, read from
-// whichever shard files hold them (checksums of the blocks touched are verified).
+// whichever shard files hold them (checksums of the blocks touched are verified). The folder must
+// be committed: a CheckpointError otherwise, as for every reader.
 class CheckpointReader {
  public:
   explicit CheckpointReader(std::string dir);

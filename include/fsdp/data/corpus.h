@@ -63,6 +63,14 @@ struct Corpus {
 // Resolves `source` as described above, tokenizing a text corpus unless the cache has it.
 Corpus prepare_corpus(const std::string& source, const CorpusOptions& options = {});
 
+// Checks that every token of `ranges` is below vocab_size, before training: a token file with a
+// few tokens outside the vocabulary fails at once, not when their window happens to be drawn.
+// Each file is scanned once; its largest token id is remembered under <cache_dir>/token-max/ with
+// the file's path, size and modification time, and scanned again only when one of them changes.
+// Throws std::runtime_error naming the file, the first bad token's position and its id.
+void check_vocabulary(const std::vector<TokenRange>& ranges, int64_t vocab_size,
+                      const std::string& cache_dir);
+
 // The cache key's input: a 64-bit FNV-1a hash of a file's bytes (exposed for tests and tools).
 uint64_t hash_file(const std::string& path);
 

@@ -48,6 +48,8 @@ class TokenFile {
   std::vector<int32_t> tokens(int64_t begin = 0, int64_t n = -1, int64_t vocab_size = 0) const;
   // Scans every token against vocab_size (touches the whole file); throws like read().
   void check_vocab(int64_t vocab_size) const;
+  // The largest token id in the file (touches the whole file); -1 for a file of no tokens.
+  int64_t max_token() const;
 
  private:
   struct Mapping;

@@ -19,6 +19,7 @@
 // it directly, and every failure is one exception type, ConfigError.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -120,6 +121,9 @@ struct TrainLoopConfig {
   std::string resume;
   std::string metrics_file;  // one JSON object per logged step (JSONL); empty (default): none
   int num_threads = 1;       // intra-op threads per rank (at::set_num_threads); 0: LibTorch's
+  // Seconds a rank waits for a collective (and for the rendezvous) before it gives up and names
+  // the ranks that did not arrive: PyTorch's init_process_group(timeout=...). Default 300.
+  double process_group_timeout = 300;
 };
 
 // Accelerate's fsdp_config names (without their `fsdp_` prefix).
@@ -219,7 +223,11 @@ struct ConfigOverride {
   std::string value;
 };
 
+// The most a config file may hold; a config file must be a regular file (not a folder or device).
+inline constexpr size_t kMaxConfigFileBytes = size_t{1} << 20;
+
 // The defaults, then the YAML file at `path` (empty: none), then `overrides` in order; validated.
+// `path` must name a regular file of at most kMaxConfigFileBytes; the ConfigError names it.
 TrainConfig load_config(const std::string& path, const std::vector<ConfigOverride>& overrides = {});
 // The same from YAML text; `source_name` stands for the file in error messages.
 TrainConfig parse_config(const std::string& yaml, const std::string& source_name = "<config>",
