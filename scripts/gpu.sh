@@ -5,7 +5,8 @@
 # machine's description, the build log and CTest's log into RESULTS_DIR (default $OUT, else
 # build-gpu/results). The suite holds the CUDA tests: cuda_gpu (NCCL at world size 1, host
 # staging, a model sharded on the GPU) and parity_cuda_* (the parity tests on the GPU: 1 to 4 MPI
-# ranks sharing it, one NCCL rank); `scripts/gpu.sh --test-only -R cuda` runs those alone. The
+# ranks sharing it, one NCCL rank); `scripts/gpu.sh --test-only -R cuda` runs those alone. Then
+# fsdp-train trains 30 steps on the GPU, over NCCL (fsdp-run) and over MPI (2 ranks, one GPU). The
 # GPU benchmark against PyTorch FSDP joins as docs/cuda.md's steps land. The wheel has no Gloo
 # headers, so the Gloo tests report themselves skipped; nor sleef.h, so the fused AdamW kernel is
 # built for baseline x86-64 only unless SLEEF_INCLUDE_DIR names a folder holding it.
@@ -57,6 +58,21 @@ run_tests() {
   ctest --test-dir build-gpu --output-on-failure -j4 "$@" 2>&1 | tee "$RESULTS/ctest.log"
 }
 
+# The trainer on the bundled corpus on the GPU: one rank over NCCL under fsdp-run, then two ranks
+# sharing the GPU over MPI; each log ends with its loss line.
+run_trainer() {
+  local steps=(--optim.max_steps 30 --train.eval_every 0 --train.checkpoint_every 0 --device cuda)
+  build-gpu/bin/fsdp-run --nproc-per-node 1 build-gpu/bin/fsdp-train "${steps[@]}" \
+    >"$RESULTS/train_cuda_nccl.log" 2>&1 || echo "gpu: fsdp-train over NCCL failed"
+  tail -n 3 "$RESULTS/train_cuda_nccl.log"
+  mpirun --allow-run-as-root --oversubscribe -np 2 build-gpu/bin/fsdp-train "${steps[@]}" \
+    >"$RESULTS/train_cuda_mpi.log" 2>&1 || echo "gpu: fsdp-train over MPI failed"
+  tail -n 3 "$RESULTS/train_cuda_mpi.log"
+}
+
 describe_machine
 [[ $MODE == test ]] || build
-[[ $MODE == build ]] || run_tests "$@"
+[[ $MODE == build ]] || {
+  run_tests "$@"
+  run_trainer
+}

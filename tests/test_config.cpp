@@ -2,6 +2,7 @@
 // Accelerate and TorchAcc key, the error messages (file, line, key, suggestion), the settings that
 // are not supported yet, the YAML round trip, the command line, and that --help, docs/config.md
 // and the files in configs/ agree with the parser.
+#include <ATen/Context.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
 
@@ -531,6 +532,24 @@ TEST(ConfigErrors, ProcessGroupTimeoutIsCheckedAndNamed) {
   EXPECT_TRUE(contains(huge.what(), "--train.process_group_timeout: must be in"));
 }
 
+TEST(ConfigErrors, DeviceIsCheckedAndNamed) {
+  EXPECT_EQ(TrainConfig().train.device, fsdp::TrainDevice::kCpu);
+  EXPECT_EQ(parse("train:\n  device: cpu\n").train.device, fsdp::TrainDevice::kCpu);
+  const ConfigError bad = parse_error("train:\n  device: tpu\n");
+  EXPECT_TRUE(contains(bad.what(), "test.yaml:2: train.device")) << bad.what();
+  EXPECT_TRUE(contains(bad.what(), "cpu")) << bad.what();
+  if (at::globalContext().hasCUDA()) {
+    EXPECT_EQ(parse("", {{"device", "cuda"}}).train.device, fsdp::TrainDevice::kCuda);
+    EXPECT_EQ(parse("", {{"device", "cuda"}}).sharding_options().device_, "cuda");
+  } else {  // --device cuda is the short spelling, and it fails here, naming it and why
+    const ConfigError none = parse_error("", {{"device", "cuda"}});
+    EXPECT_TRUE(contains(none.what(), "--device: is cuda")) << none.what();
+    EXPECT_TRUE(contains(none.what(), "CUDA is not available")) << none.what();
+    const ConfigError key = parse_error("train:\n  device: cuda\n");
+    EXPECT_TRUE(contains(key.what(), "test.yaml:2: train.device: is cuda")) << key.what();
+  }
+}
+
 // --- not supported yet -----------------------------------------------------------------------
 
 TEST(ConfigUnsupported, EachIsAnErrorThatSaysSo) {
@@ -658,6 +677,7 @@ std::map<std::string, Change> changes() {
       {"train.num_threads", {[](TrainConfig& c) { c.train.num_threads = 0; }}},
       {"train.process_group_timeout",
        {[](TrainConfig& c) { c.train.process_group_timeout = 2.5; }}},
+      {"train.device", {[](TrainConfig& c) { c.train.device = fsdp::TrainDevice::kCuda; }}},
   };
 }
 

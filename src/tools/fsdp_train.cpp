@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   int rank = -1;
   try {
     fsdp::CommOptions comm;
+    comm.device = fsdp::to_string(args.config.train.device);
     comm.timeout =
         std::chrono::milliseconds(std::llround(args.config.train.process_group_timeout * 1000));
     fsdp::CommPtr world = fsdp::init_comm(comm);

@@ -326,12 +326,14 @@ bool operator==(const TrainLoopConfig& a, const TrainLoopConfig& b) {
   return std::tie(a.micro_batch_size, a.gradient_accumulation_steps, a.seed, a.eval_every,
                   a.eval_batches, a.log_every, a.checkpoint_dir, a.checkpoint_every,
                   a.checkpoint_keep_last, a.resume, a.metrics_file, a.num_threads,
-                  a.process_group_timeout) ==
+                  a.process_group_timeout, a.device) ==
          std::tie(b.micro_batch_size, b.gradient_accumulation_steps, b.seed, b.eval_every,
                   b.eval_batches, b.log_every, b.checkpoint_dir, b.checkpoint_every,
                   b.checkpoint_keep_last, b.resume, b.metrics_file, b.num_threads,
-                  b.process_group_timeout);
+                  b.process_group_timeout, b.device);
 }
+
+const char* to_string(TrainDevice device) { return device == TrainDevice::kCuda ? "cuda" : "cpu"; }
 
 bool operator==(const FsdpConfig& a, const FsdpConfig& b) {
   return std::tie(a.sharding_strategy, a.auto_wrap_policy, a.transformer_layer_cls_to_wrap,
@@ -355,6 +357,7 @@ bool operator==(const TrainConfig& a, const TrainConfig& b) {
 ShardingOptions TrainConfig::sharding_options() const {
   ShardingOptions options;
   options.strategy(fsdp.sharding_strategy)
+      .device(to_string(train.device))
       .param_dtype(mixed_precision)
       .reduce_dtype(mixed_precision)
       .shard_group_size(fsdp.shard_group_size)

@@ -184,6 +184,7 @@ const Names<ModelType> kModelTypes = {{"gpt2", ModelType::kGPT2}, {"llama", Mode
 const Names<AttentionKernel> kAttentionKernels = {{"auto", AttentionKernel::kAuto},
                                                   {"fused", AttentionKernel::kFused},
                                                   {"explicit", AttentionKernel::kExplicit}};
+const Names<TrainDevice> kDevices = {{"cpu", TrainDevice::kCpu}, {"cuda", TrainDevice::kCuda}};
 const Names<AutoWrapPolicy> kWrapPolicies = {
     {"TRANSFORMER_BASED_WRAP", AutoWrapPolicy::kTransformerBased},
     {"SIZE_BASED_WRAP", AutoWrapPolicy::kSizeBased},
@@ -273,7 +274,8 @@ std::vector<Option> accelerate_top_level() {
       accepted("same_network", "bool", "accepted; no effect", check_bool),
       accepted("main_training_function", "string", "accepted; no effect (C++ has main)",
                check_scalar),
-      accepted("use_cpu", "bool", "accepted; fsdp.cpp always runs on CPU", check_bool),
+      accepted("use_cpu", "bool", "accepted; train.device chooses the device (default cpu)",
+               check_bool),
       accepted("debug", "bool", "accepted; no effect", check_bool),
       accepted("downcast_bf16", "string", "accepted; TPU only, no effect", check_scalar),
       accepted("gpu_ids", "string", "accepted; no effect on CPU", check_scalar),
@@ -469,6 +471,12 @@ std::vector<Option> train_section() {
       number_setting("train.process_group_timeout", FIELD(train.process_group_timeout),
                      "seconds a rank waits for a collective or the rendezvous before it fails, "
                      "naming the ranks that did not arrive (PyTorch's process group timeout)"),
+      choice_setting("train.device", FIELD(train.device), kDevices,
+                     "where the model trains: cpu, or cuda (the GPU of each rank's LOCAL_RANK under "
+                     "fsdp-run, over NCCL; one GPU shared under mpirun, over MPI)"),
+      alias("device", "cpu|cuda", "another spelling of train.device (fsdp-train --device cuda)",
+            {"train.device"},
+            [](TrainConfig& c, const RawValue& v) { c.train.device = choose(kDevices, v); }),
       alias("train.dtype", "fp32|bf16", "another spelling of mixed_precision (fp32 is \"no\")",
             {"mixed_precision"},
             [](TrainConfig& c, const RawValue& v) {

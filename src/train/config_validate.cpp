@@ -2,6 +2,7 @@
 // are not supported yet. Runs once after every source is applied, so that a command-line override
 // can repair a file's value; each error points, through Origins, at where the offending value came
 // from.
+#include <ATen/Context.h>
 #include <torch/version.h>
 
 #include <sstream>
@@ -129,6 +130,9 @@ void check_train(const Checks& k, const TrainLoopConfig& t, const DataConfig& d)
             {"train.process_group_timeout"},
             "must be in [" + num(kMinTimeout) + ", " + num(kMaxTimeout) + "] seconds, got " +
                 num(t.process_group_timeout));
+  k.require(t.device != TrainDevice::kCuda || at::globalContext().hasCUDA(), {"train.device"},
+            "is cuda, but CUDA is not available here (this LibTorch has no CUDA, or no GPU is "
+            "visible)");
   k.require(!t.checkpoint_dir.empty() || (t.checkpoint_every == 0 && t.resume != "auto"),
             {"train.checkpoint_dir", "train.checkpoint_every", "train.resume"},
             "train.checkpoint_dir is empty, but train.checkpoint_every or train.resume: auto "

@@ -312,12 +312,18 @@ double average_over_ranks(double value, Comm& world) {
   return v;
 }
 
-double evaluate(const CausalLM& lm, const data::EvalLoader& loader, Comm& world) {
+// Where the sharded model computes: its inputs go there.
+c10::Device model_device(const FullyShardedModel& model) {
+  return model.shards().front().param.device();
+}
+
+double evaluate(const CausalLM& lm, const data::EvalLoader& loader, Comm& world,
+                c10::Device device) {
   at::NoGradGuard no_grad;
   const int64_t T = loader.windows().seq_len();
   double sum = 0;
   for (int64_t i = 0; i < loader.num_batches(); ++i) {
-    at::Tensor b = loader.batch(i);
+    at::Tensor b = loader.batch(i).to(device);
     sum += gpt2_loss(lm.forward(b.narrow(1, 0, T)), b.narrow(1, 1, T)).item<double>();
   }
   return average_over_ranks(sum / static_cast<double>(loader.num_batches()), world);
@@ -333,7 +339,7 @@ std::pair<double, double> train_step(const TrainConfig& c, const CausalLM& lm,
   double loss_sum = 0;
   for (int64_t micro = 0; micro < accum; ++micro) {
     model.set_requires_gradient_sync(micro + 1 == accum);
-    at::Tensor b = loader.next();
+    at::Tensor b = loader.next().to(model_device(model));
     at::Tensor loss = gpt2_loss(lm.forward(b.narrow(1, 0, T)), b.narrow(1, 1, T));
     (loss / static_cast<double>(accum)).backward();
     loss_sum += loss.item<double>();
@@ -409,7 +415,7 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
   int64_t last_log_step = summary.start_step;
   auto maybe_eval = [&](int64_t step) {
     if (!eval_loader) return;
-    const double v = evaluate(lm, *eval_loader, *world);
+    const double v = evaluate(lm, *eval_loader, *world, model_device(*model));
     log.eval(step, v);
     if (summary.first_val_loss < 0) summary.first_val_loss = v;
     summary.last_val_loss = v;
@@ -486,14 +492,14 @@ int64_t next_token(at::Tensor logits, const SampleOptions& o, at::Generator& gen
 }
 
 std::vector<int64_t> generate(const CausalLM& lm, std::vector<int64_t> ids, const SampleOptions& o,
-                              uint64_t seed, Comm& world) {
+                              uint64_t seed, Comm& world, c10::Device device) {
   at::NoGradGuard no_grad;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(ids.size()), lm.context_length);
     at::Tensor idx = at::tensor(std::vector<int64_t>(ids.end() - n, ids.end()), at::kLong);
-    at::Tensor logits = lm.forward(idx.unsqueeze(0)).select(0, 0).select(0, n - 1);
-    int64_t token = next_token(logits.to(at::kFloat), o, gen);
+    at::Tensor logits = lm.forward(idx.unsqueeze(0).to(device)).select(0, 0).select(0, n - 1);
+    int64_t token = next_token(logits.to(at::kFloat).to(at::kCPU), o, gen);  // a CPU generator
     // Rank 0 decides, so that every rank feeds the same sequence to the next (collective) forward.
     world.broadcast(&token, 1, DType::kInt64, 0);
     ids.push_back(token);
@@ -515,7 +521,9 @@ std::vector<std::string> sample(const TrainConfig& config, const SampleOptions& 
   CausalLM lm = build_model(saved);
   // Any world size can sample: one shard group over every rank started.
   ShardingOptions sharding = saved.sharding_options().param_init(lm.param_init);
-  sharding.strategy(ShardingStrategy::kFullShard).shard_group_size(0);
+  // Where this run samples, whichever device the checkpoint was trained on.
+  sharding.strategy(ShardingStrategy::kFullShard).shard_group_size(0).device(
+      to_string(config.train.device));
   auto model = fully_shard(lm.module, world, sharding);
   load_checkpoint(dir, *model, nullptr);
 
@@ -527,7 +535,8 @@ std::vector<std::string> sample(const TrainConfig& config, const SampleOptions& 
 
   std::vector<std::string> texts;
   for (int64_t s = 0; s < options.num_samples; ++s) {
-    const auto ids = generate(lm, prompt, options, static_cast<uint64_t>(options.seed + s), *world);
+    const auto ids = generate(lm, prompt, options, static_cast<uint64_t>(options.seed + s), *world,
+                              model_device(*model));
     std::vector<int32_t> narrow(ids.begin(), ids.end());
     texts.push_back(tokenizer.decode(narrow));
     if (world->rank() == 0) {

@@ -106,6 +106,10 @@ struct OptimConfig {
 };
 
 // The training loop.
+enum class TrainDevice { kCpu, kCuda };
+// "cpu", "cuda": the names of train.device, of CommOptions::device and of LibTorch's devices.
+const char* to_string(TrainDevice device);
+
 struct TrainLoopConfig {
   int64_t micro_batch_size = 4;             // sequences per rank per forward. Default 4
   int64_t gradient_accumulation_steps = 1;  // micro-batches per optimizer step
@@ -124,6 +128,9 @@ struct TrainLoopConfig {
   // Seconds a rank waits for a collective (and for the rendezvous) before it gives up and names
   // the ranks that did not arrive: PyTorch's init_process_group(timeout=...). Default 300.
   double process_group_timeout = 300;
+  // Where the model trains: kCpu (default) or kCuda, the GPU of the rank's LOCAL_RANK under
+  // fsdp-run (NCCL), or the current GPU, shared, under mpirun (MPI through pinned buffers).
+  TrainDevice device = TrainDevice::kCpu;
 };
 
 // Accelerate's fsdp_config names (without their `fsdp_` prefix).
