@@ -471,9 +471,10 @@ std::vector<Option> train_section() {
       number_setting("train.process_group_timeout", FIELD(train.process_group_timeout),
                      "seconds a rank waits for a collective or the rendezvous before it fails, "
                      "naming the ranks that did not arrive (PyTorch's process group timeout)"),
-      choice_setting("train.device", FIELD(train.device), kDevices,
-                     "where the model trains: cpu, or cuda (the GPU of each rank's LOCAL_RANK under "
-                     "fsdp-run, over NCCL; one GPU shared under mpirun, over MPI)"),
+      choice_setting(
+          "train.device", FIELD(train.device), kDevices,
+          "where the model trains: cpu, or cuda (the GPU of each rank's LOCAL_RANK under "
+          "fsdp-run, over NCCL; one GPU shared under mpirun, over MPI)"),
       alias("device", "cpu|cuda", "another spelling of train.device (fsdp-train --device cuda)",
             {"train.device"},
             [](TrainConfig& c, const RawValue& v) { c.train.device = choose(kDevices, v); }),

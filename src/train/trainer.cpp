@@ -522,8 +522,9 @@ std::vector<std::string> sample(const TrainConfig& config, const SampleOptions& 
   // Any world size can sample: one shard group over every rank started.
   ShardingOptions sharding = saved.sharding_options().param_init(lm.param_init);
   // Where this run samples, whichever device the checkpoint was trained on.
-  sharding.strategy(ShardingStrategy::kFullShard).shard_group_size(0).device(
-      to_string(config.train.device));
+  sharding.strategy(ShardingStrategy::kFullShard)
+      .shard_group_size(0)
+      .device(to_string(config.train.device));
   auto model = fully_shard(lm.module, world, sharding);
   load_checkpoint(dir, *model, nullptr);
 
