@@ -39,17 +39,17 @@ FlatParam::Overlap FlatParam::overlap(const ParamSlot& slot) const {
 }
 
 // The values of a deferred parameter, computed whole (generators draw a parameter's values in
-// order, so a slice cannot be drawn alone) on the shard's device, of which the caller keeps its
-// slice.
+// order, so a slice cannot be drawn alone), of which the caller copies its slice to the shard's
+// device. In host memory, one parameter at a time: initialisers draw from CPU generators, so a
+// model starts from the same values on every device.
 at::Tensor FlatParam::materialise(const ParamSlot& s, const ParamInit& init) const {
   FSDP_CHECK(init, "parameter '", s.name,
              "' is deferred (it has no values yet) but "
              "ShardingOptions::param_init is not set: fully_shard cannot materialise it");
-  at::Tensor full = at::empty(s.shape, at::TensorOptions().dtype(at::kFloat).device(device_));
+  at::Tensor full = at::empty(s.shape, at::kFloat);
   init(s.name, full);
-  FSDP_CHECK(full.sizes() == at::IntArrayRef(s.shape) && full.scalar_type() == at::kFloat &&
-                 full.device() == device_,
-             "param_init for '", s.name, "' changed the tensor's shape, dtype or device");
+  FSDP_CHECK(full.sizes() == at::IntArrayRef(s.shape) && full.scalar_type() == at::kFloat,
+             "param_init for '", s.name, "' changed the tensor's shape or dtype");
   return full;
 }
 
@@ -117,7 +117,8 @@ int64_t FlatParam::full_grad_bytes() const {
 
 at::Tensor FlatParam::shard_mask(
     const std::function<bool(const std::string&, const at::Tensor&)>& rule) const {
-  at::Tensor mask = at::zeros({shard_numel_}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  at::Tensor mask =
+      at::zeros({shard_numel_}, at::TensorOptions().dtype(at::kFloat).device(device_));
   for (const auto& s : slots_) {
     const Overlap o = overlap(s);
     if (o.count > 0 && rule(s.name, s.param)) mask.narrow(0, o.shard_begin, o.count).fill_(1.0);

@@ -71,10 +71,10 @@ c10::Device parse_device(const std::string& name) {
 c10::Device resolve_device(const ShardingOptions& o, const std::vector<UnitSpec>& specs,
                            const Comm& world) {
   const bool on_gpu_group = world.device() == CommDevice::kCuda;
-  const c10::Device device =
-      !o.device_.empty() ? parse_device(o.device_)
-      : on_gpu_group     ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(world.device_index()))
-                         : params_device(specs).value_or(c10::Device(c10::kCPU));
+  const c10::Device group_gpu(c10::kCUDA, static_cast<c10::DeviceIndex>(world.device_index()));
+  const c10::Device device = !o.device_.empty() ? parse_device(o.device_)
+                             : on_gpu_group     ? group_gpu
+                                                : params_device(specs).value_or(c10::kCPU);
   if (on_gpu_group) {
     FSDP_CHECK(device.is_cuda() && device.index() == world.device_index(), "the ",
                world.backend(), " group works on cuda:", world.device_index(),
