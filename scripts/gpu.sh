@@ -61,7 +61,7 @@ run_tests() {
 # The trainer on the bundled corpus on the GPU: one rank over NCCL under fsdp-run, then two ranks
 # sharing the GPU over MPI; each log ends with its loss line.
 run_trainer() {
-  local steps=(--optim.max_steps 30 --train.eval_every 0 --train.checkpoint_every 0 --device cuda)
+  local steps=(--optim.max_steps 30 --optim.warmup_steps 5 --train.eval_every 0 --train.checkpoint_every 0 --device cuda)
   build-gpu/bin/fsdp-run --nproc-per-node 1 build-gpu/bin/fsdp-train "${steps[@]}" \
     >"$RESULTS/train_cuda_nccl.log" 2>&1 || echo "gpu: fsdp-train over NCCL failed"
   tail -n 3 "$RESULTS/train_cuda_nccl.log"

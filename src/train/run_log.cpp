@@ -77,10 +77,12 @@ std::string RunLog::eta(const StepMetrics& m) const {
 void RunLog::step(const StepMetrics& m, bool logged) {
   if (!active_) return;
   if (first_step_ < 0) first_step_ = m.step;
+  const std::string gpu =
+      m.peak_gpu_bytes >= 0 ? " | peak gpu " + format_bytes(m.peak_gpu_bytes) : std::string();
   const std::string fields = printf_string(
-      "step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | peak rss %s | eta %s",
+      "step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | peak rss %s%s | eta %s",
       (long long)m.step, (long long)max_steps_, m.loss, m.lr, m.grad_norm, m.tokens_per_s,
-      format_bytes(m.peak_rss_bytes).c_str(), eta(m).c_str());
+      format_bytes(m.peak_rss_bytes).c_str(), gpu.c_str(), eta(m).c_str());
   if (logged) info(fields);
   if (bar_) {
     const int width = 24;
@@ -94,7 +96,10 @@ void RunLog::step(const StepMetrics& m, bool logged) {
              << ", \"lr\": " << json_number(m.lr) << ", \"grad_norm\": " << json_number(m.grad_norm)
              << ", \"tokens_per_s\": " << json_number(m.tokens_per_s)
              << ", \"elapsed_s\": " << json_number(m.elapsed_s)
-             << ", \"peak_rss_bytes\": " << m.peak_rss_bytes << "}\n"
+             << ", \"peak_rss_bytes\": " << m.peak_rss_bytes
+             << (m.peak_gpu_bytes >= 0 ? ", \"peak_gpu_bytes\": " + std::to_string(m.peak_gpu_bytes)
+                                       : std::string())
+             << "}\n"
              << std::flush;
   }
 }

@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "core/collectives.h"
+#include "core/device_memory.h"
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/checkpoint/full_state.h"
 #include "fsdp/data/corpus.h"
@@ -114,13 +115,22 @@ data::LoaderOptions loader_options(const TrainConfig& c, const Comm& world) {
   return o;
 }
 
-int64_t peak_rss_over_ranks(Comm& world) {
-  struct rusage usage {};
-  getrusage(RUSAGE_SELF, &usage);
-  const int64_t mine = static_cast<int64_t>(usage.ru_maxrss) * 1024;
+int64_t max_over_ranks(Comm& world, int64_t mine) {
   std::vector<int64_t> all(static_cast<size_t>(world.size()));
   world.all_gather(&mine, all.data(), 1, DType::kInt64);
   return *std::max_element(all.begin(), all.end());
+}
+
+int64_t peak_rss_over_ranks(Comm& world) {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return max_over_ranks(world, static_cast<int64_t>(usage.ru_maxrss) * 1024);
+}
+
+// -1 where the allocator cannot say (CPU training), the same on every rank.
+int64_t peak_gpu_over_ranks(Comm& world, c10::Device device) {
+  const DeviceMemory m = device_memory(device);
+  return m.known ? max_over_ranks(world, m.peak_allocated_bytes) : -1;
 }
 
 // --- the model ----------------------------------------------------------------------------------
@@ -446,6 +456,7 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
     m.lr = lr;
     m.grad_norm = norm;
     m.peak_rss_bytes = peak_rss_over_ranks(*world);
+    m.peak_gpu_bytes = peak_gpu_over_ranks(*world, model_device(*model));
     const auto now = Clock::now();
     m.elapsed_s = std::chrono::duration<double>(now - t0).count();
     m.tokens_per_s = static_cast<double>(tokens_per_step * (done - last_log_step)) /

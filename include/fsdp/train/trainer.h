@@ -33,6 +33,9 @@ struct StepMetrics {
   double tokens_per_s = 0;     // all ranks together, since the previous log line
   double elapsed_s = 0;        // since the loop began (this process)
   int64_t peak_rss_bytes = 0;  // the largest peak resident set size over the ranks
+  // On GPUs: the largest peak over the ranks of the bytes in tensors on the GPU (PyTorch's
+  // torch.cuda.max_memory_allocated); -1 when training on the CPU.
+  int64_t peak_gpu_bytes = -1;
   double val_loss = -1;        // set (>= 0) on steps that evaluated
 };
 
