@@ -1,6 +1,6 @@
 // The trainer's configuration layer: defaults, precedence (overrides > file > defaults), every
 // Accelerate and TorchAcc key, the error messages (file, line, key, suggestion), the settings that
-// are not supported yet, the YAML round trip, the command line, and that --help, docs/config.md
+// are not supported, the YAML round trip, the command line, and that --help, docs/config.md
 // and the files in configs/ agree with the parser.
 #include <ATen/Context.h>
 #include <dirent.h>
@@ -162,9 +162,9 @@ TEST(ConfigPrecedence, LoadConfigReadsTheFileThenTheOverrides) {
 
 // Validation runs after every source: an override can repair a value the file got wrong.
 TEST(ConfigPrecedence, AnOverrideRepairsAFileValue) {
-  const std::string yaml = "fsdp_config:\n  fsdp_offload_params: true\n";
-  EXPECT_TRUE(contains(parse_error(yaml).what(), "not supported yet"));
-  EXPECT_FALSE(parse(yaml, {{"fsdp_config.fsdp_offload_params", "false"}}).fsdp.offload_params);
+  const std::string yaml = "fsdp_config:\n  prefetch_depth: 0\n";
+  EXPECT_TRUE(contains(parse_error(yaml).what(), "fsdp_config.prefetch_depth"));
+  EXPECT_EQ(parse(yaml, {{"fsdp_config.prefetch_depth", "2"}}).fsdp.prefetch_depth, 2);
 }
 
 // --- Accelerate ------------------------------------------------------------------------------
@@ -550,18 +550,29 @@ TEST(ConfigErrors, DeviceIsCheckedAndNamed) {
   }
 }
 
-// --- not supported yet -----------------------------------------------------------------------
+// --- not supported ------------------------------------------------------------------------------
 
 TEST(ConfigUnsupported, EachIsAnErrorThatSaysSo) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"fsdp_offload_params: true", "fsdp_config.fsdp_offload_params: true is not supported yet"},
+      {"mixed_precision: fp16", "fp16 is not supported"},
+      {"mixed_precision: fp8", "fp8 is not supported"},
+      {"fsdp_config:\n  fsdp_state_dict_type: LOCAL_STATE_DICT",
+       "LOCAL_STATE_DICT is not supported"},
   };
-  for (const auto& [line, message] : cases) {
-    const ConfigError e = parse_error("num_processes: 2\nfsdp_config:\n  " + line + "\n");
-    EXPECT_TRUE(contains(e.what(), message));
-    EXPECT_EQ(e.line(), 3) << line;
+  for (const auto& [text, message] : cases) {
+    const ConfigError e = parse_error("num_processes: 2\n" + text + "\n");
+    EXPECT_TRUE(contains(e.what(), message)) << e.what();
+    EXPECT_EQ(e.line(), text.find('\n') == std::string::npos ? 2 : 3) << text;
   }
   EXPECT_EQ(parse("fsdp_config:\n  fsdp_backward_prefetch: BACKWARD_PRE\n"), TrainConfig{});
+}
+
+// CPU offload (PyTorch's CPUOffload(offload_params=True)) reaches ShardingOptions.
+TEST(ConfigFsdp, OffloadParamsBecomesAShardingOption) {
+  const TrainConfig c = parse("fsdp_config:\n  fsdp_offload_params: true\n");
+  EXPECT_TRUE(c.fsdp.offload_params);
+  EXPECT_TRUE(c.sharding_options().offload_params_);
+  EXPECT_FALSE(TrainConfig{}.sharding_options().offload_params_);
 }
 
 // Prefetch and activation checkpointing reach ShardingOptions.
@@ -588,7 +599,7 @@ TEST(ConfigFsdp, PrefetchAndCheckpointingBecomeShardingOptions) {
 
 TEST(ConfigUnsupported, CodeBuiltConfigsAreCheckedToo) {
   TrainConfig c;
-  c.fsdp.offload_params = true;
+  c.fsdp.prefetch_depth = 0;
   EXPECT_THROW(fsdp::validate_config(c), ConfigError);
   c = TrainConfig{};
   c.mixed_precision = DType::kFloat16;

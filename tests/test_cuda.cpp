@@ -1,6 +1,7 @@
 // CUDA in one process: the choice of NCCL, ShardingOptions::device and its errors (these run on
 // every machine), and, on a GPU, the NCCL backend at world size 1, the pinned host staging that
-// lets host backends carry CUDA tensors, and a sharded model placed on the GPU. Multi-rank CUDA
+// lets host backends carry CUDA tensors, a sharded model placed on the GPU, and CPU offload (its
+// logic on the CPU too). Multi-rank CUDA
 // training is in the parity tests (parity_cuda_*). Tests that need a GPU skip, with the reason,
 // where there is none.
 #include <gtest/gtest.h>
@@ -187,6 +188,55 @@ TEST(CudaSharding, ParametersMovedToTheGpuTrainAsOnTheCpu) {
   const std::vector<double> cpu = losses("cpu"), gpu = losses("cuda");
   for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(gpu[i], cpu[i], 1e-5 * cpu[i]) << i;
   EXPECT_LT(gpu.back(), gpu.front());
+}
+
+// CPU offload: shards, gradient shards and the optimizer state in host memory (pinned when the
+// model computes on a GPU), the model's parameters on its device, and the same training as
+// without offload, bit for bit (the same kernels on the same values: only where the shard is kept
+// changes). On a CPU device it runs the offload path (staged shard copies, gradients landed after
+// backward) with host memory on both sides.
+void expect_offload_trains_as_without(const std::string& device) {
+  auto run = [&](bool offload) {
+    auto model = small_model();
+    auto sharded = fully_shard(model.ptr(), make_local_comm(),
+                               ShardingOptions().device(device).offload_params(offload));
+    const c10::Device where(device);
+    EXPECT_EQ(sharded->device().type(), where.type());
+    for (const auto& p : model->parameters()) EXPECT_EQ(p.device().type(), where.type());
+    for (const auto& s : sharded->shards()) {
+      EXPECT_EQ(s.param.device().type(), offload ? c10::kCPU : where.type());
+      EXPECT_EQ(s.param.is_pinned(), offload && where.is_cuda());
+      EXPECT_EQ(s.grad.device(), s.param.device());
+    }
+    const MemoryStats m = sharded->memory();
+    EXPECT_EQ(m.host_shard_bytes, offload ? m.sharded_param_bytes + m.sharded_grad_bytes : 0);
+    std::vector<ShardedParam> params = sharded_params(*sharded);
+    AdamW opt(params, AdamWOptions());
+    torch::manual_seed(11);
+    const at::Tensor x = torch::randn({32, 8}).to(where), y = torch::randn({32, 4}).to(where);
+    std::vector<double> losses;
+    for (int step = 0; step < 5; ++step) {
+      opt.zero_grad();
+      at::Tensor loss = (fsdp::forward(model, x) - y).pow(2).mean();
+      loss.backward();
+      opt.step();
+      losses.push_back(loss.item<double>());
+    }
+    for (const auto& s : sharded->shards()) EXPECT_GT(s.grad.abs().sum().item<double>(), 0);
+    return std::make_pair(losses, sharded->gather_full_params());
+  };
+  const auto plain = run(false), offloaded = run(true);
+  EXPECT_EQ(offloaded.first, plain.first);
+  for (const auto& [name, value] : plain.second) {
+    EXPECT_TRUE(offloaded.second.at(name).equal(value)) << name;
+  }
+}
+
+TEST(Offload, OnTheCpuTrainsAsWithout) { expect_offload_trains_as_without("cpu"); }
+
+TEST(Offload, OnTheGpuKeepsShardsPinnedOnTheHostAndTrainsAsWithout) {
+  REQUIRE_CUDA();
+  expect_offload_trains_as_without("cuda");
 }
 
 }  // namespace

@@ -78,6 +78,10 @@ void expect_plan_holds(const TrainConfig& c) {
   EXPECT_EQ(got.all_gather, plan.comm.all_gather);
   EXPECT_EQ(got.reduce_scatter, plan.comm.reduce_scatter);
   EXPECT_EQ(got.all_reduce, plan.comm.all_reduce);
+  EXPECT_EQ(got.memory.host_shard_bytes,
+            plan.memory.offloaded ? plan.memory.params + plan.memory.grads : 0);
+  EXPECT_EQ(plan.memory.host(), plan.memory.offloaded ? plan.memory.model_state() : 0);
+  EXPECT_EQ(plan.memory.offloaded, c.fsdp.offload_params);
   // fp32 AdamW: 16 bytes per parameter over the shard count, plus padding (< 1 element per unit
   // and shard).
   const int64_t units = static_cast<int64_t>(plan.units.size());
@@ -112,6 +116,11 @@ const Case kCases[] = {
        c.fsdp.activation_checkpointing = true;
      }},
     {"accumulation", [](TrainConfig& c) { c.train.gradient_accumulation_steps = 3; }},
+    {"offload",
+     [](TrainConfig& c) {
+       c.fsdp.offload_params = true;
+       c.fsdp.forward_prefetch = true;
+     }},
 };
 
 using PlanCase = std::tuple<ShardingStrategy, int>;

@@ -52,6 +52,10 @@ struct MemoryStats {
   int64_t pool_bytes = 0;
   int64_t peak_pool_bytes = 0;
   int64_t pool_fresh_blocks = 0;
+  // Under offload_params: the bytes of sharded_param_bytes and sharded_grad_bytes, which are in
+  // host memory (pinned on a GPU) rather than on the device; 0 otherwise. The optimizer state
+  // follows the shards.
+  int64_t host_shard_bytes = 0;
   // Not bytes, but where prefetch's bytes went, since construction: units a prefetch gathered
   // that the step then used, and those it resharded unused (the model's unit order changed since
   // the first step).
@@ -105,6 +109,9 @@ class FullyShardedModel {
   FullyShardedModel& operator=(const FullyShardedModel&) = delete;
 
   const ShardingOptions& options() const;
+  // Where the model computes: its gathered parameters and gradients, and where its inputs go.
+  // The shards are there too, or in host memory under offload_params.
+  c10::Device device() const;
   std::vector<UnitInfo> units() const;
   // This rank's shards, one per unit, root last. The tensors alias the runtime's storage: an
   // optimizer updates them in place.

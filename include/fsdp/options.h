@@ -115,6 +115,14 @@ struct ShardingOptions {
   // their inputs in forward and run their forward again in backward. Their modules must be
   // called through fsdp::forward with tensor (or non-tensor, copied) arguments. Default: none.
   std::vector<std::string> checkpoint_units_;
+  // CPU offload (PyTorch's CPUOffload(offload_params=True), FSDP2's CPUOffloadPolicy): master
+  // shards, gradient shards and the optimizer state, which follows the shards, live in host
+  // memory, pinned when the device is a GPU; the device holds only gathered parameters, unsharded
+  // gradients and reduction scratch. Each unit's shard is copied to the device just before its
+  // all-gather (prefetched with it), its reduced gradient shard copied back, and the optimizer
+  // steps on the CPU (AdamW's fused CPU kernel). On a CPU device the shards are in host memory
+  // anyway: the option then only keeps each shard apart from its gathered copy. Default false.
+  bool offload_params_ = false;
   // Materialises deferred parameters (fsdp/init.h): fully_shard calls it once per deferred
   // parameter, on a temporary full-size fp32 tensor, and keeps only this rank's slice, so no rank
   // ever holds more than one full parameter at a time. PyTorch FSDP's param_init_fn. Default:
@@ -167,6 +175,10 @@ struct ShardingOptions {
   }
   ShardingOptions& checkpoint_units(std::vector<std::string> units) {
     checkpoint_units_ = std::move(units);
+    return *this;
+  }
+  ShardingOptions& offload_params(bool on) {
+    offload_params_ = on;
     return *this;
   }
   ShardingOptions& param_init(ParamInit init) {

@@ -13,12 +13,14 @@ c10::StorageImpl* storage_of(const at::Tensor& t) { return t.storage().unsafeGet
 }  // namespace
 
 FlatParam::FlatParam(std::vector<ParamSlot> slots, int shard_rank, int shard_count,
-                     at::ScalarType param_dtype, const ParamInit& init, c10::Device device)
+                     at::ScalarType param_dtype, const ParamInit& init, c10::Device device,
+                     bool offload)
     : slots_(std::move(slots)),
       shard_rank_(shard_rank),
       shard_count_(shard_count),
       param_dtype_(param_dtype),
-      device_(device) {
+      device_(device),
+      offload_(offload) {
   for (auto& s : slots_) {
     s.offset = numel_;
     s.numel = s.param.numel();
@@ -26,7 +28,7 @@ FlatParam::FlatParam(std::vector<ParamSlot> slots, int shard_rank, int shard_cou
     numel_ += s.numel;
   }
   shard_numel_ = (numel_ + shard_count_ - 1) / shard_count_;
-  aliased_ = shard_count_ == 1 && param_dtype_ == at::kFloat;
+  aliased_ = shard_count_ == 1 && param_dtype_ == at::kFloat && !offload_;
   init_shard(init);
   point_params_at_full();
 }
@@ -55,7 +57,8 @@ at::Tensor FlatParam::materialise(const ParamSlot& s, const ParamInit& init) con
 
 void FlatParam::init_shard(const ParamInit& init) {
   at::NoGradGuard no_grad;
-  const at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat).device(device_);
+  at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat).device(device_);
+  if (offload_) fp32 = fp32.device(at::kCPU).pinned_memory(!device_.is_cpu());
   shard_ = at::zeros({shard_numel_}, fp32);
   for (const auto& s : slots_) {
     const Overlap o = overlap(s);
@@ -117,8 +120,7 @@ int64_t FlatParam::full_grad_bytes() const {
 
 at::Tensor FlatParam::shard_mask(
     const std::function<bool(const std::string&, const at::Tensor&)>& rule) const {
-  at::Tensor mask =
-      at::zeros({shard_numel_}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  at::Tensor mask = at::zeros({shard_numel_}, shard_.options());
   for (const auto& s : slots_) {
     const Overlap o = overlap(s);
     if (o.count > 0 && rule(s.name, s.param)) mask.narrow(0, o.shard_begin, o.count).fill_(1.0);

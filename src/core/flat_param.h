@@ -7,8 +7,9 @@
 // full's storage but keeps the storage object, so views (and tensors autograd saved) see the data
 // again after the next gather: see docs/design.md, [Note: storage resize].
 // With one shard in fp32, `full` *is* the master shard and nothing is ever freed or copied.
-// Shard, gradient shard and `full` live on one device (ShardingOptions::device); the parameters'
-// values are copied there from wherever they were.
+// `full` lives on the device (ShardingOptions::device); the shard and gradient shard there too,
+// or in host memory under CPU offload (pinned when the device is a GPU, so that copies to and from
+// it can be asynchronous). The parameters' values are copied from wherever they were.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -39,7 +40,7 @@ class FlatParam {
   // parameter at a time.
   FlatParam(std::vector<ParamSlot> slots, int shard_rank, int shard_count,
             at::ScalarType param_dtype, const ParamInit& init = {},
-            c10::Device device = c10::Device(c10::kCPU));
+            c10::Device device = c10::Device(c10::kCPU), bool offload = false);
 
   const std::vector<ParamSlot>& slots() const { return slots_; }
   int64_t numel() const { return numel_; }
@@ -48,7 +49,11 @@ class FlatParam {
   int shard_rank() const { return shard_rank_; }
   int shard_count() const { return shard_count_; }
   at::ScalarType param_dtype() const { return param_dtype_; }
+  // Where `full` (gathered parameters, unsharded gradients) lives.
   c10::Device device() const { return device_; }
+  // Where the shard and the gradient shard live: host memory under offload, else device().
+  c10::Device shard_device() const { return shard_.device(); }
+  bool offloaded() const { return offload_; }
 
   at::Tensor& shard() { return shard_; }
   at::Tensor& grad_shard() { return grad_shard_; }
@@ -95,6 +100,7 @@ class FlatParam {
   int shard_count_;
   at::ScalarType param_dtype_;
   c10::Device device_;
+  bool offload_;
   int64_t numel_ = 0;
   int64_t shard_numel_ = 0;
   bool aliased_ = false;

@@ -17,6 +17,8 @@ FullyShardedModel::~FullyShardedModel() = default;
 
 const ShardingOptions& FullyShardedModel::options() const { return runtime_->options(); }
 
+c10::Device FullyShardedModel::device() const { return runtime_->device(); }
+
 std::vector<UnitInfo> FullyShardedModel::units() const {
   std::vector<UnitInfo> out;
   for (const auto& u : runtime_->units()) {

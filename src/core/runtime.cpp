@@ -2,10 +2,9 @@
 // the end-of-backward callback and the queue of in-flight gradient reductions, and counts bytes.
 #include "core/runtime.h"
 
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/nn/module.h>
-
-#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
 #include <optional>
@@ -76,10 +75,9 @@ c10::Device resolve_device(const ShardingOptions& o, const std::vector<UnitSpec>
                              : on_gpu_group     ? group_gpu
                                                 : params_device(specs).value_or(c10::kCPU);
   if (on_gpu_group) {
-    FSDP_CHECK(device.is_cuda() && device.index() == world.device_index(), "the ",
-               world.backend(), " group works on cuda:", world.device_index(),
-               ", but the shards would live on ", device,
-               ": set ShardingOptions::device to the group's GPU");
+    FSDP_CHECK(device.is_cuda() && device.index() == world.device_index(), "the ", world.backend(),
+               " group works on cuda:", world.device_index(), ", but the shards would live on ",
+               device, ": set ShardingOptions::device to the group's GPU");
   }
   return device;
 }
@@ -345,6 +343,7 @@ void Runtime::end_forward(bool backward_expected) {
   }
   if (!backward_expected) {
     for (auto& u : units_) u->reshard();
+    sync_offload();
   }
 }
 
@@ -359,6 +358,8 @@ void Runtime::finish_backward() {
   for (auto& u : units_) u->finish_backward();
   finishing_ = false;
   drain_reduces();
+  sync_offload();
+  land_offloaded_grads();
   callback_queued_ = false;
   orders_recorded_ = orders_recorded_ || !forward_order_.units.empty();
   ++step_;
@@ -381,8 +382,32 @@ void Runtime::complete_reduce(PendingReduce& p) {
   at::NoGradGuard no_grad;
   if (replicate_group_->size() > 1) all_reduce(*replicate_group_, p.output, ReduceOp::kSum)->wait();
   if (world_->size() > 1) p.output.div_(world_->size());
-  p.unit->flat().grad_shard().add_(p.output);
+  FlatParam& flat = p.unit->flat();
+  if (!flat.offloaded()) {
+    flat.grad_shard().add_(p.output);
+  } else {
+    at::Tensor host =
+        at::empty({p.output.numel()},
+                  p.output.options().device(at::kCPU).pinned_memory(!p.output.device().is_cpu()));
+    host.copy_(p.output, /*non_blocking=*/true);
+    note_offload_copy();
+    offloaded_grads_.emplace_back(p.unit, std::move(host));
+  }
   track_grad_buffers(-p.tracked_bytes);
+}
+
+// After sync_offload: the host buffers hold the reduced gradients.
+void Runtime::land_offloaded_grads() {
+  at::NoGradGuard no_grad;
+  for (auto& [unit, host] : offloaded_grads_) unit->flat().grad_shard().add_(host);
+  offloaded_grads_.clear();
+}
+
+void Runtime::sync_offload() {
+  if (!offload_copies_pending_) return;
+  offload_copies_pending_ = false;
+  if (device_.is_cpu()) return;  // CPU copies are done when copy_ returns
+  c10::impl::VirtualGuardImpl(device_.type()).getStream(device_).synchronize();
 }
 
 void Runtime::track_gathered(int64_t delta) {
@@ -411,6 +436,7 @@ MemoryStats Runtime::memory() const {
     m.sharded_param_bytes += u->flat().shard().nbytes();
     m.sharded_grad_bytes += u->flat().grad_shard().nbytes();
   }
+  if (options_.offload_params_) m.host_shard_bytes = m.sharded_param_bytes + m.sharded_grad_bytes;
   return m;
 }
 

@@ -10,7 +10,9 @@
 //   final callback (queued by the first pre_backward): finish units autograd never reached, wait
 //   for outstanding reductions, reshard everything.
 // Prefetch follows the unit orders the first forward and backward recorded. Gathered parameters,
-// unsharded gradients and reduction scratch come from one BufferPool.
+// unsharded gradients and reduction scratch come from one BufferPool. Under CPU offload shards
+// live in host memory, copied in before each gather and out after each reduction (docs/design.md,
+// [Note: offload]).
 #pragma once
 
 #include <cstdint>
@@ -95,6 +97,7 @@ class Unit : public ModuleHooks {
 
  private:
   void reduce_gradients();
+  at::Tensor shard_on_device();
   void register_grad_hooks();
   void set_context(const char* phase) const;
   // Clears a prefetch's mark, telling the runtime whether the unit used what it gathered.
@@ -164,6 +167,13 @@ class Runtime {
 
   BufferPool& pool() { return pool_; }
 
+  // CPU offload: copies between host shards and the device are asynchronous. A unit notes each
+  // one; sync_offload waits for them (the device's current stream, where they were queued) before
+  // the host reads or writes shards again: at the end of backward, before the optimizer, and at
+  // the end of a forward that has no backward.
+  void note_offload_copy() { offload_copies_pending_ = true; }
+  void sync_offload();
+
   // Prefetch: units report where the step is; the first step records the orders, later steps
   // gather ahead along them.
   void forward_reached(Unit& unit);
@@ -185,6 +195,7 @@ class Runtime {
   void move_buffers();
   void build_units(std::vector<UnitSpec> specs);
   void complete_reduce(PendingReduce& pending);
+  void land_offloaded_grads();
   UnitPolicy policy_of(const std::string& name, bool is_root) const;
   void check_prefetch_options() const;
   void check_unit_names(const std::vector<UnitSpec>& specs) const;
@@ -205,6 +216,10 @@ class Runtime {
   c10::Device device_ = c10::Device(c10::kCPU);
   std::vector<std::shared_ptr<Unit>> units_;  // wrapped units in model order, root last
   std::deque<PendingReduce> pending_;
+  // Offload: reduced gradient shards copied to host buffers, added into the units' gradient
+  // shards once the copies are done (land_offloaded_grads).
+  std::vector<std::pair<Unit*, at::Tensor>> offloaded_grads_;
+  bool offload_copies_pending_ = false;
   bool sync_gradients_ = true;
   bool callback_queued_ = false;
   int64_t step_ = 0;

@@ -67,7 +67,7 @@ Unit::Unit(Runtime& runtime, std::string name, const torch::nn::Module* module,
       is_root_(is_root),
       flat_(std::move(slots), runtime.shard_group().rank(), runtime.shard_group().size(),
             to_scalar_type(runtime.options().param_dtype_), runtime.options().param_init_,
-            runtime.device()),
+            runtime.device(), runtime.options().offload_params_),
       policy_(policy) {
   register_grad_hooks();
   // FlatParam starts gathered (it was built from the full parameters); start sharded.
@@ -105,18 +105,30 @@ void Unit::issue_unshard(const char* phase) {
   runtime_.track_gathered(flat_.full_bytes());
   at::NoGradGuard no_grad;
   at::Tensor& full = flat_.full();
+  const at::Tensor shard = shard_on_device();
   if (flat_.shard_count() == 1) {
-    full.copy_(flat_.shard());
+    full.copy_(shard);
     return;
   }
   set_context(phase);
-  gather_src_ = flat_.shard();
+  gather_src_ = shard;
   if (flat_.param_dtype() != at::kFloat) {
     gather_src_ = runtime_.pool().empty(flat_.shard_numel(), flat_.param_dtype());
-    gather_src_.copy_(flat_.shard());
+    gather_src_.copy_(shard);
   }
   gather_ = all_gather(runtime_.shard_group(), gather_src_, full);
   state_ = UnitState::kGathering;
+}
+
+// The fp32 shard where the gather reads it: the shard itself, or under offload a device buffer
+// it is copied into, asynchronously from pinned memory; fp32, so that the cast to param_dtype
+// runs on the device, not the host. See docs/design.md, [Note: offload].
+at::Tensor Unit::shard_on_device() {
+  if (!flat_.offloaded()) return flat_.shard();
+  at::Tensor staged = runtime_.pool().empty(flat_.shard_numel(), at::kFloat);
+  staged.copy_(flat_.shard(), /*non_blocking=*/true);
+  runtime_.note_offload_copy();
+  return staged;
 }
 
 void Unit::wait_unshard() {

@@ -364,7 +364,8 @@ ShardingOptions TrainConfig::sharding_options() const {
       .forward_prefetch(fsdp.forward_prefetch)
       .backward_prefetch(fsdp.backward_prefetch)
       .prefetch_depth(fsdp.prefetch_depth)
-      .limit_all_gathers(fsdp.limit_all_gathers);
+      .limit_all_gathers(fsdp.limit_all_gathers)
+      .offload_params(fsdp.offload_params);
   if (fsdp.activation_checkpointing) options.checkpoint_units({"*"});
   switch (fsdp.auto_wrap_policy) {
     case AutoWrapPolicy::kTransformerBased: {

@@ -337,7 +337,8 @@ std::vector<Option> fsdp_section() {
       int_setting(p + "limit_all_gathers", FIELD(fsdp.limit_all_gathers),
                   "at most this many units gathered ahead of use; 0: no limit (fsdp.cpp's key)"),
       bool_setting(p + "fsdp_offload_params", FIELD(fsdp.offload_params),
-                   "offload parameters and gradients; true is not supported yet"),
+                   "master shards, gradient shards and optimizer state in host memory; the "
+                   "optimizer steps on the CPU"),
       bool_setting(p + "fsdp_activation_checkpointing", FIELD(fsdp.activation_checkpointing),
                    "recompute each unit's activations in backward instead of keeping them"),
       [p] {

@@ -1,7 +1,6 @@
-// Validation of a merged config: ranges, relations between keys, and the settings that parse but
-// are not supported yet. Runs once after every source is applied, so that a command-line override
-// can repair a file's value; each error points, through Origins, at where the offending value came
-// from.
+// Validation of a merged config: ranges, relations between keys, and the values this build cannot
+// honour. Runs once after every source is applied, so that a command-line override can repair a
+// file's value; each error points, through Origins, at where the offending value came from.
 #include <ATen/Context.h>
 #include <torch/version.h>
 
@@ -12,18 +11,6 @@
 namespace fsdp {
 namespace config {
 namespace {
-
-// Settings that parse but this build cannot honour yet: one row each, removed when the feature
-// lands. The message is "<value> is not supported yet: <reason>".
-struct Unsupported {
-  const char* key;
-  bool (*active)(const TrainConfig&);
-  const char* reason;
-};
-const Unsupported kUnsupported[] = {
-    {"fsdp_config.fsdp_offload_params", [](const TrainConfig& c) { return c.fsdp.offload_params; },
-     "parameter and gradient offload is not implemented; set it to false"},
-};
 
 std::string num(double x) { return format_number(x); }
 
@@ -181,14 +168,6 @@ void check_launch(const Checks& k, const TrainConfig& c) {
                 num(int64_t{c.num_machines}) + ")");
 }
 
-void check_unsupported(const Checks& k, const TrainConfig& c) {
-  for (const auto& row : kUnsupported) {
-    if (!row.active(c)) continue;
-    k.require(false, {row.key},
-              find_option(row.key)->get(c) + " is not supported yet: " + row.reason);
-  }
-}
-
 // Model keys of one type, set (by a file or a flag) while model.type names the other.
 void check_type_specific(const TrainConfig& c, const Origins& origins) {
   for (const auto& o : options()) {
@@ -221,7 +200,6 @@ void validate(const TrainConfig& config, const Origins& origins) {
   check_train(k, config.train, config.data);
   check_fsdp(k, config);
   check_launch(k, config);
-  check_unsupported(k, config);
 }
 
 }  // namespace config

@@ -55,7 +55,8 @@ UnitElems unit_elems(const Plan& p) {
 
 // [Note: plan gathered] in docs/plan.md.
 int64_t gathered_peak(const Plan& p, const TrainConfig& c, const UnitElems& e, int64_t elem) {
-  if (p.shard_count == 1 && elem == 4) return 0;  // one fp32 shard is the parameter itself
+  // One fp32 shard is the parameter itself, unless offload keeps it apart on the host.
+  if (p.shard_count == 1 && elem == 4 && !c.fsdp.offload_params) return 0;
   if (!reshards_after_forward(c.fsdp.sharding_strategy) || e.blocks == 0) {
     return (e.root + e.all_blocks) * elem;
   }
@@ -175,6 +176,7 @@ Plan plan_training(const TrainConfig& config, int world_size, int local_size,
   p.memory.params = 4 * shard_elems;
   p.memory.grads = 4 * shard_elems;
   p.memory.optimizer = 8 * shard_elems;
+  p.memory.offloaded = config.fsdp.offload_params;
   const UnitElems sizes = unit_elems(p);
   p.memory.gathered = gathered_peak(p, config, sizes, elem);
   p.memory.grad_buffers = grad_buffer_peak(p, config, sizes, elem, reduce);
@@ -203,6 +205,10 @@ std::string format_plan(const Plan& p) {
   line("activations (estimate)", p.memory.activations);
   line("embedding grads (estimate)", p.memory.embedding_grads);
   line("total", p.memory.total());
+  if (p.memory.offloaded) {
+    line("  in host memory (offload)", p.memory.host());
+    line("  on the device", p.memory.on_device());
+  }
   out += "communication per rank per optimizer step (" + std::to_string(p.micro_batches) +
          " micro-batch" + (p.micro_batches == 1 ? "" : "es") + "):\n";
   line("all-gather", p.comm.all_gather);

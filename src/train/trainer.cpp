@@ -323,9 +323,7 @@ double average_over_ranks(double value, Comm& world) {
 }
 
 // Where the sharded model computes: its inputs go there.
-c10::Device model_device(const FullyShardedModel& model) {
-  return model.shards().front().param.device();
-}
+c10::Device model_device(const FullyShardedModel& model) { return model.device(); }
 
 double evaluate(const CausalLM& lm, const data::EvalLoader& loader, Comm& world,
                 c10::Device device) {
@@ -410,8 +408,9 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
            " parameters in " + std::to_string(model->units().size()) + " units; " +
            to_string(c.fsdp.sharding_strategy) + " over " + std::to_string(world->size()) +
            " ranks (" + world->backend() + "); this rank holds " +
-           format_bytes(model->memory().sharded_param_bytes) + " of parameters; peak RSS " +
-           format_bytes(peak_rss_over_ranks(*world)) + " after sharding");
+           format_bytes(model->memory().sharded_param_bytes) + " of parameters" +
+           (c.fsdp.offload_params ? " (offloaded: in host memory, the optimizer on the CPU)" : "") +
+           "; peak RSS " + format_bytes(peak_rss_over_ranks(*world)) + " after sharding");
 
   // 5. Resume where a checkpoint left off.
   TrainSummary summary;

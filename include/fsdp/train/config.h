@@ -10,10 +10,10 @@
 // docs/config.md lists every key; `fsdp-train --help` prints the same list, generated from the
 // table the parser reads.
 //
-// A setting this build cannot honour (CPU offload, prefetch, activation checkpointing, fp16, a
-// DeepSpeed section, ...) is an error that says so, never silently ignored. Keys that only matter
-// to other launchers (Accelerate's main_training_function, gpu_ids, tpu_*) are accepted and
-// have no effect; docs/config.md says which.
+// A setting this build cannot honour (fp16, a DeepSpeed section, ...) is an error that says so,
+// never silently ignored. Keys that only matter to other launchers (Accelerate's
+// main_training_function, gpu_ids, tpu_*) are accepted and have no effect; docs/config.md says
+// which.
 //
 // Nothing here reads the environment or touches LibTorch: parsing is pure, so tests and tools call
 // it directly, and every failure is one exception type, ConfigError.
@@ -155,7 +155,9 @@ struct FsdpConfig {
   bool forward_prefetch = false;
   int prefetch_depth = 1;
   int limit_all_gathers = 2;
-  bool offload_params = false;  // true is not supported yet
+  // Master shards, gradient shards and optimizer state in host memory (ShardingOptions's
+  // offload_params). Default false.
+  bool offload_params = false;
   // Recompute every wrapped unit's forward in backward (ShardingOptions::checkpoint_units "*").
   // Default false.
   bool activation_checkpointing = false;

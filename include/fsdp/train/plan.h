@@ -27,10 +27,15 @@ struct MemoryPlan {
   // Estimate: the embedding's V x h gradients autograd holds at the end of backward, when the
   // activations are gone. Larger than the activations for small models with a large vocabulary.
   int64_t embedding_grads = 0;
+  // CPU offload (fsdp_offload_params): the model state is in host memory, the rest on the device
+  // (plus a unit's fp32 shard staged there during its all-gather, not counted).
+  bool offloaded = false;
   int64_t model_state() const { return params + grads + optimizer; }
   int64_t total() const {
     return model_state() + gathered + grad_buffers + std::max(activations, embedding_grads);
   }
+  int64_t host() const { return offloaded ? model_state() : 0; }
+  int64_t on_device() const { return total() - host(); }
 };
 
 // Bytes per optimizer step on each rank, counted as the collectives' full buffers (an all-gather's
