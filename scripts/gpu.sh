@@ -6,20 +6,25 @@
 # build-gpu/results). The suite holds the CUDA tests: cuda_gpu (NCCL at world size 1, host
 # staging, a model sharded on the GPU) and parity_cuda_* (the parity tests on the GPU: 1 to 4 MPI
 # ranks sharing it, one NCCL rank); `scripts/gpu.sh --test-only -R cuda` runs those alone. Then
-# fsdp-train trains 30 steps on the GPU, over NCCL (fsdp-run) and over MPI (2 ranks, one GPU). The
-# GPU benchmark against PyTorch FSDP joins as docs/cuda.md's steps land. The wheel has no Gloo
+# fsdp-train trains 30 steps on the GPU, over NCCL (fsdp-run) and over MPI (2 ranks, one GPU).
+# Then the GPU benchmark (run_bench below): fsdp-bench and PyTorch (eager, FSDP1, FSDP2, FSDP2 with
+# CPU offload; bench/gpu_bench.py) on the same GPU, model, batch and dtypes, one table in
+# RESULTS_DIR/gpu_bench.md; and the fused CPU AdamW against torch's on a 100M-element shard with
+# every core. The wheel has no Gloo
 # headers, so the Gloo tests report themselves skipped; nor sleef.h, so the fused AdamW kernel is
 # built for baseline x86-64 only unless SLEEF_INCLUDE_DIR names a folder holding it.
 # That machine reaches no package registry: fetch the assets first where npm works
 # (scripts/fetch_assets.sh) and carry assets/ along, or the tests that need them skip.
-# Usage: scripts/gpu.sh [--build-only | --test-only] [ctest args...]
-#   (build in one device call, test in the next: the build folder travels with `carry`)
+# Usage: scripts/gpu.sh [--build-only | --test-only | --bench-only] [ctest args...]
+#   (build in one device call, test in the next, benchmark in a third: the build folder travels
+#   with `carry`, or stays while the machine is warm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=all
 case "${1:-}" in
   --build-only) MODE=build; shift ;;
   --test-only) MODE=test; shift ;;
+  --bench-only) MODE=bench; shift ;;
 esac
 RESULTS=${RESULTS_DIR:-${OUT:-build-gpu/results}}
 mkdir -p "$RESULTS"
@@ -70,9 +75,42 @@ run_trainer() {
   tail -n 3 "$RESULTS/train_cuda_mpi.log"
 }
 
-describe_machine
-[[ $MODE == test ]] || build
-[[ $MODE == build ]] || {
-  run_tests "$@"
-  run_trainer
+# fsdp.cpp and PyTorch on the goals' workloads (GPU.md; issue "CUDA: FSDP on GPUs"): GPT-2 124M,
+# batch 16, sequence 512, bf16, unsharded and FULL_SHARD at world size 1; GPT-2 XL (1.5B), batch 8,
+# with CPU offload. Each JSON and log goes to RESULTS; the combined table to gpu_bench.md.
+run_bench() {
+  local bin=build-gpu/bin r=$RESULTS
+  local common=(--device cuda --nproc 1 --seq 512 --dtype bf16)
+  "$bin/fsdp-bench" "${common[@]}" --model 124m --batch 16 --steps 10 \
+    --strategies NO_SHARD,FULL_SHARD --variants plain,prefetch --json "$r/ours-124m.json" \
+    >"$r/ours-124m.log" 2>&1 || echo "gpu: fsdp-bench 124m failed: $(tail -n 3 "$r/ours-124m.log")"
+  python3 bench/gpu_bench.py torch --model 124m --batch 16 --runs eager,fsdp1,fsdp2,fsdp2_offload \
+    --out "$r/torch-124m.json" || echo "gpu: PyTorch 124m failed"
+  "$bin/fsdp-bench" "${common[@]}" --model xl --batch 8 --steps 3 --strategies FULL_SHARD \
+    --variants prefetch+offload --json "$r/ours-xl.json" >"$r/ours-xl.log" 2>&1 ||
+    echo "gpu: fsdp-bench xl failed: $(tail -n 3 "$r/ours-xl.log")"
+  python3 bench/gpu_bench.py torch --model xl --batch 8 --steps 3 --warmup 2 --runs fsdp2_offload \
+    --out "$r/torch-xl.json" || echo "gpu: PyTorch xl failed"
+  "$bin/fsdp-bench-adamw" --n 100000000 --threads "$(nproc)" >"$r/adamw.log" 2>&1 ||
+    echo "gpu: fsdp-bench-adamw failed"
+  tail -n 6 "$r/adamw.log"
+  local files=()
+  for f in ours-124m torch-124m ours-xl torch-xl; do [[ -s "$r/$f.json" ]] && files+=("$r/$f.json"); done
+  ((${#files[@]})) && python3 bench/gpu_bench.py table "${files[@]}" | tee "$r/gpu_bench.md"
 }
+
+describe_machine
+case $MODE in
+  build) build ;;
+  test)
+    run_tests "$@"
+    run_trainer
+    ;;
+  bench) run_bench ;;
+  all)
+    build
+    run_tests "$@"
+    run_trainer
+    run_bench
+    ;;
+esac

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # fsdp-bench and fsdp-plan as a user runs them:
-#  - fsdp-bench on a tiny GPT-2 at world size 2, two strategies x two variants, two timed steps
-#    each repeated twice: every JSON record holds four timed steps, communication equal to the
+#  - fsdp-bench on a tiny GPT-2 at world size 2, two strategies x three variants (plain, prefetch,
+#    prefetch with CPU offload), two timed steps each repeated twice: every JSON record holds four
+#    timed steps, offloaded shards where asked (host_shard_bytes), communication equal to the
 #    plan's theory, live tensor memory within 15 % of the plan, and at most one large block mapped
 #    after the warm-up step (the host allocator's cache serves the steps; the warm-up may have
 #    given back one block it needs again; not in a sanitized build, where the allocator caches
@@ -35,16 +36,17 @@ expect_error() {
 }
 
 "$BIN/fsdp-run" --backend mpi --nproc-per-node 2 "$BIN/fsdp-bench" --model tiny --seq 48 \
-  --steps 2 --repeats 2 --strategies NO_SHARD,FULL_SHARD --variants plain,prefetch \
+  --steps 2 --repeats 2 --strategies NO_SHARD,FULL_SHARD --variants plain,prefetch,prefetch+offload \
   --json "$WORK/bench.json" >"$WORK/bench.log" 2>&1 || fail "fsdp-bench: $(tail -5 "$WORK/bench.log")"
 grep -q '^| FULL_SHARD | prefetch |' "$WORK/bench.log" || fail "fsdp-bench printed no table row"
 python3 - "$WORK/bench.json" <<'PY' || fail "fsdp-bench JSON"
 import json, os, sys
 sanitized = os.environ["FSDP_SMOKE_SANITIZED"] == "1"
 records = json.load(open(sys.argv[1]))
-assert len(records) == 4, len(records)
+assert len(records) == 6, len(records)
 for r in records:
     name = r["strategy"] + " " + r["variant"]
+    assert (r["host_shard_bytes"] > 0) == ("offload" in r["variant"]), name
     assert r["timed_steps"] == 4 and len(r["step_seconds"]) == 4, name
     assert r["comm_bytes_per_step"] == r["plan"]["comm_bytes_per_step"], name
     ratio = r["peak_tensor_bytes"] / r["plan"]["total_bytes"]
@@ -64,7 +66,9 @@ expect_error "bench-adamw unknown option" "unknown option --stesp" "$BIN/fsdp-be
 
 expect_error "bench --steps 0" "--steps: 0 is out of range \[1, " "$BIN/fsdp-bench" --steps 0
 expect_error "bench --allocator" "--allocator: fsdp or glibc" "$BIN/fsdp-bench" --allocator tc
-expect_error "bench --model" "--model: 124m, large or tiny" "$BIN/fsdp-bench" --model xl
+expect_error "bench --model" "--model: 124m, large, xl or tiny; got xxl" "$BIN/fsdp-bench" --model xxl
+expect_error "bench --device" "--device: cpu or cuda; got gpu" "$BIN/fsdp-bench" --device gpu
+expect_error "bench --variants" "joined by '+'; got prefetch+offlaod" "$BIN/fsdp-bench" --variants prefetch+offlaod
 expect_error "bench unknown option" "unknown option --stpes" "$BIN/fsdp-bench" --stpes 3
 expect_error "bench missing value" "missing value after --seq" "$BIN/fsdp-bench" --seq
 expect_error "bench strategy" "FULL" "$BIN/fsdp-bench" --strategies FULL

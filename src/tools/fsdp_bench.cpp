@@ -2,11 +2,18 @@
 // strategy and runtime variant (prefetch, activation checkpointing), all in one run on the same
 // ranks so that they compare as ratios, each next to the planner's prediction (fsdp-plan).
 //
-// Usage: build/bin/fsdp-bench [--model 124m|large|tiny] [--seq 512] [--batch 1] [--steps 3]
+// Usage: build/bin/fsdp-bench [--model 124m|large|xl|tiny] [--seq 512] [--batch 1] [--steps 3]
 //            [--repeats 1] [--dtype fp32|bf16] [--strategies NO_SHARD,SHARD_GRAD_OP,FULL_SHARD]
 //            [--variants plain,prefetch,ac,prefetch+ac] [--allocator fsdp|glibc] [--json FILE]
-//            [--label TEXT] [--checkpoint DIR] [--nproc 2]
-// Started without a launcher it re-launches itself under `mpirun -np 2`.
+//            [--label TEXT] [--checkpoint DIR] [--nproc 2] [--device cpu|cuda]
+// Started without a launcher it re-launches itself under `mpirun -np 2` (--nproc). A variant is
+// `plain` or features joined by '+': `prefetch`, `ac` (activation checkpointing), `offload` (CPU
+// offload: shards and AdamW in host memory).
+// --device cuda: the model computes on the GPU (LOCAL_RANK's; one rank alone, or under fsdp-run,
+// uses NCCL, under mpirun MPI through host buffers), with as many intra-op threads per rank as
+// the node's cores divided among its ranks (the CPU AdamW of offload uses them); every timed phase
+// ends with the device synchronised, and the table adds the CUDA caching allocator's peak
+// (torch.cuda.max_memory_allocated, the figure PyTorch FSDP users compare).
 //
 // Per run: a warm-up step (it records the unit order prefetch follows and faults in every buffer),
 // then --steps timed steps; --repeats runs every (strategy, variant) again, in the same order, so
@@ -21,6 +28,7 @@
 // --label (bench/ scripts pass the BLAS kernel) is copied into every JSON record.
 // --checkpoint DIR: after the FULL_SHARD plain run, times a sharded checkpoint's save and load and
 // a full safetensors file's save and load under DIR.
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <malloc.h>
 #include <sys/resource.h>
 
@@ -33,6 +41,7 @@
 #include <functional>
 #include <sstream>
 
+#include "core/device_memory.h"
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/checkpoint/full_state.h"
 #include "fsdp/fsdp.h"
@@ -59,6 +68,7 @@ struct Args {
   int nproc = 2;
   std::string checkpoint_dir;      // empty: no checkpoint timings
   std::string allocator = "fsdp";  // fsdp: fsdp/host_memory.h's; glibc: malloc's heap (counted)
+  std::string device = "cpu";      // cpu or cuda
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -68,6 +78,18 @@ std::vector<std::string> split_list(const std::string& s) {
     if (!item.empty()) out.push_back(item);
   }
   return out;
+}
+
+std::vector<std::string> split_variant(const std::string& v) {
+  std::vector<std::string> out;
+  std::stringstream in(v);
+  for (std::string item; std::getline(in, item, '+');) out.push_back(item);
+  return out;
+}
+
+bool has_feature(const std::string& variant, const std::string& feature) {
+  const std::vector<std::string> f = split_variant(variant);
+  return std::find(f.begin(), f.end(), feature) != f.end();
 }
 
 Args parse_args(int argc, char** argv) {
@@ -104,23 +126,33 @@ Args parse_args(int argc, char** argv) {
       a.allocator = value();
     } else if (k == "--checkpoint") {
       a.checkpoint_dir = value();
+    } else if (k == "--device") {
+      a.device = value();
     } else {
       throw std::invalid_argument("unknown option " + k +
                                   " (known: --model --seq --batch --steps --repeats --dtype "
                                   "--strategies --variants --json --label "
-                                  "--nproc --checkpoint --allocator)");
+                                  "--nproc --checkpoint --allocator --device)");
     }
   }
-  if (a.model != "124m" && a.model != "large" && a.model != "tiny") {
-    throw std::invalid_argument("--model: 124m, large or tiny");
+  if (a.model != "124m" && a.model != "large" && a.model != "xl" && a.model != "tiny") {
+    throw std::invalid_argument("--model: 124m, large, xl or tiny; got " + a.model);
+  }
+  if (a.device != "cpu" && a.device != "cuda") {
+    throw std::invalid_argument("--device: cpu or cuda; got " + a.device);
   }
   if (a.dtype != "fp32" && a.dtype != "bf16") throw std::invalid_argument("--dtype: fp32 or bf16");
   if (a.allocator != "fsdp" && a.allocator != "glibc") {
     throw std::invalid_argument("--allocator: fsdp or glibc");
   }
   for (const auto& v : a.variants) {
-    if (v != "plain" && v != "prefetch" && v != "ac" && v != "prefetch+ac") {
-      throw std::invalid_argument("--variants: plain, prefetch, ac, prefetch+ac; got " + v);
+    const std::vector<std::string> features = split_variant(v);
+    const bool known = std::all_of(features.begin(), features.end(), [](const std::string& f) {
+      return f == "prefetch" || f == "ac" || f == "offload";
+    });
+    if (v != "plain" && (features.empty() || !known)) {
+      throw std::invalid_argument(
+          "--variants: plain, or prefetch, ac and offload joined by '+'; got " + v);
     }
   }
   for (const auto& s : a.strategies) fsdp::parse_sharding_strategy(s);  // throws on a bad name
@@ -138,6 +170,8 @@ fsdp::TrainConfig bench_config(const Args& a, const std::string& strategy,
     c.model.n_layer = 12, c.model.n_head = 12, c.model.n_embd = 768;
   } else if (a.model == "large") {
     c.model.n_layer = 36, c.model.n_head = 20, c.model.n_embd = 1280;
+  } else if (a.model == "xl") {
+    c.model.n_layer = 48, c.model.n_head = 25, c.model.n_embd = 1600;
   } else {
     c.model.n_layer = 2, c.model.n_head = 2, c.model.n_embd = 64, c.model.n_positions = a.seq;
   }
@@ -145,11 +179,13 @@ fsdp::TrainConfig bench_config(const Args& a, const std::string& strategy,
   c.train.micro_batch_size = a.batch;
   c.mixed_precision = a.dtype == "bf16" ? fsdp::DType::kBFloat16 : fsdp::DType::kFloat32;
   c.fsdp.sharding_strategy = fsdp::parse_sharding_strategy(strategy);
-  const bool prefetch = variant.find("prefetch") != std::string::npos;
+  const bool prefetch = has_feature(variant, "prefetch");
   c.fsdp.forward_prefetch = prefetch;
   c.fsdp.backward_prefetch =
       prefetch ? fsdp::BackwardPrefetch::kBackwardPre : fsdp::BackwardPrefetch::kNoPrefetch;
-  c.fsdp.activation_checkpointing = variant.find("ac") != std::string::npos;
+  c.fsdp.activation_checkpointing = has_feature(variant, "ac");
+  c.fsdp.offload_params = has_feature(variant, "offload");
+  c.train.device = a.device == "cuda" ? fsdp::TrainDevice::kCuda : fsdp::TrainDevice::kCpu;
   return c;
 }
 
@@ -179,6 +215,12 @@ int64_t minor_faults() {
 
 double mib(int64_t bytes) { return bytes / (1024.0 * 1024.0); }
 
+// Waits for the work queued on the device (its current stream, which waits for the collectives),
+// so that a clock read after it times the work, not its queueing. Nothing to wait for on the CPU.
+void synchronize(c10::Device device) {
+  if (!device.is_cpu()) c10::impl::VirtualGuardImpl(device.type()).getStream(device).synchronize();
+}
+
 // The largest value over the ranks.
 int64_t max_over_ranks(fsdp::Comm& world, int64_t mine) {
   std::vector<int64_t> all(static_cast<size_t>(world.size()));
@@ -204,6 +246,9 @@ struct Result {
   int64_t peak_tensors = 0, peak_rss = 0;
   int64_t peak_held = 0;     // live tensors and the host allocator's cached blocks
   int64_t fresh_blocks = 0;  // large blocks the host allocator mapped during the timed steps
+  // GPU runs: the CUDA caching allocator's peaks during the timed steps (absolute, as
+  // torch.cuda.max_memory_allocated and max_memory_reserved), the largest over the ranks.
+  int64_t peak_device_allocated = 0, peak_device_reserved = 0;
   fsdp::MemoryStats memory;
   int64_t optimizer_bytes = 0;
   int64_t comm_bytes = 0;  // per step
@@ -293,22 +338,28 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
   fsdp::CausalLM lm = fsdp::build_model(c);
   auto model = fsdp::fully_shard(lm.module, fsdp::count_traffic(world, counts),
                                  c.sharding_options().param_init(lm.param_init));
+  const c10::Device device = model->device();
   fsdp::AdamW opt(fsdp::sharded_params(*model), fsdp::AdamWOptions());
   auto gen = at::make_generator<at::CPUGeneratorImpl>(world->rank() + 1);
-  at::Tensor tokens = at::randint(c.model.vocab_size, {a.batch, a.seq + 1}, gen, at::kLong);
+  const at::Tensor tokens =
+      at::randint(c.model.vocab_size, {a.batch, a.seq + 1}, gen, at::kLong).to(device);
   auto step = [&] {
     StepTimes t;
+    synchronize(device);
     world->barrier();
     const int64_t blocked = counts->blocked_ns, faults = minor_faults();
     const auto t0 = Clock::now();
     opt.zero_grad();
     at::Tensor loss =
         fsdp::gpt2_loss(lm.forward(tokens.narrow(1, 0, a.seq)), tokens.narrow(1, 1, a.seq));
+    synchronize(device);
     const auto t1 = Clock::now();
     loss.backward();
+    synchronize(device);
     const auto t2 = Clock::now();
     opt.step();
     r.loss = loss.item<double>();
+    synchronize(device);
     const auto t3 = Clock::now();
     auto ns = [](Clock::duration d) {
       return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
@@ -326,6 +377,7 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
   counts->reset();
   restart_peak_rss();  // the timed steps' peak, over heap the warm-up left in place
   fsdp::reset_host_memory_peak();
+  fsdp::reset_peak_device_memory(device);
   const int64_t mapped = fsdp::host_memory().mapped_blocks;
   std::vector<StepTimes> mine;
   for (int i = 0; i < a.steps; ++i) mine.push_back(step());
@@ -335,6 +387,9 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
   r.peak_tensors = max_over_ranks(*world, host.peak_live - baseline_tensors);
   r.peak_held = max_over_ranks(*world, host.peak_held - baseline_tensors);
   r.fresh_blocks = max_over_ranks(*world, host.mapped_blocks - mapped);
+  const fsdp::DeviceMemory gpu = fsdp::device_memory(device);
+  r.peak_device_allocated = max_over_ranks(*world, gpu.peak_allocated_bytes);
+  r.peak_device_reserved = max_over_ranks(*world, gpu.peak_reserved_bytes);
   r.memory = model->memory();
   r.optimizer_bytes = opt.state_bytes();
   r.comm_bytes = counts->total_bytes() / a.steps;
@@ -349,6 +404,8 @@ void merge(Result& into, const Result& again) {
   into.peak_rss = std::max(into.peak_rss, again.peak_rss);
   into.fresh_blocks = std::max(into.fresh_blocks, again.fresh_blocks);
   into.peak_held = std::max(into.peak_held, again.peak_held);
+  into.peak_device_allocated = std::max(into.peak_device_allocated, again.peak_device_allocated);
+  into.peak_device_reserved = std::max(into.peak_device_reserved, again.peak_device_reserved);
 }
 
 std::string json_record(const Args& a, int n, const std::string& backend, const Result& r) {
@@ -357,10 +414,11 @@ std::string json_record(const Args& a, int n, const std::string& backend, const 
   const StepTimes t = r.median();
   std::ostringstream o;
   o << "{\"model\": \"gpt2-" << a.model << "\", \"parameters\": " << r.plan.parameters
-    << ", \"world_size\": " << n << ", \"backend\": \"" << backend << "\", \"dtype\": \"" << a.dtype
-    << "\", \"seq\": " << a.seq << ", \"batch_per_rank\": " << a.batch
-    << ", \"threads_per_rank\": 1, \"strategy\": \"" << r.strategy << "\", \"variant\": \""
-    << r.variant << "\", \"timed_steps\": " << r.steps.size() << ", \"step_seconds\": [" <<
+    << ", \"world_size\": " << n << ", \"backend\": \"" << backend << "\", \"device\": \""
+    << a.device << "\", \"dtype\": \"" << a.dtype << "\", \"seq\": " << a.seq
+    << ", \"batch_per_rank\": " << a.batch << ", \"threads_per_rank\": " << at::get_num_threads()
+    << ", \"strategy\": \"" << r.strategy << "\", \"variant\": \"" << r.variant
+    << "\", \"timed_steps\": " << r.steps.size() << ", \"step_seconds\": [" <<
       [&] {
         std::string list;
         for (const auto& s : r.steps)
@@ -373,7 +431,10 @@ std::string json_record(const Args& a, int n, const std::string& backend, const 
     << "}, \"tokens_per_second\": " << r.tokens_per_second(a) << ", \"loss\": " << r.loss
     << ", \"allocator\": \"" << a.allocator << "\", \"fresh_blocks\": " << r.fresh_blocks
     << ", \"peak_tensor_bytes\": " << r.peak_tensors << ", \"peak_held_bytes\": " << r.peak_held
-    << ", \"peak_rss_bytes\": " << r.peak_rss << ", \"model_state_bytes\": "
+    << ", \"peak_rss_bytes\": " << r.peak_rss
+    << ", \"peak_device_allocated_bytes\": " << r.peak_device_allocated
+    << ", \"peak_device_reserved_bytes\": " << r.peak_device_reserved
+    << ", \"host_shard_bytes\": " << m.host_shard_bytes << ", \"model_state_bytes\": "
     << m.sharded_param_bytes + m.sharded_grad_bytes + r.optimizer_bytes
     << ", \"peak_gathered_bytes\": " << m.peak_gathered_param_bytes
     << ", \"peak_grad_buffer_bytes\": " << m.peak_grad_buffer_bytes
@@ -411,10 +472,10 @@ void print_table(const Args& a, const std::vector<Result>& results) {
       "| "
       "in collectives | tensors (MiB) | plan (MiB) | tensors / plan | peak RSS (MiB) | RSS / plan "
       "| "
-      "model state (MiB) | comm/step (MiB) | comm / theory |\n"
+      "model state (MiB) | comm/step (MiB) | comm / theory | device peak (MiB) |\n"
       "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | "
       "--- "
-      "| --- |\n");
+      "| --- | --- |\n");
   for (const auto& r : results) {
     const Result* base = no_shard_baseline(results, r);
     const StepTimes t = r.median();
@@ -424,20 +485,22 @@ void print_table(const Args& a, const std::vector<Result>& results) {
     const double theory = static_cast<double>(r.plan.comm.total());
     std::printf(
         "| %s | %s | %.2f | %.1f | %s | %.2f | %.2f | %.2f | %.2f | %.0f | %.0f | %.3f | %.0f | "
-        "%.3f | %.1f | %.1f | %s |\n",
+        "%.3f | %.1f | %.1f | %s | %s |\n",
         r.strategy.c_str(), r.variant.c_str(), seconds(t.step), r.tokens_per_second(a),
         base ? fixed(r.tokens_per_second(a) / base->tokens_per_second(a), 3).c_str() : "-",
         seconds(t.forward), seconds(t.backward), seconds(t.optimizer), seconds(t.comm),
         mib(r.peak_tensors), mib(r.plan.memory.total()), r.peak_tensors / plan, mib(r.peak_rss),
         r.peak_rss / plan, model_state, mib(r.comm_bytes),
-        theory > 0 ? fixed(r.comm_bytes / theory, 4).c_str() : "-");
+        theory > 0 ? fixed(r.comm_bytes / theory, 4).c_str() : "-",
+        a.device == "cpu" ? "-" : fixed(mib(r.peak_device_allocated), 0).c_str());
   }
   std::printf(
       "(GPT-2 %s, %s, seq %lld, batch %lld per rank; times: medians of %zu timed steps, slowest "
       "rank; vs NO_SHARD: against NO_SHARD with the same variant; in collectives: inside the "
       "collectives' issue and wait calls; tensors and peak RSS: "
       "per rank, peak above the process before the model was built; plan: fsdp-plan's total; "
-      "comm: bytes of every collective per step)\n",
+      "comm: bytes of every collective per step; device peak: the CUDA caching allocator's "
+      "peak allocated bytes, GPU runs only)\n",
       a.model.c_str(), a.dtype.c_str(), static_cast<long long>(a.seq),
       static_cast<long long>(a.batch), results.empty() ? size_t{0} : results[0].steps.size());
 }
@@ -450,7 +513,7 @@ int main(int argc, char** argv) {
     fsdp::HostAllocatorOptions host;
     if (a.allocator == "glibc") host.cache_min_bytes = SIZE_MAX;  // count only: all to malloc
     fsdp::install_host_allocator(host);
-    fsdp::CommPtr world = fsdp::tools::start_ranks(argc, argv, a.nproc);
+    fsdp::CommPtr world = fsdp::tools::start_ranks(argc, argv, a.nproc, a.device);
     // As fsdp-train: keep freed memory in the heap so that each step reuses the last one's pages.
     mallopt(M_MMAP_THRESHOLD, 1 << 30);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);

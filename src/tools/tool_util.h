@@ -4,9 +4,11 @@
 #include <ATen/Parallel.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fsdp/comm.h"
@@ -37,11 +39,16 @@ namespace tools {
 }
 
 // Joins the group this process was started in; a tool started by hand (one rank) re-launches
-// itself on `nproc` ranks instead. One intra-op thread per rank: ranks share the cores.
-inline CommPtr start_ranks(int argc, char** argv, int nproc) {
-  CommPtr world = init_comm();
+// itself on `nproc` ranks instead. `device` is CommOptions::device ("cuda": NCCL where it can).
+// On the CPU one intra-op thread per rank: ranks share the cores for compute. On a GPU the
+// node's cores are divided among its ranks, for the host work (offload's CPU optimizer).
+inline CommPtr start_ranks(int argc, char** argv, int nproc, const std::string& device = "cpu") {
+  CommOptions options;
+  options.device = device;
+  CommPtr world = init_comm(options);
   if (world->size() == 1 && nproc > 1) relaunch_under_mpirun(argc, argv, nproc);
-  at::set_num_threads(1);
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  at::set_num_threads(device == "cpu" ? 1 : std::max(1, cores / std::max(1, world->local_size())));
   return world;
 }
 

@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""PyTorch's side of the GPU benchmark, and the table that sets fsdp.cpp beside it.
+
+scripts/gpu.sh runs, in one call on the GPU machine (docs/cuda.md, ../shared/GPU.md), fsdp-bench
+on the GPU and then this script's `torch` command on the same GPU, model shapes, batch, sequence
+and dtypes: Hugging Face's GPT2LMHeadModel in eager PyTorch, under FSDP1 (a unit per block,
+MixedPrecision bf16), under FSDP2 (fully_shard per block, MixedPrecisionPolicy bf16) and FSDP2 with
+CPUOffloadPolicy, at world size 1 over NCCL. Each run: AdamW, bf16 compute (gradients reduced in
+bf16, as fsdp-train's mixed_precision: bf16 does), warm-up steps, then timed steps, each ended by
+torch.cuda.synchronize(); its median step and the caching allocator's peak
+(torch.cuda.max_memory_allocated) over the timed steps.
+
+    gpu_bench.py torch --out torch.json [--model 124m --batch 16 --seq 512 --runs eager,fsdp1,fsdp2]
+    gpu_bench.py table torch.json ours.json [more.json ...] > table.md
+
+`table` reads this script's JSON and fsdp-bench's (--json) and prints one Markdown table: tokens/s,
+step time and peak GPU memory, with each fsdp.cpp row's ratio to every PyTorch row of the same
+model and batch.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+SHAPES = {  # GPT-2's published sizes, at its 1024 positions (fsdp-bench's --model)
+    "124m": dict(n_layer=12, n_head=12, n_embd=768),
+    "large": dict(n_layer=36, n_head=20, n_embd=1280),
+    "xl": dict(n_layer=48, n_head=25, n_embd=1600),
+}
+RUNS = ("eager", "fsdp1", "fsdp2", "fsdp2_offload")
+
+
+def build_model(name):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    # No dropout: fsdp.cpp's GPT-2 has none, and it would only add kernels to one side.
+    config = GPT2Config(n_positions=1024, vocab_size=50257, resid_pdrop=0.0, embd_pdrop=0.0,
+                        attn_pdrop=0.0, **SHAPES[name])
+    return GPT2LMHeadModel(config)
+
+
+def wrap(run, model, device):
+    """The model as `run` trains it, and whether its optimizer steps on the CPU."""
+    import torch
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+
+    bf16 = torch.bfloat16
+    if run == "eager":
+        return model.to(device), False
+    if run == "fsdp1":
+        from torch.distributed.fsdp import FullyShardedDataParallel, MixedPrecision
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+        return FullyShardedDataParallel(
+            model, auto_wrap_policy=ModuleWrapPolicy({GPT2Block}), device_id=device,
+            mixed_precision=MixedPrecision(param_dtype=bf16, reduce_dtype=bf16,
+                                           buffer_dtype=bf16),
+            use_orig_params=True), False
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+    offload = run == "fsdp2_offload"
+    kwargs = dict(mp_policy=MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=bf16))
+    if offload:
+        kwargs["offload_policy"] = CPUOffloadPolicy()
+    else:
+        model = model.to(device)
+    for block in model.transformer.h:
+        fully_shard(block, **kwargs)
+    fully_shard(model, **kwargs)
+    return model, offload
+
+
+def time_run(args, run, device):
+    import torch
+    import torch.nn.functional as F
+
+    torch.manual_seed(0)
+    model, on_cpu = wrap(run, build_model(args.model), device)
+    # Fused AdamW where the parameters are on the GPU (PyTorch's fastest); offloaded parameters
+    # are CPU tensors, stepped by the default (foreach) CPU AdamW.
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=not on_cpu)
+    gen = torch.Generator().manual_seed(1)
+    tokens = torch.randint(50257, (args.batch, args.seq + 1), generator=gen).to(device)
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=run == "eager"):
+            logits = model(inputs).logits
+        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(args.warmup):
+        step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        loss = step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    median = statistics.median(times)
+    record = {
+        "impl": "pytorch " + torch.__version__, "run": run, "model": "gpt2-" + args.model,
+        "parameters": sum(p.numel() for p in model.parameters()), "batch": args.batch,
+        "seq": args.seq, "dtype": "bf16", "step_seconds": times, "median_step": median,
+        "tokens_per_second": args.batch * args.seq / median,
+        "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+        "peak_reserved_bytes": torch.cuda.max_memory_reserved(), "loss": loss.item(),
+    }
+    del model, opt
+    torch.cuda.empty_cache()
+    return record
+
+
+def torch_command(args):
+    import torch
+    import torch.distributed as dist
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29533")
+    device = torch.device("cuda", 0)
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    records = []
+    for run in args.runs.split(","):
+        if run not in RUNS:
+            sys.exit(f"gpu_bench.py: --runs: {run} is not one of {', '.join(RUNS)}")
+        try:
+            records.append(time_run(args, run, device))
+            r = records[-1]
+            print(f"gpu_bench: {run} gpt2-{args.model} batch {args.batch}: "
+                  f"{r['median_step'] * 1e3:.1f} ms, {r['tokens_per_second']:.0f} tokens/s, "
+                  f"peak {r['peak_allocated_bytes'] / 2**30:.2f} GiB", flush=True)
+        except Exception as e:  # one failing run (out of memory) must not lose the others
+            print(f"gpu_bench: {run} failed: {type(e).__name__}: {e}", flush=True)
+            records.append({"impl": "pytorch", "run": run, "model": "gpt2-" + args.model,
+                            "batch": args.batch, "seq": args.seq, "error": str(e)[:500]})
+            torch.cuda.empty_cache()
+    dist.destroy_process_group()
+    with open(args.out, "w") as f:
+        json.dump(records, f, indent=1)
+
+
+def rows_of(path):
+    """(model, batch, label, tokens/s, step s, peak bytes) of each record in one JSON file."""
+    rows = []
+    for r in json.load(open(path)):
+        if "error" in r:
+            rows.append((r["model"], r["batch"], f"{r['impl']} {r['run']}", None, None, None))
+        elif "run" in r:  # ours above, PyTorch's
+            rows.append((r["model"], r["batch"], f"PyTorch {r['run']}", r["tokens_per_second"],
+                         r["median_step"], r["peak_allocated_bytes"]))
+        else:  # fsdp-bench
+            label = f"fsdp.cpp {r['strategy']} {r['variant']} ({r['backend']})"
+            rows.append((r["model"], r["batch_per_rank"], label, r["tokens_per_second"],
+                         r["median"]["step"], r["peak_device_allocated_bytes"]))
+    return rows
+
+
+def table_command(args):
+    rows = [row for path in args.files for row in rows_of(path)]
+    print("| model | batch | run | tokens/s | step (ms) | peak allocated (GiB) | vs PyTorch |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for model, batch, label, tps, step, peak in rows:
+        if tps is None:
+            print(f"| {model} | {batch} | {label} | failed | | | |")
+            continue
+        ratios = [f"{tps / t:.2f}x {l.split(' ', 1)[1]}" for m, b, l, t, _, _ in rows
+                  if l.startswith("PyTorch") and not label.startswith("PyTorch") and m == model
+                  and b == batch and t]
+        print(f"| {model} | {batch} | {label} | {tps:.0f} | {step * 1e3:.1f} | "
+              f"{peak / 2**30:.2f} | {', '.join(ratios)} |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("torch", help="time PyTorch eager, FSDP1 and FSDP2 on the GPU")
+    t.add_argument("--model", choices=sorted(SHAPES), default="124m")
+    t.add_argument("--batch", type=int, default=16)
+    t.add_argument("--seq", type=int, default=512)
+    t.add_argument("--steps", type=int, default=10)
+    t.add_argument("--warmup", type=int, default=3)
+    t.add_argument("--runs", default="eager,fsdp1,fsdp2")
+    t.add_argument("--out", required=True)
+    tab = sub.add_parser("table", help="one Markdown table of PyTorch's and fsdp-bench's JSON")
+    tab.add_argument("files", nargs="+")
+    args = parser.parse_args()
+    torch_command(args) if args.command == "torch" else table_command(args)
+
+
+if __name__ == "__main__":
+    main()
