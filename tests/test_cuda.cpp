@@ -4,6 +4,7 @@
 // logic on the CPU too). Multi-rank CUDA
 // training is in the parity tests (parity_cuda_*). Tests that need a GPU skip, with the reason,
 // where there is none.
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -12,6 +13,7 @@
 
 #include "comm/rendezvous.h"
 #include "core/collectives.h"
+#include "core/streams.h"
 #include "fsdp/fsdp.h"
 
 namespace fsdp {
@@ -230,6 +232,40 @@ void expect_offload_trains_as_without(const std::string& device) {
   for (const auto& [name, value] : plain.second) {
     EXPECT_TRUE(offloaded.second.at(name).equal(value)) << name;
   }
+}
+
+// Side streams (core/streams.h): work issued on one runs beside the compute stream's later work
+// instead of queueing before it. A large copy from pinned memory on the gather stream (about 40 ms
+// over PCIe), then a tiny kernel on the compute stream: the kernel finishes while the copy is
+// still running; on one stream it could not. The compute stream then waits for the copy's event
+// before reading its result. On the CPU there are no side streams and nothing to wait for. (1 GiB
+// of pinned host memory and 1 GiB on the GPU.)
+TEST(Streams, SideStreamWorkRunsBesideLaterCompute) {
+  EXPECT_FALSE(SideStreams(c10::Device(c10::kCPU)).gather().has_value());
+  EXPECT_EQ(OnSideStream(std::nullopt).record(), nullptr);
+  REQUIRE_CUDA();
+  const c10::Device gpu(c10::kCUDA, 0);
+  const SideStreams streams(gpu);
+  ASSERT_TRUE(streams.gather().has_value());
+  const at::Tensor host = at::ones({256 << 20}, at::TensorOptions().pinned_memory(true));
+  const at::Tensor device = at::empty({256 << 20}, at::TensorOptions().device(gpu));
+  at::Tensor small = at::zeros({16}, at::TensorOptions().device(gpu));
+  streams.synchronize();
+  std::unique_ptr<c10::Event> copied;
+  {
+    OnSideStream side(streams.gather());
+    device.copy_(host, /*non_blocking=*/true);
+    copied = side.record();
+  }
+  small.add_(1);  // on the compute stream, queued after the copy
+  c10::Event computed(c10::kCUDA);
+  computed.record(c10::impl::VirtualGuardImpl(c10::kCUDA).getStream(gpu));
+  while (!computed.query()) {
+  }
+  EXPECT_FALSE(copied->query()) << "the compute stream's kernel waited for the side stream's copy";
+  wait_for(copied, gpu);
+  EXPECT_EQ(copied, nullptr);
+  EXPECT_TRUE(device.eq(1).all().item<bool>());
 }
 
 TEST(Offload, OnTheCpuTrainsAsWithout) { expect_offload_trains_as_without("cpu"); }

@@ -141,6 +141,7 @@ Runtime::Runtime(std::shared_ptr<torch::nn::Module> root, CommPtr comm, Sharding
   device_ = resolve_device(options_, specs, *world_);
   check_dtypes(options_, device_);
   pool_ = BufferPool(device_);
+  streams_ = SideStreams(device_);
   move_buffers();
   make_groups();
   build_units(std::move(specs));
@@ -378,36 +379,60 @@ void Runtime::drain_reduces() {
 }
 
 void Runtime::complete_reduce(PendingReduce& p) {
-  if (p.work) p.work->wait();
   at::NoGradGuard no_grad;
-  if (replicate_group_->size() > 1) all_reduce(*replicate_group_, p.output, ReduceOp::kSum)->wait();
-  if (world_->size() > 1) p.output.div_(world_->size());
   FlatParam& flat = p.unit->flat();
-  if (!flat.offloaded()) {
-    flat.grad_shard().add_(p.output);
-  } else {
-    at::Tensor host =
-        at::empty({p.output.numel()},
-                  p.output.options().device(at::kCPU).pinned_memory(!p.output.device().is_cpu()));
-    host.copy_(p.output, /*non_blocking=*/true);
-    note_offload_copy();
-    offloaded_grads_.emplace_back(p.unit, std::move(host));
+  std::unique_ptr<c10::Event> reduced;
+  {
+    // An offloaded gradient ends on the reduce stream: its scaling and copy to the host need not
+    // queue behind compute. The compute stream still waits for the collectives (`reduced`) before
+    // the buffers they read are released below.
+    OnSideStream side(flat.offloaded() ? streams_.reduce() : std::nullopt);
+    if (p.work) p.work->wait();
+    if (replicate_group_->size() > 1) {
+      all_reduce(*replicate_group_, p.output, ReduceOp::kSum)->wait();
+    }
+    reduced = side.record();
+    if (world_->size() > 1) p.output.div_(world_->size());
+    if (flat.offloaded()) {
+      at::Tensor host =
+          at::empty({p.output.numel()},
+                    p.output.options().device(at::kCPU).pinned_memory(!p.output.device().is_cpu()));
+      host.copy_(p.output, /*non_blocking=*/true);
+      note_offload_copy();
+      offloaded_grads_.push_back({p.unit, std::move(host), p.output, side.record()});
+    } else {
+      flat.grad_shard().add_(p.output);
+    }
   }
+  wait_for(reduced, device_);
+  release_copied_grads();
   track_grad_buffers(-p.tracked_bytes);
 }
 
-// After sync_offload: the host buffers hold the reduced gradients.
+// The device chunks of offloaded gradients whose copy was issued before the newest: their copies
+// have had a unit's backward to run, so the compute stream's wait for them costs little, and at
+// most two chunks stay on the device.
+void Runtime::release_copied_grads() {
+  for (size_t i = 0; i + 1 < offloaded_grads_.size(); ++i) {
+    OffloadedGrad& g = offloaded_grads_[i];
+    if (!g.device.defined()) continue;
+    wait_for(g.copied, device_);
+    g.device.reset();
+  }
+}
+
+// After sync_offload: the host buffers hold the reduced gradients, and every stream is done with
+// the device chunks.
 void Runtime::land_offloaded_grads() {
   at::NoGradGuard no_grad;
-  for (auto& [unit, host] : offloaded_grads_) unit->flat().grad_shard().add_(host);
+  for (auto& g : offloaded_grads_) g.unit->flat().grad_shard().add_(g.host);
   offloaded_grads_.clear();
 }
 
 void Runtime::sync_offload() {
   if (!offload_copies_pending_) return;
   offload_copies_pending_ = false;
-  if (device_.is_cpu()) return;  // CPU copies are done when copy_ returns
-  c10::impl::VirtualGuardImpl(device_.type()).getStream(device_).synchronize();
+  streams_.synchronize();  // nothing on the CPU: copies there are done when copy_ returns
 }
 
 void Runtime::track_gathered(int64_t delta) {

@@ -25,6 +25,7 @@
 #include "compat.h"
 #include "core/buffer_pool.h"
 #include "core/flat_param.h"
+#include "core/streams.h"
 #include "fsdp/fully_shard.h"
 #include "fsdp/hooks.h"
 
@@ -97,7 +98,6 @@ class Unit : public ModuleHooks {
 
  private:
   void reduce_gradients();
-  at::Tensor shard_on_device();
   void register_grad_hooks();
   void set_context(const char* phase) const;
   // Clears a prefetch's mark, telling the runtime whether the unit used what it gathered.
@@ -111,8 +111,12 @@ class Unit : public ModuleHooks {
   FlatParam flat_;
   UnitState state_ = UnitState::kUnsharded;
   UnitPolicy policy_;
-  WorkPtr gather_;           // the all-gather in flight (kGathering)
-  at::Tensor gather_src_;    // what it sends: the shard, or its param_dtype copy
+  // The gather in flight (kGathering): the all-gather, and on a device with streams the event
+  // after the gather stream's work; what it reads (the shard, or its device and param_dtype
+  // copies), kept until the compute stream has waited for it.
+  WorkPtr gather_;
+  std::unique_ptr<c10::Event> gathered_;
+  at::Tensor gather_src_, gather_staged_;
   bool prefetched_ = false;  // gathered by a prefetch and not used since
   // Grad accumulators are held so that hooks registered on them survive between steps (a
   // parameter only keeps a weak reference to its accumulator).
@@ -166,11 +170,12 @@ class Runtime {
   void drain_reduces();
 
   BufferPool& pool() { return pool_; }
+  const SideStreams& streams() const { return streams_; }
 
   // CPU offload: copies between host shards and the device are asynchronous. A unit notes each
-  // one; sync_offload waits for them (the device's current stream, where they were queued) before
-  // the host reads or writes shards again: at the end of backward, before the optimizer, and at
-  // the end of a forward that has no backward.
+  // one; sync_offload waits for them (every stream of the device) before the host reads or writes
+  // shards again: at the end of backward, before the optimizer, and at the end of a forward that
+  // has no backward.
   void note_offload_copy() { offload_copies_pending_ = true; }
   void sync_offload();
 
@@ -196,6 +201,7 @@ class Runtime {
   void build_units(std::vector<UnitSpec> specs);
   void complete_reduce(PendingReduce& pending);
   void land_offloaded_grads();
+  void release_copied_grads();
   UnitPolicy policy_of(const std::string& name, bool is_root) const;
   void check_prefetch_options() const;
   void check_unit_names(const std::vector<UnitSpec>& specs) const;
@@ -218,13 +224,20 @@ class Runtime {
   std::deque<PendingReduce> pending_;
   // Offload: reduced gradient shards copied to host buffers, added into the units' gradient
   // shards once the copies are done (land_offloaded_grads).
-  std::vector<std::pair<Unit*, at::Tensor>> offloaded_grads_;
+  struct OffloadedGrad {
+    Unit* unit;
+    at::Tensor host;    // pinned on a GPU; the copy's destination
+    at::Tensor device;  // the reduced chunk, kept until the compute stream waited for `copied`
+    std::unique_ptr<c10::Event> copied;
+  };
+  std::vector<OffloadedGrad> offloaded_grads_;
   bool offload_copies_pending_ = false;
   bool sync_gradients_ = true;
   bool callback_queued_ = false;
   int64_t step_ = 0;
   MemoryStats memory_;
   BufferPool pool_;
+  SideStreams streams_;
   Order forward_order_, backward_order_;
   bool orders_recorded_ = false;
   bool finishing_ = false;  // inside finish_backward

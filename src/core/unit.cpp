@@ -97,6 +97,11 @@ void Unit::set_context(const char* phase) const {
   runtime_.replicate_group().set_context(label);
 }
 
+// Gathering, on the gather stream where the device has one (core/streams.h): an offloaded shard
+// is first copied to an fp32 device buffer (asynchronously from pinned memory; the cast to
+// param_dtype then runs on the device, not the host: docs/design.md, [Note: offload]), cast, and
+// all-gathered into `full`, or with one shard copied there. Buffers are taken on the compute
+// stream first, and held until wait_unshard has made the compute stream wait for the gather.
 void Unit::issue_unshard(const char* phase) {
   if (state_ != UnitState::kSharded) return;
   state_ = UnitState::kUnsharded;
@@ -104,38 +109,40 @@ void Unit::issue_unshard(const char* phase) {
   flat_.alloc_full(runtime_.pool());
   runtime_.track_gathered(flat_.full_bytes());
   at::NoGradGuard no_grad;
-  at::Tensor& full = flat_.full();
-  const at::Tensor shard = shard_on_device();
-  if (flat_.shard_count() == 1) {
-    full.copy_(shard);
-    return;
+  const bool gathers = flat_.shard_count() > 1;
+  if (gathers) set_context(phase);
+  BufferPool& pool = runtime_.pool();
+  const at::Tensor staged =
+      flat_.offloaded() ? pool.empty(flat_.shard_numel(), at::kFloat) : flat_.shard();
+  const at::Tensor src = gathers && flat_.param_dtype() != at::kFloat
+                             ? pool.empty(flat_.shard_numel(), flat_.param_dtype())
+                             : staged;
+  OnSideStream side(runtime_.streams().gather());
+  if (flat_.offloaded()) {
+    staged.copy_(flat_.shard(), /*non_blocking=*/true);
+    runtime_.note_offload_copy();
   }
-  set_context(phase);
-  gather_src_ = shard;
-  if (flat_.param_dtype() != at::kFloat) {
-    gather_src_ = runtime_.pool().empty(flat_.shard_numel(), flat_.param_dtype());
-    gather_src_.copy_(shard);
+  if (!gathers) {
+    flat_.full().copy_(staged);
+  } else {
+    if (!src.is_same(staged)) src.copy_(staged);
+    gather_ = all_gather(runtime_.shard_group(), src, flat_.full());
   }
-  gather_ = all_gather(runtime_.shard_group(), gather_src_, full);
-  state_ = UnitState::kGathering;
-}
-
-// The fp32 shard where the gather reads it: the shard itself, or under offload a device buffer
-// it is copied into, asynchronously from pinned memory; fp32, so that the cast to param_dtype
-// runs on the device, not the host. See docs/design.md, [Note: offload].
-at::Tensor Unit::shard_on_device() {
-  if (!flat_.offloaded()) return flat_.shard();
-  at::Tensor staged = runtime_.pool().empty(flat_.shard_numel(), at::kFloat);
-  staged.copy_(flat_.shard(), /*non_blocking=*/true);
-  runtime_.note_offload_copy();
-  return staged;
+  gathered_ = side.record();
+  if (gather_ || gathered_) {
+    gather_src_ = src;
+    gather_staged_ = staged;
+    state_ = UnitState::kGathering;
+  }
 }
 
 void Unit::wait_unshard() {
   if (state_ != UnitState::kGathering) return;
-  gather_->wait();
+  if (gather_) gather_->wait();
+  wait_for(gathered_, runtime_.device());
   gather_.reset();
   gather_src_.reset();
+  gather_staged_.reset();
   state_ = UnitState::kUnsharded;
 }
 

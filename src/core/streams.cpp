@@ -1,0 +1,49 @@
+// Side streams and the events that order them with the compute stream (streams.h).
+#include "core/streams.h"
+
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+namespace fsdp {
+namespace {
+c10::Stream current_stream(c10::Device device) {
+  return c10::impl::VirtualGuardImpl(device.type()).getStream(device);
+}
+}  // namespace
+
+SideStreams::SideStreams(c10::Device device) : device_(device) {
+  if (device.is_cpu()) return;
+  // High priority, as FSDP2's: a collective's few kernels should not queue behind compute's.
+  c10::impl::VirtualGuardImpl impl(device.type());
+  gather_ = impl.getStreamFromGlobalPool(device, /*isHighPriority=*/true);
+  reduce_ = impl.getStreamFromGlobalPool(device, /*isHighPriority=*/true);
+}
+
+void SideStreams::synchronize() const {
+  if (!gather_) return;
+  current_stream(device_).synchronize();
+  gather_->synchronize();
+  reduce_->synchronize();
+}
+
+OnSideStream::OnSideStream(const std::optional<c10::Stream>& side) : side_(side) {
+  if (!side_) return;
+  c10::Event compute_so_far(side_->device_type());
+  compute_so_far.record(current_stream(side_->device()));
+  compute_so_far.block(*side_);  // the event may be destroyed once the wait is queued
+  guard_.emplace(*side_);
+}
+
+std::unique_ptr<c10::Event> OnSideStream::record() const {
+  if (!side_) return nullptr;
+  auto event = std::make_unique<c10::Event>(side_->device_type());
+  event->record(*side_);
+  return event;
+}
+
+void wait_for(std::unique_ptr<c10::Event>& event, c10::Device device) {
+  if (!event) return;
+  event->block(current_stream(device));
+  event.reset();
+}
+
+}  // namespace fsdp

@@ -1,0 +1,58 @@
+// Side streams, on devices that have them (CUDA), after PyTorch FSDP2: a unit's gather work (an
+// offloaded shard's copy to the device, the cast to param_dtype, the all-gather's issue) runs on
+// a gather stream, and the end of an offloaded gradient's reduction (its scaling and its copy to
+// the host) on a reduce stream, so that they overlap compute instead of queueing behind it.
+//
+// Order comes from events, never from record_stream: a side stream first waits for the work
+// queued so far on the compute (current) stream; the compute stream waits for a side stream's
+// event only where it uses what the side stream produced. Buffers are taken from the compute
+// stream's pool before the side stream writes them and released only after the compute stream has
+// waited for their last use, so the caching allocator never hands out a block a side stream still
+// touches. On the CPU there are no streams: nothing here does anything, and work runs in program
+// order. See docs/design.md, [Note: streams].
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+#include <c10/core/StreamGuard.h>
+
+#include <memory>
+#include <optional>
+
+namespace fsdp {
+
+// The runtime's side streams on one device: none on the CPU.
+class SideStreams {
+ public:
+  explicit SideStreams(c10::Device device = c10::Device(c10::kCPU));
+  const std::optional<c10::Stream>& gather() const { return gather_; }
+  const std::optional<c10::Stream>& reduce() const { return reduce_; }
+  // Blocks the host until the compute stream and both side streams have run all they were given.
+  void synchronize() const;
+
+ private:
+  c10::Device device_;
+  std::optional<c10::Stream> gather_, reduce_;
+};
+
+// In its scope work is issued on `side`, after the work queued so far on the current stream;
+// record() gives the event the compute stream waits on to use what that work produced. Without a
+// side stream (the CPU, or a caller that keeps its work on the compute stream) it does nothing
+// and record() gives none.
+class OnSideStream {
+ public:
+  explicit OnSideStream(const std::optional<c10::Stream>& side);
+  OnSideStream(const OnSideStream&) = delete;
+  OnSideStream& operator=(const OnSideStream&) = delete;
+  std::unique_ptr<c10::Event> record() const;
+
+ private:
+  std::optional<c10::Stream> side_;
+  std::optional<c10::StreamGuard> guard_;  // last: restores the current stream first
+};
+
+// Makes `device`'s current stream wait for `event`, then drops it; nothing when there is none.
+void wait_for(std::unique_ptr<c10::Event>& event, c10::Device device);
+
+}  // namespace fsdp
