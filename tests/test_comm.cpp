@@ -8,6 +8,8 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -672,6 +674,38 @@ TEST(CommProgress, ReportNamesWhoReachedTheCollectiveAndWhereOthersStopped) {
     EXPECT_EQ(boards[0].report(2).find("barrier"), std::string::npos);
   }
   EXPECT_FALSE(std::filesystem::exists(dir)) << "the owner leaves " << dir << " behind";
+}
+
+// A peer that issued the collective too, but then stopped (kill -STOP inside it) or died: the
+// report names it by what this host's kernel says of its process. The peer here is a child
+// process (`sleep`) posted as rank 1.
+TEST(CommProgress, ReportNamesAPeerThatIsStoppedOrGone) {
+  char tmpl[] = "/tmp/fsdp-progress-test-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  auto slots = comm_internal::directory_slots(tmpl, /*owner=*/true);
+  comm_internal::ProgressBoard me(slots, "world", 0, 2), peer(slots, "world", 1, 2);
+  EXPECT_EQ(me.post("barrier"), 1u);
+  EXPECT_EQ(peer.post("barrier"), 1u);
+  EXPECT_EQ(me.report(1), "; ranks that issued this collective (#1): 0, 1");  // it runs
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    execlp("sleep", "sleep", "30", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::string where = slots->get("world/process/1");  // "host pid-namespace pid"
+  where = where.substr(0, where.rfind(' ') + 1) + std::to_string(child);
+  slots->put("world/process/1", where);
+  kill(child, SIGSTOP);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, WUNTRACED), child);
+  const std::string pid = "(pid " + std::to_string(child) + ")";
+  EXPECT_EQ(me.report(1), "; ranks that issued this collective (#1): 0, 1; rank 1 " + pid +
+                              " is stopped (SIGSTOP or SIGTSTP)");
+  kill(child, SIGKILL);
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_EQ(me.report(1), "; ranks that issued this collective (#1): 0, 1; rank 1 " + pid +
+                              " has exited");
 }
 
 TEST(CommKernels, DtypeSizesAndNames) {

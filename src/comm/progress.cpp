@@ -10,6 +10,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 namespace fsdp {
@@ -71,6 +73,46 @@ class DirectorySlots : public ProgressSlots {
   bool owner_;
 };
 
+// Where this process can be found by a peer: host name, PID namespace and PID. A peer that shares
+// the first two can read its state in /proc.
+std::string this_process() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  char ns[64] = {};
+  const ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
+  return std::string(host) + " " + (n > 0 ? std::string(ns, static_cast<size_t>(n)) : "?") + " " +
+         std::to_string(getpid());
+}
+
+// Why the process posted as `where` (this_process() of a peer) cannot take part in a collective,
+// as this host's kernel tells: stopped or gone; "" while it runs or sleeps, or when it is not
+// visible from here (another host or PID namespace).
+std::string process_state(const std::string& where) {
+  std::istringstream in(where);
+  std::string host, ns, pid;
+  if (!(in >> host >> ns >> pid)) return "";
+  std::istringstream mine(this_process());
+  std::string my_host, my_ns;
+  mine >> my_host >> my_ns;
+  if (host != my_host || ns != my_ns) return "";
+  std::ifstream stat("/proc/" + pid + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return "(pid " + pid + ") has exited";
+  const size_t paren = line.rfind(')');  // the command name may hold spaces and parentheses
+  const char state = paren + 2 < line.size() ? line[paren + 2] : '?';
+  switch (state) {
+    case 'T':
+      return "(pid " + pid + ") is stopped (SIGSTOP or SIGTSTP)";
+    case 't':
+      return "(pid " + pid + ") is stopped by a debugger";
+    case 'Z':
+    case 'X':
+      return "(pid " + pid + ") has exited";
+    default:
+      return "";
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<ProgressSlots> directory_slots(const std::string& dir, bool owner) {
@@ -79,7 +121,13 @@ std::shared_ptr<ProgressSlots> directory_slots(const std::string& dir, bool owne
 
 ProgressBoard::ProgressBoard(std::shared_ptr<ProgressSlots> slots, std::string group, int rank,
                              int size)
-    : slots_(std::move(slots)), group_(std::move(group)), rank_(rank), size_(size) {}
+    : slots_(std::move(slots)), group_(std::move(group)), rank_(rank), size_(size) {
+  try {
+    slots_->put(group_ + "/process/" + std::to_string(rank_), this_process());
+  } catch (const std::exception&) {
+    // Diagnostics only, as in post().
+  }
+}
 
 uint64_t ProgressBoard::post(const std::string& what) {
   try {
@@ -90,18 +138,20 @@ uint64_t ProgressBoard::post(const std::string& what) {
   return seq_;
 }
 
-std::string ProgressBoard::read(int rank) const {
+std::string ProgressBoard::read(const char* what, int rank) const {
   try {
-    return slots_->get(group_ + "/progress/" + std::to_string(rank));
+    return slots_->get(group_ + "/" + what + "/" + std::to_string(rank));
   } catch (const std::exception&) {
     return "";  // never posted, or the store (rank 0) is gone
   }
 }
 
 std::string ProgressBoard::report(uint64_t seq) const {
-  std::string reached, behind;
+  std::string reached, behind, states;
   for (int r = 0; r < size_; ++r) {
-    const std::string entry = read(r);
+    const std::string state = r == rank_ ? "" : process_state(read("process", r));
+    if (!state.empty()) states += "; rank " + std::to_string(r) + " " + state;
+    const std::string entry = read("progress", r);
     const uint64_t theirs = entry.empty() ? 0 : std::strtoull(entry.c_str(), nullptr, 10);
     if (theirs >= seq) {
       reached += (reached.empty() ? "" : ", ") + std::to_string(r);
@@ -111,7 +161,7 @@ std::string ProgressBoard::report(uint64_t seq) const {
     }
   }
   return "; ranks that issued this collective (#" + std::to_string(seq) +
-         "): " + (reached.empty() ? std::string("none") : reached) + behind;
+         "): " + (reached.empty() ? std::string("none") : reached) + behind + states;
 }
 
 std::function<std::string()> ProgressBoard::post_and_diagnose(

@@ -1,9 +1,10 @@
 // Which collective each rank of a group issued last, posted where the other ranks can read it
 // while they wait: so that a rank whose collective times out can say which ranks reached it and
-// where the others stopped. The board is the same for every backend; where its entries live
-// (the Gloo rendezvous store, or files in a directory the ranks of one host share) is a
-// ProgressSlots behind it. One small write per collective: microseconds against collectives of
-// milliseconds.
+// where the others stopped. Each rank also posts where its process runs, so that a peer on the
+// same host can say when it is stopped (kill -STOP) or gone, even inside a collective it issued.
+// The board is the same for every backend; where its entries live (the Gloo rendezvous store, or
+// files in a directory the ranks of one host share) is a ProgressSlots behind it. One small write
+// per collective: microseconds against collectives of milliseconds.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +40,9 @@ class ProgressBoard {
   uint64_t post(const std::string& what);
 
   // What a rank waiting for collective `seq` says about its peers:
-  // "; ranks that issued this collective (#57): 0, 1; rank 2 last issued #41 all_gather of ..."
+  // "; ranks that issued this collective (#57): 0, 1; rank 2 last issued #41 all_gather of ...",
+  // then, for peers on this host that cannot run: "; rank 1 (pid 4242) is stopped (SIGSTOP or
+  // SIGTSTP)" or "... has exited".
   std::string report(uint64_t seq) const;
 
   // Posts `what` (as post) and returns what a timeout of that collective adds to its message.
@@ -50,7 +53,7 @@ class ProgressBoard {
   std::shared_ptr<ProgressBoard> subgroup(const std::string& name, int rank, int size) const;
 
  private:
-  std::string read(int rank) const;
+  std::string read(const char* what, int rank) const;
 
   std::shared_ptr<ProgressSlots> slots_;
   std::string group_;
