@@ -51,8 +51,7 @@ class FlatParam {
   at::ScalarType param_dtype() const { return param_dtype_; }
   // Where `full` (gathered parameters, unsharded gradients) lives.
   c10::Device device() const { return device_; }
-  // Where the shard and the gradient shard live: host memory under offload, else device().
-  c10::Device shard_device() const { return shard_.device(); }
+  // True when the shard and the gradient shard live in host memory (CPU offload).
   bool offloaded() const { return offload_; }
 
   at::Tensor& shard() { return shard_; }
