@@ -114,7 +114,9 @@ class FullyShardedModel {
   c10::Device device() const;
   std::vector<UnitInfo> units() const;
   // This rank's shards, one per unit, root last. The tensors alias the runtime's storage: an
-  // optimizer updates them in place.
+  // optimizer updates them in place. Under offload_params on a GPU, copies of the shards queued
+  // by a forward that has not been followed by its backward are waited for first, so that the
+  // caller may write the shards (a checkpoint load); the end of backward waits for them anyway.
   std::vector<UnitShard> shards(const DecayRule& rule = default_decay_rule) const;
   // The group across which shards are disjoint (size 1 under NO_SHARD): global gradient norms sum
   // over it.

@@ -73,14 +73,15 @@ class DirectorySlots : public ProgressSlots {
   bool owner_;
 };
 
-// Where this process can be found by a peer: host name, PID namespace and PID. A peer that shares
-// the first two can read its state in /proc.
+// Where this process can be found by a peer: the kernel's boot id (hosts may share a name, and
+// every host's first PID namespace has the same inode), the PID namespace and the PID. A peer that
+// shares the first two can read its state in /proc.
 std::string this_process() {
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
+  std::string boot = "?";
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
   char ns[64] = {};
   const ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
-  return std::string(host) + " " + (n > 0 ? std::string(ns, static_cast<size_t>(n)) : "?") + " " +
+  return boot + " " + (n > 0 ? std::string(ns, static_cast<size_t>(n)) : "?") + " " +
          std::to_string(getpid());
 }
 
@@ -89,17 +90,23 @@ std::string this_process() {
 // visible from here (another host or PID namespace).
 std::string process_state(const std::string& where) {
   std::istringstream in(where);
-  std::string host, ns, pid;
-  if (!(in >> host >> ns >> pid)) return "";
+  std::string boot, ns, pid;
+  if (!(in >> boot >> ns >> pid) || pid.find_first_not_of("0123456789") != std::string::npos) {
+    return "";
+  }
   std::istringstream mine(this_process());
-  std::string my_host, my_ns;
-  mine >> my_host >> my_ns;
-  if (host != my_host || ns != my_ns) return "";
-  std::ifstream stat("/proc/" + pid + "/stat");
+  std::string my_boot, my_ns;
+  mine >> my_boot >> my_ns;
+  if (boot == "?" || boot != my_boot || ns != my_ns) return "";
+  const std::string path = "/proc/" + pid + "/stat";
+  std::ifstream stat(path);
   std::string line;
-  if (!std::getline(stat, line)) return "(pid " + pid + ") has exited";
+  if (!std::getline(stat, line)) {
+    return access(path.c_str(), F_OK) != 0 && errno == ENOENT ? "(pid " + pid + ") has exited" : "";
+  }
   const size_t paren = line.rfind(')');  // the command name may hold spaces and parentheses
-  const char state = paren + 2 < line.size() ? line[paren + 2] : '?';
+  if (paren == std::string::npos || paren + 2 >= line.size()) return "";
+  const char state = line[paren + 2];
   switch (state) {
     case 'T':
       return "(pid " + pid + ") is stopped (SIGSTOP or SIGTSTP)";
@@ -121,7 +128,11 @@ std::shared_ptr<ProgressSlots> directory_slots(const std::string& dir, bool owne
 
 ProgressBoard::ProgressBoard(std::shared_ptr<ProgressSlots> slots, std::string group, int rank,
                              int size)
-    : slots_(std::move(slots)), group_(std::move(group)), rank_(rank), size_(size) {
+    : slots_(std::move(slots)),
+      group_(std::move(group)),
+      rank_(rank),
+      size_(size),
+      processes_(static_cast<size_t>(size)) {
   try {
     slots_->put(group_ + "/process/" + std::to_string(rank_), this_process());
   } catch (const std::exception&) {
@@ -146,10 +157,18 @@ std::string ProgressBoard::read(const char* what, int rank) const {
   }
 }
 
+// Posted once by each rank's constructor: read once, so that a report does not ask a store whose
+// server may be the hung rank more often than it must.
+std::string ProgressBoard::process_of(int rank) const {
+  std::string& where = processes_[static_cast<size_t>(rank)];
+  if (where.empty()) where = read("process", rank);
+  return where;
+}
+
 std::string ProgressBoard::report(uint64_t seq) const {
   std::string reached, behind, states;
   for (int r = 0; r < size_; ++r) {
-    const std::string state = r == rank_ ? "" : process_state(read("process", r));
+    const std::string state = r == rank_ ? "" : process_state(process_of(r));
     if (!state.empty()) states += "; rank " + std::to_string(r) + " " + state;
     const std::string entry = read("progress", r);
     const uint64_t theirs = entry.empty() ? 0 : std::strtoull(entry.c_str(), nullptr, 10);

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace fsdp {
 namespace comm_internal {
@@ -54,11 +55,13 @@ class ProgressBoard {
 
  private:
   std::string read(const char* what, int rank) const;
+  std::string process_of(int rank) const;
 
   std::shared_ptr<ProgressSlots> slots_;
   std::string group_;
   int rank_, size_;
   uint64_t seq_ = 0;
+  mutable std::vector<std::string> processes_;  // where each rank's process runs, once read
 };
 
 }  // namespace comm_internal

@@ -40,6 +40,7 @@ std::vector<UnitInfo> FullyShardedModel::units() const {
 }
 
 std::vector<UnitShard> FullyShardedModel::shards(const DecayRule& rule) const {
+  runtime_->sync_offload();  // the caller may write them: no queued copy may still read them
   std::vector<UnitShard> out;
   for (const auto& u : runtime_->units()) {
     const FlatParam& f = u->flat();
@@ -57,6 +58,7 @@ void FullyShardedModel::set_requires_gradient_sync(bool sync) {
 }
 
 std::map<std::string, at::Tensor> FullyShardedModel::gather_full_params() {
+  runtime_->sync_offload();
   return runtime_->gather_full_params();
 }
 

@@ -211,6 +211,16 @@ std::vector<UnitSize> unit_sizes(torch::nn::Module& root, const WrapPolicy& poli
 
 Runtime::~Runtime() {
   for (auto& u : units_) set_module_hooks(u->module(), nullptr);
+  // On a GPU the compute stream waits for the side streams' last work on buffers freed below, so
+  // that the caching allocator does not hand them out while a copy or collective still runs
+  // (stream waits: the host does not block). On the CPU nothing is in flight on another stream.
+  if (!streams_.gather()) return;
+  try {
+    for (auto& u : units_) u->wait_unshard();
+    for (auto& g : offloaded_grads_) wait_for(g.copied, device_);
+  } catch (const std::exception&) {
+    // A collective that failed: nothing more can be done for it while tearing down.
+  }
 }
 
 void Runtime::build_units(std::vector<UnitSpec> specs) {
@@ -351,6 +361,7 @@ void Runtime::end_forward(bool backward_expected) {
 void Runtime::ensure_final_callback() {
   if (callback_queued_) return;
   callback_queued_ = true;
+  offloaded_grads_.clear();  // left by a backward that threw: never to be added
   torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
 }
 
@@ -432,7 +443,8 @@ void Runtime::land_offloaded_grads() {
 void Runtime::sync_offload() {
   if (!offload_copies_pending_) return;
   offload_copies_pending_ = false;
-  streams_.synchronize();  // nothing on the CPU: copies there are done when copy_ returns
+  // Nothing to wait for on the CPU: copies there are done when copy_ returns.
+  streams_.synchronize(world_->timeout(), "offloaded copies, step " + std::to_string(step_));
 }
 
 void Runtime::track_gathered(int64_t delta) {

@@ -3,6 +3,10 @@
 
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#include <thread>
+
+#include "fsdp/comm.h"
+
 namespace fsdp {
 namespace {
 c10::Stream current_stream(c10::Device device) {
@@ -18,11 +22,19 @@ SideStreams::SideStreams(c10::Device device) : device_(device) {
   reduce_ = impl.getStreamFromGlobalPool(device, /*isHighPriority=*/true);
 }
 
-void SideStreams::synchronize() const {
+void SideStreams::synchronize(std::chrono::milliseconds timeout, const std::string& what) const {
   if (!gather_) return;
-  current_stream(device_).synchronize();
-  gather_->synchronize();
-  reduce_->synchronize();
+  const c10::Stream compute = current_stream(device_);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!(compute.query() && gather_->query() && reduce_->query())) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw CommError("fsdp: timed out after " + std::to_string(timeout.count()) +
+                      " ms waiting for the device's streams (" + what +
+                      "): a collective queued there has not finished (a peer rank may have "
+                      "failed or be hung)");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
 }
 
 OnSideStream::OnSideStream(const std::optional<c10::Stream>& side) : side_(side) {

@@ -17,8 +17,10 @@
 #include <c10/core/Stream.h>
 #include <c10/core/StreamGuard.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
+#include <string>
 
 namespace fsdp {
 
@@ -28,8 +30,10 @@ class SideStreams {
   explicit SideStreams(c10::Device device = c10::Device(c10::kCPU));
   const std::optional<c10::Stream>& gather() const { return gather_; }
   const std::optional<c10::Stream>& reduce() const { return reduce_; }
-  // Blocks the host until the compute stream and both side streams have run all they were given.
-  void synchronize() const;
+  // Blocks the host until the compute stream and both side streams have run all they were given;
+  // throws CommError naming `what` after `timeout` (their work includes collectives, which a
+  // hung peer never lets finish).
+  void synchronize(std::chrono::milliseconds timeout, const std::string& what) const;
 
  private:
   c10::Device device_;
