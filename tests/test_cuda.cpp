@@ -250,7 +250,7 @@ TEST(Streams, SideStreamWorkRunsBesideLaterCompute) {
   const at::Tensor host = at::ones({256 << 20}, at::TensorOptions().pinned_memory(true));
   const at::Tensor device = at::empty({256 << 20}, at::TensorOptions().device(gpu));
   at::Tensor small = at::zeros({16}, at::TensorOptions().device(gpu));
-  streams.synchronize();
+  streams.synchronize(std::chrono::seconds(60), "the test's set-up");
   std::unique_ptr<c10::Event> copied;
   {
     OnSideStream side(streams.gather());
