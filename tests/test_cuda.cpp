@@ -161,6 +161,23 @@ TEST(Nccl, WorldOfOneRunsEveryCollectiveOnDeviceAndHostMemory) {
   EXPECT_EQ(token, 41);
 }
 
+// Five AdamW steps of a regression on fixed data; the losses.
+std::vector<double> train_five_steps(torch::nn::Sequential& model, FullyShardedModel& sharded,
+                                     c10::Device where) {
+  AdamW opt(sharded_params(sharded), AdamWOptions());
+  torch::manual_seed(11);
+  const at::Tensor x = torch::randn({32, 8}).to(where), y = torch::randn({32, 4}).to(where);
+  std::vector<double> losses;
+  for (int step = 0; step < 5; ++step) {
+    opt.zero_grad();
+    at::Tensor loss = (fsdp::forward(model, x) - y).pow(2).mean();
+    loss.backward();
+    opt.step();
+    losses.push_back(loss.item<double>());
+  }
+  return losses;
+}
+
 // The same model and steps sharded on the CPU and on the GPU: the GPU run keeps shards, gathered
 // parameters, gradients and buffers there, and trains to the same losses within the difference
 // of two sets of kernels (fp32 matmuls summed in other orders: 1e-5 relative on losses near 1).
@@ -170,22 +187,10 @@ TEST(CudaSharding, ParametersMovedToTheGpuTrainAsOnTheCpu) {
     auto model = small_model();
     model->register_buffer("scale", torch::ones({1}));
     auto sharded = fully_shard(model.ptr(), make_local_comm(), ShardingOptions().device(device));
-    std::vector<ShardedParam> params = sharded_params(*sharded);
-    AdamW opt(params, AdamWOptions());
     const c10::Device where(device);
     for (const auto& p : model->parameters()) EXPECT_EQ(p.device().type(), where.type());
     for (const auto& b : model->buffers()) EXPECT_EQ(b.device().type(), where.type());
-    torch::manual_seed(11);
-    const at::Tensor x = torch::randn({32, 8}).to(where), y = torch::randn({32, 4}).to(where);
-    std::vector<double> out;
-    for (int step = 0; step < 5; ++step) {
-      opt.zero_grad();
-      at::Tensor loss = (fsdp::forward(model, x) - y).pow(2).mean();
-      loss.backward();
-      opt.step();
-      out.push_back(loss.item<double>());
-    }
-    return out;
+    return train_five_steps(model, *sharded, where);
   };
   const std::vector<double> cpu = losses("cpu"), gpu = losses("cuda");
   for (size_t i = 0; i < cpu.size(); ++i) EXPECT_NEAR(gpu[i], cpu[i], 1e-5 * cpu[i]) << i;
@@ -212,18 +217,7 @@ void expect_offload_trains_as_without(const std::string& device) {
     }
     const MemoryStats m = sharded->memory();
     EXPECT_EQ(m.host_shard_bytes, offload ? m.sharded_param_bytes + m.sharded_grad_bytes : 0);
-    std::vector<ShardedParam> params = sharded_params(*sharded);
-    AdamW opt(params, AdamWOptions());
-    torch::manual_seed(11);
-    const at::Tensor x = torch::randn({32, 8}).to(where), y = torch::randn({32, 4}).to(where);
-    std::vector<double> losses;
-    for (int step = 0; step < 5; ++step) {
-      opt.zero_grad();
-      at::Tensor loss = (fsdp::forward(model, x) - y).pow(2).mean();
-      loss.backward();
-      opt.step();
-      losses.push_back(loss.item<double>());
-    }
+    const std::vector<double> losses = train_five_steps(model, *sharded, where);
     for (const auto& s : sharded->shards()) EXPECT_GT(s.grad.abs().sum().item<double>(), 0);
     return std::make_pair(losses, sharded->gather_full_params());
   };
