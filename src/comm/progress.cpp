@@ -94,7 +94,8 @@ std::string process_state(const std::string& where) {
   if (!(in >> boot >> ns >> pid) || pid.find_first_not_of("0123456789") != std::string::npos) {
     return "";
   }
-  std::istringstream mine(this_process());
+  static const std::string me = this_process();  // boot id and PID namespace never change
+  std::istringstream mine(me);
   std::string my_boot, my_ns;
   mine >> my_boot >> my_ns;
   if (boot == "?" || boot != my_boot || ns != my_ns) return "";

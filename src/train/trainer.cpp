@@ -322,9 +322,6 @@ double average_over_ranks(double value, Comm& world) {
   return v;
 }
 
-// Where the sharded model computes: its inputs go there.
-c10::Device model_device(const FullyShardedModel& model) { return model.device(); }
-
 double evaluate(const CausalLM& lm, const data::EvalLoader& loader, Comm& world,
                 c10::Device device) {
   at::NoGradGuard no_grad;
@@ -347,7 +344,7 @@ std::pair<double, double> train_step(const TrainConfig& c, const CausalLM& lm,
   double loss_sum = 0;
   for (int64_t micro = 0; micro < accum; ++micro) {
     model.set_requires_gradient_sync(micro + 1 == accum);
-    at::Tensor b = loader.next().to(model_device(model));
+    at::Tensor b = loader.next().to(model.device());
     at::Tensor loss = gpt2_loss(lm.forward(b.narrow(1, 0, T)), b.narrow(1, 1, T));
     (loss / static_cast<double>(accum)).backward();
     loss_sum += loss.item<double>();
@@ -424,7 +421,7 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
   int64_t last_log_step = summary.start_step;
   auto maybe_eval = [&](int64_t step) {
     if (!eval_loader) return;
-    const double v = evaluate(lm, *eval_loader, *world, model_device(*model));
+    const double v = evaluate(lm, *eval_loader, *world, model->device());
     log.eval(step, v);
     if (summary.first_val_loss < 0) summary.first_val_loss = v;
     summary.last_val_loss = v;
@@ -455,7 +452,7 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
     m.lr = lr;
     m.grad_norm = norm;
     m.peak_rss_bytes = peak_rss_over_ranks(*world);
-    m.peak_gpu_bytes = peak_gpu_over_ranks(*world, model_device(*model));
+    m.peak_gpu_bytes = peak_gpu_over_ranks(*world, model->device());
     const auto now = Clock::now();
     m.elapsed_s = std::chrono::duration<double>(now - t0).count();
     m.tokens_per_s = static_cast<double>(tokens_per_step * (done - last_log_step)) /
@@ -547,7 +544,7 @@ std::vector<std::string> sample(const TrainConfig& config, const SampleOptions& 
   std::vector<std::string> texts;
   for (int64_t s = 0; s < options.num_samples; ++s) {
     const auto ids = generate(lm, prompt, options, static_cast<uint64_t>(options.seed + s), *world,
-                              model_device(*model));
+                              model->device());
     std::vector<int32_t> narrow(ids.begin(), ids.end());
     texts.push_back(tokenizer.decode(narrow));
     if (world->rank() == 0) {
