@@ -35,7 +35,7 @@ fsdp_unit_test(test_host_memory test_host_memory.cpp)
 # machine. cuda_gpu: NCCL at world size 1, host staging, a model sharded on the GPU; the shared test
 # main reports it skipped, with the reason, where there is no GPU (FSDP_TEST_DEVICE=cuda).
 fsdp_test_executable(test_cuda test_cuda.cpp)
-add_test(NAME test_cuda COMMAND test_cuda --gtest_filter=CudaChoice.*:DeviceOption.*)
-add_test(NAME cuda_gpu COMMAND test_cuda --gtest_filter=CudaCollectives.*:Nccl.*:CudaSharding.*)
+add_test(NAME test_cuda COMMAND test_cuda --gtest_filter=CudaChoice.*:DeviceOption.*:Offload.OnTheCpu*)
+add_test(NAME cuda_gpu COMMAND test_cuda --gtest_filter=CudaCollectives.*:Nccl.*:CudaSharding.*:Streams.*:Offload.OnTheGpu*)
 set_tests_properties(cuda_gpu PROPERTIES ENVIRONMENT "FSDP_TEST_DEVICE=cuda;OMP_NUM_THREADS=1"
                                          SKIP_RETURN_CODE 77)
