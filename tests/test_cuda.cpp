@@ -224,7 +224,9 @@ void expect_offload_trains_as_without(const std::string& device) {
   const auto plain = run(false), offloaded = run(true);
   EXPECT_EQ(offloaded.first, plain.first);
   for (const auto& [name, value] : plain.second) {
-    EXPECT_TRUE(offloaded.second.at(name).equal(value)) << name;
+    const at::Tensor& got = offloaded.second.at(name);
+    EXPECT_EQ(got.device().type(), c10::kCPU) << name << ": not where the offloaded shards are";
+    EXPECT_TRUE(got.equal(value.to(at::kCPU))) << name;
   }
 }
 

@@ -161,7 +161,10 @@ RunResult train_sharded(const ShardedRun& run) {
     opt.step();
     r.losses.push_back(global);
   }
-  r.params = sharded->gather_full_params();
+  // Under offload the full parameters come back in host memory, where the shards are.
+  for (auto& [name, value] : sharded->gather_full_params()) {
+    r.params[name] = value.to(test::device_under_test());
+  }
   return r;
 }
 

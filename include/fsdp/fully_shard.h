@@ -141,7 +141,8 @@ class FullyShardedModel {
   };
   NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 
-  // Every original parameter, full and fp32, on every rank (an all-gather per unit).
+  // Every original parameter, full and fp32, on every rank (an all-gather per unit), where the
+  // shards live: on device(), or in host memory under offload_params.
   std::map<std::string, at::Tensor> gather_full_params();
 
   MemoryStats memory() const;

@@ -95,17 +95,18 @@ void AdamW::step_reference(size_t i, double bias_correction1, double bias_correc
     const double keep = 1 - lr_ * options_.weight_decay;
     on_decayed(i, p, [keep](at::Tensor& region, int64_t, int64_t) { region.mul_(keep); });
   }
-  // The rest is elementwise: done in chunks that stay in cache, with one chunk-sized temporary
-  // for the denominator instead of two shard-sized ones; each element sees torch's operations in
-  // torch's order, so the results are the same.
-  constexpr int64_t kChunk = int64_t{1} << 16;
+  // The rest is elementwise: done in chunks, with one chunk-sized temporary for the denominator
+  // instead of two shard-sized ones; each element sees torch's operations in torch's order, so
+  // the results are the same. On the CPU a chunk stays in cache; on a GPU, where each operation
+  // is a kernel launch, chunks are large enough that launches cost nothing beside the work.
+  const int64_t chunk = p.is_cpu() ? int64_t{1} << 16 : int64_t{1} << 24;
   const at::Tensor flat_p = p.view(-1), flat_grad = grad.view(-1);
   const at::Tensor exp_avg = exp_avg_[i].view(-1), exp_avg_sq = exp_avg_sq_[i].view(-1);
   const int64_t n = flat_p.numel();
-  const at::Tensor denom = at::empty({std::min(n, kChunk)}, p.options());
+  const at::Tensor denom = at::empty({std::min(n, chunk)}, p.options());
   const double step_size = lr_ / bias_correction1;
-  for (int64_t begin = 0; begin < n; begin += kChunk) {
-    const int64_t len = std::min(kChunk, n - begin);
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    const int64_t len = std::min(chunk, n - begin);
     const at::Tensor g = flat_grad.narrow(0, begin, len);
     at::Tensor m = exp_avg.narrow(0, begin, len), v = exp_avg_sq.narrow(0, begin, len);
     at::Tensor d = denom.narrow(0, 0, len);

@@ -23,17 +23,18 @@ constexpr int64_t kChunk = int64_t{1} << 20;
 
 // Sum of the squares of g's elements, accumulated in float64: each chunk's norm is taken in
 // float64 (a float squared is exact in a double), and the chunks' squares are summed in double.
+// The sum stays a tensor on g's device until the end: on a GPU a read per chunk would wait for the
+// device each time.
 double sum_of_squares(const at::Tensor& g) {
   const at::Tensor flat = g.reshape({-1});
-  double sum = 0;
+  const at::Tensor sum = at::zeros({}, flat.options().dtype(at::kDouble));
   for (int64_t begin = 0; begin < flat.numel(); begin += kChunk) {
     const at::Tensor chunk = flat.narrow(0, begin, std::min(kChunk, flat.numel() - begin));
-    const double norm =
-        at::linalg_vector_norm(chunk, 2, at::OptionalIntArrayRef{}, false, at::kDouble)
-            .item<double>();
-    sum += norm * norm;
+    const at::Tensor norm =
+        at::linalg_vector_norm(chunk, 2, at::OptionalIntArrayRef{}, false, at::kDouble);
+    sum.add_(norm * norm);
   }
-  return sum;
+  return sum.item<double>();
 }
 
 // The group's total of every rank's `mine`, in float64 (the Comm has no fp64 type: the values
