@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+#include <iostream>
 #include <map>
 #include <string>
 
@@ -199,9 +201,13 @@ TEST(CudaSharding, ParametersMovedToTheGpuTrainAsOnTheCpu) {
 
 // CPU offload: shards, gradient shards and the optimizer state in host memory (pinned when the
 // model computes on a GPU), the model's parameters on its device, and the same training as
-// without offload, bit for bit (the same kernels on the same values: only where the shard is kept
-// changes). On a CPU device it runs the offload path (staged shard copies, gradients landed after
-// backward) with host memory on both sides.
+// without offload. On a CPU device it runs the offload path (staged shard copies, gradients landed
+// after backward) with host memory on both sides, and must match bit for bit: the same kernels on
+// the same values. On a GPU, forward and backward are the same kernels, but AdamW steps on the CPU
+// under offload and on the GPU without: the two compilers fuse AdamW's multiply-adds differently,
+// so an update may round a few ulps apart. Over five steps of lr 1e-3 that stays below 1e-6
+// absolute on parameters of order 1 (a float's ulp there is 1.2e-7), and the losses agree to 1e-6
+// relative.
 void expect_offload_trains_as_without(const std::string& device) {
   auto run = [&](bool offload) {
     auto model = small_model();
@@ -222,11 +228,17 @@ void expect_offload_trains_as_without(const std::string& device) {
     return std::make_pair(losses, sharded->gather_full_params());
   };
   const auto plain = run(false), offloaded = run(true);
-  EXPECT_EQ(offloaded.first, plain.first);
+  const bool exact = c10::Device(device).is_cpu();
+  for (size_t i = 0; i < plain.first.size(); ++i) {
+    const double tolerance = exact ? 0 : 1e-6 * std::abs(plain.first[i]);
+    EXPECT_NEAR(offloaded.first[i], plain.first[i], tolerance) << "step " << i;
+  }
   for (const auto& [name, value] : plain.second) {
     const at::Tensor& got = offloaded.second.at(name);
     EXPECT_EQ(got.device().type(), c10::kCPU) << name << ": not where the offloaded shards are";
-    EXPECT_TRUE(got.equal(value.to(at::kCPU))) << name;
+    const double diff = (got - value.to(at::kCPU)).abs().max().item<double>();
+    EXPECT_LE(diff, exact ? 0 : 1e-6) << name;
+    std::cout << "[ offload ] " << device << " " << name << ": max |difference| " << diff << "\n";
   }
 }
 

@@ -5,6 +5,7 @@
 #include "optim/adamw_fused.h"
 
 #include <ATen/Parallel.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -63,6 +64,11 @@ AdamWStepScalars adamw_step_scalars(const AdamWOptions& o, double lr, double bia
 void adamw_fused_step(float* p, const float* g, float* m, float* v, int64_t n,
                       const DecayRegions& decay, bool decay_on, const AdamWStepScalars& s) {
   const AdamWSegmentFn kernel = adamw_kernel().segment;
+  // This object is built with OpenMP so that at::parallel_for's inline OpenMP region runs threads
+  // (CMakeLists.txt). Its runtime may be another copy than LibTorch's (a PyTorch wheel bundles its
+  // own libgomp), which at::set_num_threads does not reach: give it LibTorch's thread count.
+  const int threads = at::get_num_threads();
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
   at::parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {
     auto segment = [&](int64_t b, int64_t e, bool decayed) {
       kernel(p + b, g + b, m + b, v + b, e - b, decayed, s);
