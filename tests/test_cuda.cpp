@@ -163,44 +163,6 @@ TEST(Nccl, WorldOfOneRunsEveryCollectiveOnDeviceAndHostMemory) {
   EXPECT_EQ(token, 41);
 }
 
-// Overlap: an NCCL collective runs on NCCL's stream, beside the compute stream's work queued after
-// it, not before it. A 2 GiB all-gather (at world size 1 a device copy: about 1 ms at 3 TB/s),
-// then a tiny kernel on the compute stream: the kernel finishes while the collective is still
-// running. A side stream waits for the collective (Work::wait orders streams, it does not block
-// the host) and records the event that says when it ended. This is what lets the runtime's
-// prefetched all-gathers and its reduce-scatters overlap the units' compute (core/streams.h).
-TEST(Nccl, CollectiveRunsBesideLaterCompute) {
-  REQUIRE_CUDA();
-  CommOptions options;
-  options.backend = "nccl";
-  options.device = "cuda";
-  CommPtr comm = init_comm(options);
-  const c10::Device gpu(c10::kCUDA, comm->device_index());
-  const SideStreams streams(gpu);
-  const auto f32 = at::TensorOptions().device(gpu).dtype(at::kFloat);
-  const at::Tensor in = at::ones({512 << 20}, f32), out = at::zeros({512 << 20}, f32);
-  at::Tensor small = at::zeros({16}, f32);
-  all_gather(*comm, in, out)->synchronize();  // the communicator is made on first use
-  out.zero_();
-  streams.synchronize(std::chrono::seconds(60), "the test's set-up");
-  const WorkPtr work = all_gather(*comm, in, out);
-  std::unique_ptr<c10::Event> gathered;
-  {
-    OnSideStream side(streams.reduce());
-    work->wait();
-    gathered = side.record();
-  }
-  ASSERT_NE(gathered, nullptr);
-  small.add_(1);  // on the compute stream, queued after the collective
-  c10::Event computed(c10::kCUDA);
-  computed.record(c10::impl::VirtualGuardImpl(c10::kCUDA).getStream(gpu));
-  while (!computed.query()) {
-  }
-  EXPECT_FALSE(gathered->query()) << "the compute stream's kernel waited for the all-gather";
-  wait_for(gathered, gpu);
-  EXPECT_TRUE(out.eq(1).all().item<bool>());
-}
-
 // Five AdamW steps of a regression on fixed data; the losses.
 std::vector<double> train_five_steps(torch::nn::Sequential& model, FullyShardedModel& sharded,
                                      c10::Device where) {
