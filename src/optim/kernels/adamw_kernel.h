@@ -1,10 +1,10 @@
 // The fused AdamW kernel's instruction-set variants and the choice among them. The kernel source
 // (adamw_kernel.cpp) is compiled once per x86-64 instruction set, each into its own namespace
-// named after ATen's CPU_CAPABILITY (DEFAULT, AVX2, AVX512); select_*.cpp picks
-// one at run time from what the CPU supports, as ATen picks its own kernels. This header is
-// included by those per-ISA objects, so it holds nothing that could compile to code: any inline
-// function here would be emitted with one variant's instructions and might be the copy the linker
-// keeps for every caller.
+// named after ATen's CPU_CAPABILITY (DEFAULT, AVX2, AVX512); select_*.cpp picks one at run time
+// from what the CPU supports, as ATen picks its own kernels. This header is included by those
+// per-ISA objects, so it holds nothing that could compile to code: any inline function here would
+// be emitted with one variant's instructions and might be the copy the linker keeps for every
+// caller.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // Chooses the fused AdamW kernel's variant where only DEFAULT is built (CPUs other than x86-64):
-// at::vec's generic Vectorized, whatever the CPU.
+// the kernel compiled for the target's baseline instruction set, whatever the CPU.
 #include "optim/kernels/adamw_kernel.h"
 
 namespace fsdp::detail {
