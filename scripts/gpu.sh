@@ -42,9 +42,17 @@ describe_machine() {
   cat "$RESULTS/machine.txt"
 }
 
+# A value from PyTorch's Python package (where its LibTorch is, how many GPUs it sees).
+torch_query() {
+  python3 -c "import torch; print($1)" 2>/dev/null || {
+    echo "gpu: python3 has no PyTorch here: install its CUDA wheel (pip install torch)" >&2
+    return 1
+  }
+}
+
 build() {
   local prefix generator=()
-  prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  prefix=$(torch_query torch.utils.cmake_prefix_path)
   command -v ninja >/dev/null && generator=(-G Ninja)
   cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$prefix" \
@@ -106,7 +114,7 @@ train() {
   [[ -x build-gpu/bin/fsdp-train ]] || build
   [[ -d assets/sotu ]] || scripts/fetch_assets.sh
   local gpus
-  gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
+  gpus=$(torch_query 'torch.cuda.device_count()')
   ((gpus > 0)) || { echo "gpu: PyTorch sees no GPU here" >&2; return 1; }
   build-gpu/bin/fsdp-run --nproc-per-node "$gpus" build-gpu/bin/fsdp-train --device cuda "$@"
 }
