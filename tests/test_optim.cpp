@@ -12,12 +12,16 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <mutex>
+#include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "compat.h"
 #include "fsdp/optim.h"
+#include "optim/adamw_fused.h"
 #include "optim/kernels/adamw_kernel.h"
 
 namespace fsdp {
@@ -400,6 +404,30 @@ TEST(FusedAdamWKernel, VariantFollowsTheCpuAndTheCap) {
   if (cap != nullptr && std::string(cap) == "avx2") level = std::min(level, 1);
   EXPECT_EQ(std::string(detail::adamw_kernel().isa), order.at(level))
       << "ATEN_CPU_CAPABILITY=" << (cap ? cap : "(unset)");
+}
+
+// The threads that ran a probe kernel's segments.
+std::mutex segment_threads_mutex;
+std::set<std::thread::id> segment_threads;
+
+void record_segment_thread(float*, const float*, float*, float*, int64_t, bool,
+                           const detail::AdamWStepScalars&) {
+  const std::lock_guard<std::mutex> lock(segment_threads_mutex);
+  segment_threads.insert(std::this_thread::get_id());
+}
+
+// The fused step runs on the intra-op threads: at::parallel_for is inline OpenMP code, which runs
+// on the calling thread alone unless its file is compiled with OpenMP (CMakeLists.txt), and then
+// the results, which do not depend on the thread count, would not show it. A shard of 128 grains
+// over two threads: segments come from both.
+TEST(FusedAdamWKernel, SplitsTheShardOverTheIntraOpThreads) {
+  ThreadCount scope(2);
+  const int64_t n = int64_t{1} << 20;
+  std::vector<float> p(n), g(n), m(n), v(n);
+  segment_threads.clear();
+  detail::adamw_fused_step(p.data(), g.data(), m.data(), v.data(), n, detail::DecayRegions{},
+                           /*decay_on=*/false, detail::AdamWStepScalars{}, record_segment_thread);
+  EXPECT_EQ(segment_threads.size(), 2u);
 }
 
 TEST(FusedAdamWOptions, SameBitsOnAnyThreadCount) {

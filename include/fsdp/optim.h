@@ -110,13 +110,13 @@ enum class AdamWImpl {
   // kFused for every shard it can take (CPU, contiguous, fp32), kReference for the others: a
   // shard on another device goes op by op until it has a fused kernel of its own (CUDA's).
   kAuto,
-  // One vectorised, multi-threaded pass per shard (at::vec, at::parallel_for over chunks): decay,
+  // One vectorised, multi-threaded pass per shard (at::parallel_for over chunks): decay,
   // m and v, bias correction and the update together. Equal to kReference within a few fp32
   // roundings per step (tests/test_optim.cpp derives the bound). The constructor throws
   // std::invalid_argument, naming the shard, for a shard it cannot take: never a silent fallback.
   kFused,
-  // torch::optim::AdamW's tensor operations one by one, in cache-sized chunks: bit for bit
-  // torch's result; the oracle the fused kernel is tested against.
+  // torch::optim::AdamW's tensor operations one by one, in chunks (cache-sized on the CPU): bit
+  // for bit torch's result; the oracle the fused kernel is tested against.
   kReference,
 };
 

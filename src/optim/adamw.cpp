@@ -83,7 +83,8 @@ void AdamW::step_fused(size_t i, double bias_correction1, double bias_correction
       detail::adamw_step_scalars(options_, lr_, bias_correction1, bias_correction2);
   detail::adamw_fused_step(s.param.data_ptr<float>(), s.grad.data_ptr<float>(),
                            exp_avg_[i].data_ptr<float>(), exp_avg_sq_[i].data_ptr<float>(),
-                           s.param.numel(), decay_[i], options_.weight_decay != 0, scalars);
+                           s.param.numel(), decay_[i], options_.weight_decay != 0, scalars,
+                           detail::adamw_kernel().segment);
 }
 
 void AdamW::step_reference(size_t i, double bias_correction1, double bias_correction2) {

@@ -62,8 +62,8 @@ AdamWStepScalars adamw_step_scalars(const AdamWOptions& o, double lr, double bia
 }
 
 void adamw_fused_step(float* p, const float* g, float* m, float* v, int64_t n,
-                      const DecayRegions& decay, bool decay_on, const AdamWStepScalars& s) {
-  const AdamWSegmentFn kernel = adamw_kernel().segment;
+                      const DecayRegions& decay, bool decay_on, const AdamWStepScalars& s,
+                      AdamWSegmentFn kernel) {
   // This object is built with OpenMP so that at::parallel_for's inline OpenMP region runs threads
   // (CMakeLists.txt). Its runtime may be another copy than LibTorch's (a PyTorch wheel bundles its
   // own libgomp), which at::set_num_threads does not reach: give it LibTorch's thread count.

@@ -17,8 +17,10 @@ AdamWStepScalars adamw_step_scalars(const AdamWOptions& o, double lr, double bia
                                     double bias_correction2);
 
 // Updates p, m and v (each n contiguous floats; g read only) in place. Decay applies where
-// `decay` says and only when `decay_on` (weight_decay != 0). Uses at::get_num_threads() threads.
+// `decay` says and only when `decay_on` (weight_decay != 0). Uses at::get_num_threads() threads,
+// each calling `kernel` on its segments: adamw_kernel().segment, or a test's probe.
 void adamw_fused_step(float* p, const float* g, float* m, float* v, int64_t n,
-                      const DecayRegions& decay, bool decay_on, const AdamWStepScalars& s);
+                      const DecayRegions& decay, bool decay_on, const AdamWStepScalars& s,
+                      AdamWSegmentFn kernel);
 
 }  // namespace fsdp::detail
