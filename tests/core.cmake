@@ -8,6 +8,11 @@ foreach(backend mpi gloo)
     fsdp_mpi_test(NAME core_${backend}_np${np} EXE test_core NP ${np} BACKEND ${backend})
   endforeach()
 endforeach()
+# Overlap (test_overlap.cpp): prefetched all-gathers and reductions complete while units compute,
+# shown from each process's timestamps, with prefetch off as the control. Gloo only: its
+# collectives run on a worker thread, where OpenMPI moves data only inside MPI calls.
+fsdp_test_executable(test_overlap test_overlap.cpp)
+fsdp_mpi_test(NAME overlap_gloo_np2 EXE test_overlap NP 2 BACKEND gloo)
 # The bf16 parity tests again with oneDNN off (FSDP_TEST_ONEDNN=off): LibTorch 1.13's bf16 matmul
 # takes oneDNN only on CPUs with AVX-512 and a native kernel with far larger rounding error
 # elsewhere; this runs the kernel other machines get. fp32 matmul goes to BLAS either way.
