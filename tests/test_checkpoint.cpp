@@ -258,7 +258,7 @@ class Damaged : public ::testing::Test {
     if (world_->rank() == 0) fs::remove_all(root_);
   }
   static std::string pad5(int n) {
-    char buf[8];
+    char buf[12];  // room for any int: GCC 16 warns (-Wformat-truncation) at 8
     std::snprintf(buf, sizeof buf, "%05d", n);
     return buf;
   }

@@ -548,6 +548,10 @@ TEST(ConfigErrors, DeviceIsCheckedAndNamed) {
     const ConfigError key = parse_error("train:\n  device: cuda\n");
     EXPECT_TRUE(contains(key.what(), "test.yaml:2: train.device: is cuda")) << key.what();
   }
+  // fsdp-plan plans a GPU job from any machine: without the machine's checks it loads anywhere.
+  const fsdp::ParsedArgs planned =
+      fsdp::parse_train_args({"--device", "cuda"}, fsdp::MachineChecks{/*device_available=*/false});
+  EXPECT_EQ(planned.config.train.device, fsdp::TrainDevice::kCuda);
 }
 
 // --- not supported ------------------------------------------------------------------------------

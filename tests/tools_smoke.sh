@@ -76,6 +76,27 @@ expect_error "plan without num_processes" "num_processes is not set" "$BIN/fsdp-
 expect_error "plan machines" "must be a multiple of num_machines" "$BIN/fsdp-plan" \
   --num_processes 3 --num_machines 2
 expect_error "plan bad key" "no_such_key" "$BIN/fsdp-plan" --num_processes 2 --no_such_key 1
+expect_error "plan --gpu-memory on cpu" "config trains on the cpu (train.device)" \
+  "$BIN/fsdp-plan" --num_processes 2 --gpu-memory 80
+expect_error "plan --gpu-memory 0" "--gpu-memory: 0 is out of range" \
+  "$BIN/fsdp-plan" --num_processes 2 --device cuda --gpu-memory 0
+expect_error "plan --gpu-memory missing" "--gpu-memory: missing value" \
+  "$BIN/fsdp-plan" --num_processes 2 --device cuda --gpu-memory
+
+# A GPU job is planned from any machine: the device part against the GPU's memory (given, or
+# the visible GPU's), the offloaded model state against host memory.
+plan_gpu() {
+  "$BIN/fsdp-plan" --num_processes 2 --device cuda "$@" >"$WORK/plan" 2>&1 ||
+    fail "fsdp-plan --device cuda $*: $(cat "$WORK/plan")"
+}
+plan_gpu --gpu-memory 80
+grep -q 'a GPU: 81920 MiB, from --gpu-memory' "$WORK/plan" || fail "plan: no GPU budget: $(cat "$WORK/plan")"
+grep -Eq '^FULL_SHARD( +[0-9.]+){5} +yes$' "$WORK/plan" || fail "plan: no on_gpu column: $(cat "$WORK/plan")"
+plan_gpu --gpu-memory 0.01 --fsdp_config.fsdp_offload_params true
+grep -Eq '^FULL_SHARD( +[0-9.]+){5} +no$' "$WORK/plan" || fail "plan: 10 MiB GPU fits: $(cat "$WORK/plan")"
+plan_gpu
+grep -Eq 'a GPU: (not known, none is visible here|[0-9]+ MiB, from cuda:0 here)' "$WORK/plan" ||
+  fail "plan: GPU budget neither given nor found: $(cat "$WORK/plan")"
 
 # Every numeric flag of every tool goes through one checked parser with a range (util/number_flag.h):
 # trailing text is an error, not dropped, and a number past the range is an error, not wrapped.

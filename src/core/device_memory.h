@@ -22,5 +22,8 @@ struct DeviceMemory {
 DeviceMemory device_memory(c10::Device device);
 // Peaks start again from the current figures (torch.cuda.reset_peak_memory_stats).
 void reset_peak_device_memory(c10::Device device);
+// The device's whole memory (torch.cuda.mem_get_info()'s total); 0 where unknown: a CPU device, a
+// build without CUDA, no GPU visible.
+int64_t device_capacity_bytes(c10::Device device);
 
 }  // namespace fsdp

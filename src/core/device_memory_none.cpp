@@ -7,4 +7,6 @@ DeviceMemory device_memory(c10::Device) { return {}; }
 
 void reset_peak_device_memory(c10::Device) {}
 
+int64_t device_capacity_bytes(c10::Device) { return 0; }
+
 }  // namespace fsdp

@@ -78,8 +78,8 @@ class Builder {
  public:
   void apply_yaml(const std::string& text, const std::string& source);
   void apply_override(const ConfigOverride& o);
-  TrainConfig finish() const {
-    config::validate(config_, origins_);
+  TrainConfig finish(MachineChecks machine = {}) const {
+    config::validate(config_, origins_, machine);
     return config_;
   }
 
@@ -392,11 +392,12 @@ TrainConfig parse_config(const std::string& yaml, const std::string& source_name
   return builder.finish();
 }
 
-TrainConfig load_config(const std::string& path, const std::vector<ConfigOverride>& overrides) {
+TrainConfig load_config(const std::string& path, const std::vector<ConfigOverride>& overrides,
+                        MachineChecks machine) {
   Builder builder;
   if (!path.empty()) builder.apply_yaml(read_file(path), path);
   for (const auto& o : overrides) builder.apply_override(o);
-  return builder.finish();
+  return builder.finish(machine);
 }
 
 void validate_config(const TrainConfig& config) { config::validate(config, {}); }

@@ -269,7 +269,7 @@ void write_keys(std::ostream& out, ConfigKey::Kind kind, const std::string& titl
 
 }  // namespace
 
-ParsedArgs parse_train_args(const std::vector<std::string>& args) {
+ParsedArgs parse_train_args(const std::vector<std::string>& args, MachineChecks machine) {
   ArgsState s;
   size_t i = 0;
   if (!args.empty() && (args[0] == "train" || args[0] == "sample")) {
@@ -281,15 +281,15 @@ ParsedArgs parse_train_args(const std::vector<std::string>& args) {
     return s.out;
   }
   for (; i < args.size(); ++i) parse_one(s, args, i);
-  s.out.config = load_config(s.out.config_file, s.overrides);
+  s.out.config = load_config(s.out.config_file, s.overrides, machine);
   if (s.out.sample.checkpoint.empty()) s.out.sample.checkpoint = s.out.config.train.checkpoint_dir;
   return s.out;
 }
 
-ParsedArgs parse_train_args(int argc, const char* const* argv) {
+ParsedArgs parse_train_args(int argc, const char* const* argv, MachineChecks machine) {
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
-  return parse_train_args(args);
+  return parse_train_args(args, machine);
 }
 
 std::string train_usage(TrainCommand command) {

@@ -61,9 +61,10 @@ using Origins = std::map<std::string, Origin>;
 ConfigError error_at(const Origins& origins, const std::vector<std::string>& keys,
                      const std::string& detail);
 
-// Ranges, relations between keys, model-type-specific keys set for the other type, and the
-// unsupported table. Throws ConfigError located through `origins`.
-void validate(const TrainConfig& config, const Origins& origins);
+// Ranges, relations between keys, model-type-specific keys set for the other type, the
+// unsupported table, and what `machine` asks of this machine. Throws ConfigError located through
+// `origins`.
+void validate(const TrainConfig& config, const Origins& origins, MachineChecks machine = {});
 
 }  // namespace config
 }  // namespace fsdp

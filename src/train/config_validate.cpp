@@ -103,7 +103,8 @@ void check_optim(const Checks& k, const OptimConfig& o) {
   k.non_negative("optim.grad_clip", o.grad_clip);
 }
 
-void check_train(const Checks& k, const TrainLoopConfig& t, const DataConfig& d) {
+void check_train(const Checks& k, const TrainLoopConfig& t, const DataConfig& d,
+                 MachineChecks machine) {
   k.at_least("train.micro_batch_size", t.micro_batch_size, 1);
   k.at_least("train.gradient_accumulation_steps", t.gradient_accumulation_steps, 1);
   k.at_least("train.seed", t.seed, 0);
@@ -117,9 +118,11 @@ void check_train(const Checks& k, const TrainLoopConfig& t, const DataConfig& d)
             {"train.process_group_timeout"},
             "must be in [" + num(kMinTimeout) + ", " + num(kMaxTimeout) + "] seconds, got " +
                 num(t.process_group_timeout));
-  k.require(t.device != TrainDevice::kCuda || at::globalContext().hasCUDA(), {"train.device"},
-            "is cuda, but CUDA is not available here (this LibTorch has no CUDA, or no GPU is "
-            "visible)");
+  k.require(
+      t.device != TrainDevice::kCuda || !machine.device_available || at::globalContext().hasCUDA(),
+      {"train.device"},
+      "is cuda, but CUDA is not available here (this LibTorch has no CUDA, or no GPU is "
+      "visible)");
   k.require(!t.checkpoint_dir.empty() || (t.checkpoint_every == 0 && t.resume != "auto"),
             {"train.checkpoint_dir", "train.checkpoint_every", "train.resume"},
             "train.checkpoint_dir is empty, but train.checkpoint_every or train.resume: auto "
@@ -191,13 +194,13 @@ ConfigError error_at(const Origins& origins, const std::vector<std::string>& key
   return ConfigError(latest->source, latest->line, latest->written, detail);
 }
 
-void validate(const TrainConfig& config, const Origins& origins) {
+void validate(const TrainConfig& config, const Origins& origins, MachineChecks machine) {
   const Checks k(origins);
   check_type_specific(config, origins);
   check_model(k, config.model, config.data);
   check_data(k, config.data);
   check_optim(k, config.optim);
-  check_train(k, config.train, config.data);
+  check_train(k, config.train, config.data, machine);
   check_fsdp(k, config);
   check_launch(k, config);
 }

@@ -235,9 +235,17 @@ struct ConfigOverride {
 // The most a config file may hold; a config file must be a regular file (not a folder or device).
 inline constexpr size_t kMaxConfigFileBytes = size_t{1} << 20;
 
+// What validating a config checks beyond the config itself: this machine.
+struct MachineChecks {
+  // train.device cuda needs CUDA here (a LibTorch with CUDA and a visible GPU). Default on;
+  // fsdp-plan turns it off, since it plans a GPU job from any machine.
+  bool device_available = true;
+};
+
 // The defaults, then the YAML file at `path` (empty: none), then `overrides` in order; validated.
 // `path` must name a regular file of at most kMaxConfigFileBytes; the ConfigError names it.
-TrainConfig load_config(const std::string& path, const std::vector<ConfigOverride>& overrides = {});
+TrainConfig load_config(const std::string& path, const std::vector<ConfigOverride>& overrides = {},
+                        MachineChecks machine = {});
 // The same from YAML text; `source_name` stands for the file in error messages.
 TrainConfig parse_config(const std::string& yaml, const std::string& source_name = "<config>",
                          const std::vector<ConfigOverride>& overrides = {});
@@ -295,8 +303,9 @@ struct ParsedArgs {
 // plus, for `sample`, --checkpoint DIR --prompt TEXT --max-new-tokens N --temperature T --top-k K
 // --num-samples N --seed S. `--KEY=VALUE` works too; a bool key alone (`--fsdp_config.fsdp_sync_
 // module_states`) means true; `--resume` alone is `--train.resume auto`. Throws ConfigError.
-ParsedArgs parse_train_args(int argc, const char* const* argv);
-ParsedArgs parse_train_args(const std::vector<std::string>& args);  // without the program name
+ParsedArgs parse_train_args(int argc, const char* const* argv, MachineChecks machine = {});
+// Without the program name.
+ParsedArgs parse_train_args(const std::vector<std::string>& args, MachineChecks machine = {});
 
 // The --help text for `command`, generated from the flag and key tables.
 std::string train_usage(TrainCommand command = TrainCommand::kTrain);
