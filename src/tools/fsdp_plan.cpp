@@ -14,7 +14,6 @@
 // not checked against this machine.
 // Exit codes: 0 done, 2 a bad command line or config.
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <string>
