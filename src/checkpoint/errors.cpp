@@ -47,7 +47,7 @@ std::string failure_message(const std::vector<std::string>& errors, int rank,
 
 void agree_on_failure(Comm& world, const std::string& mine, const std::string& what) {
   const std::string failure = failure_message(gather_errors(world, mine), world.rank(), what);
-  if (!failure.empty()) throw CheckpointError(failure);
+  if (!failure.empty()) throw CheckpointError(failure, /*collective=*/true);
 }
 
 }  // namespace ckpt

@@ -12,10 +12,30 @@
 #include <cstdio>
 #include <iostream>
 
+#include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/comm.h"
 #include "fsdp/host_memory.h"
 #include "fsdp/train/config.h"
 #include "fsdp/train/trainer.h"
+
+namespace {
+
+// After a failure every rank threw together (fsdp::CheckpointError::collective), each rank has
+// reported it: wait, briefly, for the others to have done so too. Under mpirun the first rank to
+// exit non-zero ends the job, and rank 0, whose report names the rank that failed, could be
+// stopped before writing it.
+void wait_for_peers_after(const std::exception& e, fsdp::Comm* world) {
+  const auto* failure = dynamic_cast<const fsdp::CheckpointError*>(&e);
+  if (!world || !failure || !failure->collective()) return;
+  try {
+    world->set_timeout(std::chrono::seconds(10));
+    world->barrier();
+  } catch (const std::exception&) {
+    // A peer that is gone: nothing left to wait for.
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   fsdp::ParsedArgs args;
@@ -41,12 +61,13 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   int rank = -1;
+  fsdp::CommPtr world;
   try {
     fsdp::CommOptions comm;
     comm.device = fsdp::to_string(args.config.train.device);
     comm.timeout =
         std::chrono::milliseconds(std::llround(args.config.train.process_group_timeout * 1000));
-    fsdp::CommPtr world = fsdp::init_comm(comm);
+    world = fsdp::init_comm(comm);
     rank = world->rank();
     if (args.command == fsdp::TrainCommand::kSample) {
       fsdp::sample(args.config, args.sample, world, std::cout);
@@ -66,6 +87,7 @@ int main(int argc, char** argv) {
     } else {
       std::cerr << "fsdp-train: " << e.what() << "\n";
     }
+    wait_for_peers_after(e, world.get());
     return 1;
   }
 }

@@ -87,24 +87,36 @@ int64_t grad_buffer_peak(const Plan& p, const TrainConfig& c, const UnitElems& e
   return std::max(during_blocks, reducing(e.root) + reducing(e.block));
 }
 
-// Elements one transformer block keeps for backward, per sequence position (x its batch).
+// Elements one transformer block keeps for backward outside the attention kernel.
 int64_t block_activation_elems(const ModelConfig& m, int64_t b, int64_t s) {
   const int64_t h = m.width(), a = m.n_head;
   if (m.type == ModelType::kGPT2) {
-    // x, ln_1, qkv (3), attention output, residual, ln_2, fc (4), gelu (4); softmax [a, s, s].
-    return b * s * 16 * h + b * a * s * s;
+    // x, ln_1, qkv (3), attention output, residual, ln_2, fc (4), gelu (4).
+    return b * s * 16 * h;
   }
   // x, norm, q, k and v, rotated q and k, attention output, residual, norm, gate, up, silu(gate)
-  // and their product; softmax [a, s, s].
+  // and their product.
   const int64_t kv = m.kv_heads() * (h / a);
-  return b * s * (7 * h + 3 * kv + 4 * m.intermediate_size) + b * a * s * s;
+  return b * s * (7 * h + 3 * kv + 4 * m.intermediate_size);
+}
+
+// Bytes the attention kernel of one block keeps for backward: the explicit path its softmax
+// [b, a, s, s]; the fused one (at::scaled_dot_product_attention, `auto` on LibTorch 2.x) only its
+// fp32 log-sum-exp [b, a, s]. `auto` is what this LibTorch would run.
+int64_t attention_saved_bytes(const ModelConfig& m, int64_t b, int64_t s, int64_t elem) {
+  const bool fused = m.attention == AttentionKernel::kFused ||
+                     (m.attention == AttentionKernel::kAuto &&
+                      attention_kernel_available(AttentionKernel::kFused));
+  const int64_t a = m.n_head;
+  return fused ? b * a * s * 4 : b * a * s * s * elem;
 }
 
 // [Note: plan activations] in docs/plan.md.
 int64_t activation_estimate(const TrainConfig& c, int64_t elem) {
   const ModelConfig& m = c.model;
   const int64_t b = c.train.micro_batch_size, s = c.data.seq_len, h = m.width();
-  const int64_t block = block_activation_elems(m, b, s) * elem;
+  const int64_t block =
+      block_activation_elems(m, b, s) * elem + attention_saved_bytes(m, b, s, elem);
   // Final norm's input and output; the head's fp32 log-softmax output, its gradient and the
   // logits' gradient at the start of backward.
   const int64_t head = 2 * b * s * h * elem + 3 * b * s * m.vocab_size * 4;

@@ -80,7 +80,16 @@ LoadedCheckpoint load_checkpoint(const std::string& path, FullyShardedModel& mod
 
 class CheckpointError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit CheckpointError(const std::string& what, bool collective = false)
+      : std::runtime_error(what), collective_(collective) {}
+  // Every rank of the group threw it together, after exchanging their errors (a save or load that
+  // failed somewhere). A program may then wait for the others before it exits, so that rank 0's
+  // report, which names the failing rank, is not cut short by a launcher that ends the job at
+  // the first rank to exit (mpirun does).
+  bool collective() const { return collective_; }
+
+ private:
+  bool collective_ = false;
 };
 
 // --- reading a checkpoint without a model (fsdp-ckpt, offline resharding) ---------------------
