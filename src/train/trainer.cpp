@@ -292,8 +292,9 @@ void check_checkpoint_folder(const std::string& root, Comm& world) {
   try {
     check_checkpoint_root_writable(root, world);
   } catch (const CheckpointError& e) {
-    throw std::invalid_argument(std::string("train.checkpoint_dir: ") + e.what() +
-                                " (checked before the first step)");
+    throw CheckpointError(
+        std::string("train.checkpoint_dir: ") + e.what() + " (checked before the first step)",
+        e.collective());
   }
 }
 
