@@ -108,7 +108,11 @@ int64_t attention_saved_bytes(const ModelConfig& m, int64_t b, int64_t s, int64_
                      (m.attention == AttentionKernel::kAuto &&
                       attention_kernel_available(AttentionKernel::kFused));
   const int64_t a = m.n_head;
-  return fused ? b * a * s * 4 : b * a * s * s * elem;
+  if (fused) return b * a * s * 4;
+  // Llama's explicit path takes the softmax in fp32 and casts it back (HF's eager path): below
+  // fp32 both copies are kept, the softmax's output for its backward and the cast for the matmul.
+  const int64_t per_score = m.type == ModelType::kLlama && elem != 4 ? 4 + elem : elem;
+  return b * a * s * s * per_score;
 }
 
 // [Note: plan activations] in docs/plan.md.
