@@ -241,7 +241,7 @@ struct Pair {
 
 // Every rank's intervals for `what` (collective, compute), gathered over the group: the ranks run
 // on one host, where steady_clock is the system's monotonic clock, the same in every process.
-// A side a rank did not see is reported and left out.
+// A side a rank did not see fails the test, and reads as time zero below.
 Pair across_ranks(std::string collective, std::optional<Interval> c, std::string compute,
                   std::optional<Interval> w) {
   EXPECT_TRUE(c.has_value()) << collective << " was not seen";
