@@ -66,7 +66,7 @@ expect_error "bench-adamw unknown option" "unknown option --stesp" "$BIN/fsdp-be
 
 expect_error "bench --steps 0" "--steps: 0 is out of range \[1, " "$BIN/fsdp-bench" --steps 0
 expect_error "bench --allocator" "--allocator: fsdp or glibc" "$BIN/fsdp-bench" --allocator tc
-expect_error "bench --model" "--model: 124m, large, xl or tiny; got xxl" "$BIN/fsdp-bench" --model xxl
+expect_error "bench --model" "--model: 124m, large, xl, tiny or llama; got xxl" "$BIN/fsdp-bench" --model xxl
 expect_error "bench --device" "--device: cpu or cuda; got gpu" "$BIN/fsdp-bench" --device gpu
 expect_error "bench --variants" "joined by '+'; got prefetch+offlaod" "$BIN/fsdp-bench" --variants prefetch+offlaod
 expect_error "bench unknown option" "unknown option --stpes" "$BIN/fsdp-bench" --stpes 3

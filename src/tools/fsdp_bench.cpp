@@ -1,11 +1,14 @@
-// fsdp-bench: GPT-2 training throughput, per-rank memory and communication for each sharding
+// fsdp-bench: training throughput, per-rank memory and communication for each sharding
 // strategy and runtime variant (prefetch, activation checkpointing), all in one run on the same
 // ranks so that they compare as ratios, each next to the planner's prediction (fsdp-plan).
 //
-// Usage: build/bin/fsdp-bench [--model 124m|large|xl|tiny] [--seq 512] [--batch 1] [--steps 3]
+// Usage: build/bin/fsdp-bench [--model 124m|large|xl|tiny|llama] [--seq 512] [--batch 1] [--steps
+// 3]
 //            [--repeats 1] [--dtype fp32|bf16] [--strategies NO_SHARD,SHARD_GRAD_OP,FULL_SHARD]
 //            [--variants plain,prefetch,ac,prefetch+ac] [--allocator fsdp|glibc] [--json FILE]
 //            [--label TEXT] [--checkpoint DIR] [--nproc 2] [--device cpu|cuda]
+// --model: GPT-2 124M, large (774M), XL (1.5B), a 2-layer toy, or `llama`, the shape of
+// configs/llama-small.yaml (grouped-query attention, SwiGLU, tied embeddings).
 // Started without a launcher it re-launches itself under `mpirun -np 2` (--nproc). A variant is
 // `plain` or features joined by '+': `prefetch`, `ac` (activation checkpointing), `offload` (CPU
 // offload: shards and AdamW in host memory).
@@ -135,8 +138,9 @@ Args parse_args(int argc, char** argv) {
                                   "--nproc --checkpoint --allocator --device)");
     }
   }
-  if (a.model != "124m" && a.model != "large" && a.model != "xl" && a.model != "tiny") {
-    throw std::invalid_argument("--model: 124m, large, xl or tiny; got " + a.model);
+  if (a.model != "124m" && a.model != "large" && a.model != "xl" && a.model != "tiny" &&
+      a.model != "llama") {
+    throw std::invalid_argument("--model: 124m, large, xl, tiny or llama; got " + a.model);
   }
   if (a.device != "cpu" && a.device != "cuda") {
     throw std::invalid_argument("--device: cpu or cuda; got " + a.device);
@@ -160,13 +164,18 @@ Args parse_args(int argc, char** argv) {
 }
 
 // The trainer's config for this benchmark: GPT-2 at its real context length (1024 positions), so
-// the parameter counts are the published ones.
+// the parameter counts are the published ones; Llama as configs/llama-small.yaml.
 fsdp::TrainConfig bench_config(const Args& a, const std::string& strategy,
                                const std::string& variant) {
   fsdp::TrainConfig c;
   c.model.type = fsdp::ModelType::kGPT2;
   c.model.n_positions = 1024;
-  if (a.model == "124m") {
+  if (a.model == "llama") {
+    c.model.type = fsdp::ModelType::kLlama;
+    c.model.n_positions = 0;  // the sequence length
+    c.model.n_layer = 4, c.model.n_head = 8, c.model.n_kv_head = 2, c.model.dim = 256;
+    c.model.intermediate_size = 704, c.model.tie_embeddings = true;
+  } else if (a.model == "124m") {
     c.model.n_layer = 12, c.model.n_head = 12, c.model.n_embd = 768;
   } else if (a.model == "large") {
     c.model.n_layer = 36, c.model.n_head = 20, c.model.n_embd = 1280;
@@ -408,12 +417,17 @@ void merge(Result& into, const Result& again) {
   into.peak_device_reserved = std::max(into.peak_device_reserved, again.peak_device_reserved);
 }
 
+// "gpt2-124m", ..., "llama-small": the model's name in records and tables.
+std::string model_name(const Args& a) {
+  return a.model == "llama" ? "llama-small" : "gpt2-" + a.model;
+}
+
 std::string json_record(const Args& a, int n, const std::string& backend, const Result& r) {
   const auto& m = r.memory;
   const auto& p = r.plan.memory;
   const StepTimes t = r.median();
   std::ostringstream o;
-  o << "{\"model\": \"gpt2-" << a.model << "\", \"parameters\": " << r.plan.parameters
+  o << "{\"model\": \"" << model_name(a) << "\", \"parameters\": " << r.plan.parameters
     << ", \"world_size\": " << n << ", \"backend\": \"" << backend << "\", \"device\": \""
     << a.device << "\", \"dtype\": \"" << a.dtype << "\", \"seq\": " << a.seq
     << ", \"batch_per_rank\": " << a.batch << ", \"threads_per_rank\": " << at::get_num_threads()
@@ -495,13 +509,13 @@ void print_table(const Args& a, const std::vector<Result>& results) {
         a.device == "cpu" ? "-" : fixed(mib(r.peak_device_allocated), 0).c_str());
   }
   std::printf(
-      "(GPT-2 %s, %s, seq %lld, batch %lld per rank; times: medians of %zu timed steps, slowest "
+      "(%s, %s, seq %lld, batch %lld per rank; times: medians of %zu timed steps, slowest "
       "rank; vs NO_SHARD: against NO_SHARD with the same variant; in collectives: inside the "
       "collectives' issue and wait calls; tensors and peak RSS: "
       "per rank, peak above the process before the model was built; plan: fsdp-plan's total; "
       "comm: bytes of every collective per step; device peak: the CUDA caching allocator's "
       "peak allocated bytes, GPU runs only)\n",
-      a.model.c_str(), a.dtype.c_str(), static_cast<long long>(a.seq),
+      model_name(a).c_str(), a.dtype.c_str(), static_cast<long long>(a.seq),
       static_cast<long long>(a.batch), results.empty() ? size_t{0} : results[0].steps.size());
 }
 
