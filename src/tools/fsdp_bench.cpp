@@ -3,8 +3,8 @@
 // ranks so that they compare as ratios, each next to the planner's prediction (fsdp-plan).
 //
 // Usage: build/bin/fsdp-bench [--model 124m|large|xl|tiny|llama] [--seq 512] [--batch 1]
-//            [--steps 3] [--repeats 1] [--dtype fp32|bf16] [--strategies
-//            NO_SHARD,SHARD_GRAD_OP,FULL_SHARD]
+//            [--steps 3] [--repeats 1] [--dtype fp32|bf16]
+//            [--strategies NO_SHARD,SHARD_GRAD_OP,FULL_SHARD]
 //            [--variants plain,prefetch,ac,prefetch+ac] [--allocator fsdp|glibc] [--json FILE]
 //            [--label TEXT] [--checkpoint DIR] [--nproc 2] [--device cpu|cuda]
 // --model: GPT-2 124M, large (774M), XL (1.5B), a 2-layer toy, or `llama`, the shape of
