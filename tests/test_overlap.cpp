@@ -362,9 +362,10 @@ class Overlap : public ::testing::Test {
 
 // Up to three timed passes: the first in which every pair ran beside its compute passes. On a
 // loaded two-core machine the OS may hold a collective's thread off the CPU for longer than a
-// unit's compute in one pass; a runtime that does not overlap fails every pass, since its
-// schedule (issued before the compute, waited after it) is what is checked first. Every rank sees
-// the same gathered timestamps, so all agree on the outcome.
+// unit's compute in one pass. A runtime that does not overlap fails every pass: one that issues
+// the collective after the compute began fails the schedule check, one that waits on it at once
+// finds it complete before the compute began. Every rank sees the same gathered timestamps, so
+// all agree on the outcome.
 TEST_F(Overlap, PrefetchedAllGathersAndReductionsCompleteDuringCompute) {
   ShardedChain run(base().forward_prefetch(true).backward_prefetch(BackwardPrefetch::kBackwardPre));
   std::vector<std::string> found;
@@ -381,7 +382,7 @@ TEST_F(Overlap, PrefetchedAllGathersAndReductionsCompleteDuringCompute) {
 }
 
 // The control: without prefetch each unit's all-gather is issued when the unit is reached, after
-// the compute before it ended, and completes after it too.
+// the compute before it ended, so it cannot run beside it.
 TEST_F(Overlap, WithoutPrefetchEachAllGatherFollowsTheComputeBeforeIt) {
   ShardedChain(base().forward_prefetch(false).backward_prefetch(BackwardPrefetch::kNoPrefetch))
       .timed_pass();
