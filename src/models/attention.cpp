@@ -31,6 +31,11 @@ bool attention_kernel_available(AttentionKernel kernel) {
   return kernel != AttentionKernel::kFused || compat::kHasFusedAttention;
 }
 
+bool runs_fused(AttentionKernel kernel) {
+  return kernel == AttentionKernel::kFused ||
+         (kernel == AttentionKernel::kAuto && compat::kHasFusedAttention);
+}
+
 void check_attention_kernel(AttentionKernel kernel, const std::string& field) {
   if (!attention_kernel_available(kernel)) {
     throw std::invalid_argument(field + " = fused needs LibTorch 2.0 or later (this is " +
@@ -40,9 +45,7 @@ void check_attention_kernel(AttentionKernel kernel, const std::string& field) {
 
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             AttentionKernel kernel, bool softmax_in_fp32) {
-  const bool fused = kernel == AttentionKernel::kFused ||
-                     (kernel == AttentionKernel::kAuto && compat::kHasFusedAttention);
-  if (fused) return compat::fused_causal_attention(q, k, v);
+  if (runs_fused(kernel)) return compat::fused_causal_attention(q, k, v);
   return explicit_causal_attention(q, k, v, softmax_in_fp32);
 }
 

@@ -104,11 +104,8 @@ int64_t block_activation_elems(const ModelConfig& m, int64_t b, int64_t s) {
 // [b, a, s, s]; the fused one (at::scaled_dot_product_attention, `auto` on LibTorch 2.x) only its
 // fp32 log-sum-exp [b, a, s]. `auto` is what this LibTorch would run.
 int64_t attention_saved_bytes(const ModelConfig& m, int64_t b, int64_t s, int64_t elem) {
-  const bool fused = m.attention == AttentionKernel::kFused ||
-                     (m.attention == AttentionKernel::kAuto &&
-                      attention_kernel_available(AttentionKernel::kFused));
   const int64_t a = m.n_head;
-  if (fused) return b * a * s * 4;
+  if (runs_fused(m.attention)) return b * a * s * 4;
   // Llama's explicit path takes the softmax in fp32 and casts it back (HF's eager path): below
   // fp32 both copies are kept, the softmax's output for its backward and the cast for the matmul.
   const int64_t per_score = m.type == ModelType::kLlama && elem != 4 ? 4 + elem : elem;

@@ -20,6 +20,8 @@ enum class AttentionKernel {
 // Whether this LibTorch can run `kernel` (all but kFused on 1.13); the check throws
 // std::invalid_argument naming `field` where it cannot.
 bool attention_kernel_available(AttentionKernel kernel);
+// Whether `kernel` runs the fused path on this LibTorch: kFused, or kAuto where it is available.
+bool runs_fused(AttentionKernel kernel);
 void check_attention_kernel(AttentionKernel kernel, const std::string& field);
 
 // q, k, v [B, nh, T, hs] -> [B, nh, T, hs]: position t attends to positions <= t, scores scaled
