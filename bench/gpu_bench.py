@@ -11,11 +11,16 @@ torch.cuda.synchronize(); its median step and the caching allocator's peak
 (torch.cuda.max_memory_allocated) over the timed steps.
 
     gpu_bench.py torch --out torch.json [--model 124m --batch 16 --seq 512 --runs eager,fsdp1,fsdp2]
+                       [--dtype bf16|fp16]
+
+--dtype fp16: fp16 compute and reduction, with loss scaling as each API does it (eager: autocast
+and torch.amp.GradScaler; FSDP1 and FSDP2: MixedPrecision fp16 and ShardedGradScaler), the
+workload of fsdp-bench --dtype fp16.
     gpu_bench.py table torch.json ours.json [more.json ...] > table.md
 
 `table` reads this script's JSON and fsdp-bench's (--json) and prints one Markdown table: tokens/s,
 step time and peak GPU memory, with each fsdp.cpp row's ratio to every PyTorch row of the same
-model and batch.
+model, batch and dtype.
 """
 import argparse
 import json
@@ -41,12 +46,11 @@ def build_model(name):
     return GPT2LMHeadModel(config)
 
 
-def wrap(run, model, device):
+def wrap(run, model, device, dtype):
     """The model as `run` trains it, and whether its optimizer steps on the CPU."""
-    import torch
     from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
-    bf16 = torch.bfloat16
+    bf16 = dtype  # the name the bf16 runs were written with; fp16 runs pass torch.float16
     if run == "eager":
         return model.to(device), False
     if run == "fsdp1":
@@ -77,7 +81,15 @@ def time_run(args, run, device):
     import torch.nn.functional as F
 
     torch.manual_seed(0)
-    model, on_cpu = wrap(run, build_model(args.model), device)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    model, on_cpu = wrap(run, build_model(args.model), device, dtype)
+    scaler = None
+    if args.dtype == "fp16":
+        if run == "eager":
+            scaler = torch.amp.GradScaler("cuda")
+        else:
+            from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+            scaler = ShardedGradScaler()
     # Fused AdamW where the parameters are on the GPU (PyTorch's fastest); offloaded parameters
     # are CPU tensors, stepped by the default (foreach) CPU AdamW.
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=not on_cpu)
@@ -87,11 +99,16 @@ def time_run(args, run, device):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=run == "eager"):
+        with torch.autocast("cuda", dtype=dtype, enabled=run == "eager"):
             logits = model(inputs).logits
         loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
-        loss.backward()
-        opt.step()
+        if scaler is None:
+            loss.backward()
+            opt.step()
+            return loss
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         return loss
 
     for _ in range(args.warmup):
@@ -108,7 +125,7 @@ def time_run(args, run, device):
     record = {
         "impl": "pytorch " + torch.__version__, "run": run, "model": "gpt2-" + args.model,
         "parameters": sum(p.numel() for p in model.parameters()), "batch": args.batch,
-        "seq": args.seq, "dtype": "bf16", "step_seconds": times, "median_step": median,
+        "seq": args.seq, "dtype": args.dtype, "step_seconds": times, "median_step": median,
         "tokens_per_second": args.batch * args.seq / median,
         "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
         "peak_reserved_bytes": torch.cuda.max_memory_reserved(), "loss": loss.item(),
@@ -140,7 +157,8 @@ def torch_command(args):
         except Exception as e:  # one failing run (out of memory) must not lose the others
             print(f"gpu_bench: {run} failed: {type(e).__name__}: {e}", flush=True)
             records.append({"impl": "pytorch", "run": run, "model": "gpt2-" + args.model,
-                            "batch": args.batch, "seq": args.seq, "error": str(e)[:500]})
+                            "batch": args.batch, "seq": args.seq, "dtype": args.dtype,
+                            "error": str(e)[:500]})
             torch.cuda.empty_cache()
     dist.destroy_process_group()
     with open(args.out, "w") as f:
@@ -148,33 +166,36 @@ def torch_command(args):
 
 
 def rows_of(path):
-    """(model, batch, label, tokens/s, step s, peak bytes) of each record in one JSON file."""
+    """(model, batch, dtype, label, tokens/s, step s, peak bytes) of each record in one file."""
     rows = []
     for r in json.load(open(path)):
+        dtype = r.get("dtype", "bf16")
         if "error" in r:
-            rows.append((r["model"], r["batch"], f"{r['impl']} {r['run']}", None, None, None))
+            rows.append((r["model"], r["batch"], dtype, f"{r['impl']} {r['run']}", None, None,
+                         None))
         elif "run" in r:  # ours above, PyTorch's
-            rows.append((r["model"], r["batch"], f"PyTorch {r['run']}", r["tokens_per_second"],
-                         r["median_step"], r["peak_allocated_bytes"]))
+            rows.append((r["model"], r["batch"], dtype, f"PyTorch {r['run']}",
+                         r["tokens_per_second"], r["median_step"], r["peak_allocated_bytes"]))
         else:  # fsdp-bench
             label = f"fsdp.cpp {r['strategy']} {r['variant']} ({r['backend']})"
-            rows.append((r["model"], r["batch_per_rank"], label, r["tokens_per_second"],
+            rows.append((r["model"], r["batch_per_rank"], dtype, label, r["tokens_per_second"],
                          r["median"]["step"], r["peak_device_allocated_bytes"]))
     return rows
 
 
 def table_command(args):
     rows = [row for path in args.files for row in rows_of(path)]
-    print("| model | batch | run | tokens/s | step (ms) | peak allocated (GiB) | vs PyTorch |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    for model, batch, label, tps, step, peak in rows:
+    print("| model | batch | dtype | run | tokens/s | step (ms) | peak allocated (GiB) "
+          "| vs PyTorch (same dtype) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for model, batch, dtype, label, tps, step, peak in rows:
         if tps is None:
-            print(f"| {model} | {batch} | {label} | failed | | | |")
+            print(f"| {model} | {batch} | {dtype} | {label} | failed | | | |")
             continue
-        ratios = [f"{tps / t:.2f}x {l.split(' ', 1)[1]}" for m, b, l, t, _, _ in rows
+        ratios = [f"{tps / t:.2f}x {l.split(' ', 1)[1]}" for m, b, d, l, t, _, _ in rows
                   if l.startswith("PyTorch") and not label.startswith("PyTorch") and m == model
-                  and b == batch and t]
-        print(f"| {model} | {batch} | {label} | {tps:.0f} | {step * 1e3:.1f} | "
+                  and b == batch and d == dtype and t]
+        print(f"| {model} | {batch} | {dtype} | {label} | {tps:.0f} | {step * 1e3:.1f} | "
               f"{peak / 2**30:.2f} | {', '.join(ratios)} |")
 
 
@@ -188,6 +209,7 @@ def main():
     t.add_argument("--steps", type=int, default=10)
     t.add_argument("--warmup", type=int, default=3)
     t.add_argument("--runs", default="eager,fsdp1,fsdp2")
+    t.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
     t.add_argument("--out", required=True)
     tab = sub.add_parser("table", help="one Markdown table of PyTorch's and fsdp-bench's JSON")
     tab.add_argument("files", nargs="+")

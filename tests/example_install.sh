@@ -13,9 +13,11 @@ cmake --install "$BUILD" --prefix "$WORK/prefix" >"$WORK/install.log"
 test -f "$WORK/prefix/lib/cmake/fsdp/fsdpConfig.cmake"
 test -f "$WORK/prefix/include/fsdp/fsdp.h"
 test -x "$WORK/prefix/bin/fsdp-run"
-# The consumer sees the installed prefix only: not this source tree, not the build tree.
+# The consumer sees the installed prefix only: not this source tree, not the build tree. It
+# names the LibTorch the build used, as a user of PyTorch's wheel must (Debian's is found anyway).
+torch_dir=$(sed -n 's/^Torch_DIR:PATH=//p' "$BUILD/CMakeCache.txt")
 cmake -S "$SRC/examples" -B "$WORK/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$WORK/prefix" >"$WORK/configure.log" || {
+  -DCMAKE_PREFIX_PATH="$WORK/prefix" ${torch_dir:+-DTorch_DIR="$torch_dir"} >"$WORK/configure.log" || {
   cat "$WORK/configure.log"
   exit 1
 }

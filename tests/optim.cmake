@@ -19,3 +19,12 @@ if("AVX2" IN_LIST FSDP_ADAMW_VARIANTS)
   add_test(NAME adamw_kernel_symbols
            COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/kernel_symbols.sh ${adamw_objects})
 endif()
+# The fp16 loss scaler over sharded gradients (fp32 shards, so on every LibTorch): unscaling, the
+# skip every rank takes together when one rank's shard holds an inf, growth and backoff, its
+# checkpointed state, the underflow error. World size 3 over MPI puts the inf on one rank of three.
+if("comm" IN_LIST FSDP_LAYERS AND "models" IN_LIST FSDP_LAYERS)
+  fsdp_test_executable(test_grad_scaler test_grad_scaler.cpp)
+  fsdp_mpi_test(NAME grad_scaler_mpi_np1 EXE test_grad_scaler NP 1 BACKEND mpi)
+  fsdp_mpi_test(NAME grad_scaler_mpi_np3 EXE test_grad_scaler NP 3 BACKEND mpi)
+  fsdp_mpi_test(NAME grad_scaler_gloo_np2 EXE test_grad_scaler NP 2 BACKEND gloo)
+endif()

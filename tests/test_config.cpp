@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "compat.h"
 #include "fsdp/train/config.h"
 
 namespace {
@@ -262,10 +263,41 @@ TEST(ConfigAccelerate, MixedPrecision) {
   EXPECT_EQ(bf16.sharding_options().reduce_dtype_, DType::kBFloat16);
   EXPECT_EQ(parse("train:\n  dtype: bf16\n").mixed_precision, DType::kBFloat16);
 
-  const ConfigError fp16 = parse_error("num_processes: 2\nmixed_precision: fp16\n");
-  EXPECT_TRUE(contains(fp16.what(), "test.yaml:2: mixed_precision: fp16 is not supported on CPU"));
-  EXPECT_TRUE(contains(fp16.what(), "use bf16"));
-  EXPECT_TRUE(contains(parse_error("train:\n  dtype: fp16\n").what(), "use bf16"));
+  // fp16 (Accelerate's fp16 YAML, with its loss scaler): fp16 parameters and reductions; on the
+  // CPU only where LibTorch has fp16 CPU kernels (2.x), on a GPU everywhere.
+  const std::string fp16_yaml = "num_processes: 2\nmixed_precision: fp16\n";
+  if (fsdp::compat::kHasCpuHalfKernels) {
+    const TrainConfig fp16 = parse(fp16_yaml);
+    EXPECT_EQ(fp16.mixed_precision, DType::kFloat16);
+    EXPECT_EQ(fp16.sharding_options().param_dtype_, DType::kFloat16);
+    EXPECT_EQ(fp16.sharding_options().reduce_dtype_, DType::kFloat16);
+    EXPECT_EQ(parse("train:\n  dtype: fp16\n").mixed_precision, DType::kFloat16);
+  } else {
+    const ConfigError fp16 = parse_error(fp16_yaml);
+    EXPECT_TRUE(contains(fp16.what(), "test.yaml:2: mixed_precision: fp16 on the CPU needs "
+                                      "LibTorch 2.x"))
+        << fp16.what();
+    EXPECT_TRUE(contains(fp16.what(), "use bf16, or train.device cuda")) << fp16.what();
+    EXPECT_TRUE(contains(parse_error("train:\n  dtype: fp16\n").what(), "use bf16"));
+  }
+  const fsdp::ParsedArgs gpu = fsdp::parse_train_args(
+      {"--mixed_precision", "fp16", "--device", "cuda"}, fsdp::MachineChecks{false});
+  EXPECT_EQ(gpu.config.mixed_precision, DType::kFloat16);
+  // The loss scaler's keys, PyTorch's GradScaler defaults, each checked by name.
+  const TrainConfig scaled = parse("grad_scaler:\n  init_scale: 1024\n  growth_interval: 100\n");
+  EXPECT_EQ(scaled.grad_scaler.init_scale, 1024);
+  EXPECT_EQ(scaled.grad_scaler.growth_interval, 100);
+  EXPECT_EQ(TrainConfig{}.grad_scaler.init_scale, 65536);
+  EXPECT_EQ(TrainConfig{}.grad_scaler.growth_interval, 2000);
+  for (const auto& [yaml, key] : std::vector<std::pair<std::string, std::string>>{
+           {"init_scale: 0", "grad_scaler.init_scale"},
+           {"growth_factor: 1", "grad_scaler.growth_factor"},
+           {"backoff_factor: 1.5", "grad_scaler.backoff_factor"},
+           {"growth_interval: 0", "grad_scaler.growth_interval"},
+           {"min_scale: 100000", "grad_scaler.min_scale"}}) {
+    const ConfigError e = parse_error("grad_scaler:\n  " + yaml + "\n");
+    EXPECT_TRUE(contains(e.what(), key)) << e.what();
+  }
 }
 
 TEST(ConfigAccelerate, TopLevelKeys) {
@@ -558,7 +590,6 @@ TEST(ConfigErrors, DeviceIsCheckedAndNamed) {
 
 TEST(ConfigUnsupported, EachIsAnErrorThatSaysSo) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"mixed_precision: fp16", "fp16 is not supported"},
       {"mixed_precision: fp8", "fp8 is not supported"},
       {"fsdp_config:\n  fsdp_state_dict_type: LOCAL_STATE_DICT",
        "LOCAL_STATE_DICT is not supported"},
@@ -606,7 +637,7 @@ TEST(ConfigUnsupported, CodeBuiltConfigsAreCheckedToo) {
   c.fsdp.prefetch_depth = 0;
   EXPECT_THROW(fsdp::validate_config(c), ConfigError);
   c = TrainConfig{};
-  c.mixed_precision = DType::kFloat16;
+  c.grad_scaler.backoff_factor = 0;
   EXPECT_THROW(fsdp::validate_config(c), ConfigError);
 }
 
@@ -677,6 +708,13 @@ std::map<std::string, Change> changes() {
       {"optim.beta2", {[](TrainConfig& c) { c.optim.beta2 = 0.999; }}},
       {"optim.eps", {[](TrainConfig& c) { c.optim.eps = 1e-6; }}},
       {"optim.grad_clip", {[](TrainConfig& c) { c.optim.grad_clip = 0; }}},
+      {"grad_scaler.init_scale", {[](TrainConfig& c) { c.grad_scaler.init_scale = 1024; }}},
+      {"grad_scaler.growth_factor", {[](TrainConfig& c) { c.grad_scaler.growth_factor = 1.5; }}},
+      {"grad_scaler.backoff_factor",
+       {[](TrainConfig& c) { c.grad_scaler.backoff_factor = 0.25; }}},
+      {"grad_scaler.growth_interval",
+       {[](TrainConfig& c) { c.grad_scaler.growth_interval = 100; }}},
+      {"grad_scaler.min_scale", {[](TrainConfig& c) { c.grad_scaler.min_scale = 0.5; }}},
       {"train.micro_batch_size", {[](TrainConfig& c) { c.train.micro_batch_size = 16; }}},
       {"train.gradient_accumulation_steps",
        {[](TrainConfig& c) { c.train.gradient_accumulation_steps = 4; }}},

@@ -3,6 +3,7 @@
 // collective, on every rank alike, so that nothing hangs).
 #include <gtest/gtest.h>
 
+#include "compat.h"
 #include "fsdp/fsdp.h"
 #include "test_util.h"
 
@@ -519,13 +520,22 @@ TEST(Memory, HybridShardsWithinTheGroup) {
   EXPECT_EQ(sharded->memory().sharded_param_bytes, padded * 4 / 2);
 }
 
-TEST(BadInput, Fp16ComputeIsRefused) {
+// fp16 compute on the CPU: refused, with the reason, where LibTorch has no fp16 CPU kernels (1.13);
+// elsewhere a forward computes in fp16 (the parity tests check its values).
+TEST(BadInput, Fp16ComputeOnTheCpuNeedsLibTorch2) {
   GPT2 model(small_config());
-  expect_error(
-      [&] {
-        fully_shard(model.ptr(), test::world(), ShardingOptions().param_dtype(DType::kFloat16));
-      },
-      "param_dtype fp16 is not supported");
+  auto shard = [&] {
+    return fully_shard(model.ptr(), test::world(),
+                       ShardingOptions().param_dtype(DType::kFloat16).device("cpu"));
+  };
+  if (!compat::kHasCpuHalfKernels) {
+    expect_error(shard, "fp16 is not supported on CPU with LibTorch");
+    return;
+  }
+  auto sharded = shard();
+  at::Tensor t = step_tokens(2);
+  const int64_t T = small_config().n_positions;
+  EXPECT_EQ(fsdp::forward(model, t.narrow(1, 0, T)).scalar_type(), at::kHalf);
 }
 
 TEST(BadInput, ShardingTwice) {

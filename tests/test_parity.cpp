@@ -12,8 +12,11 @@
 #include <cmath>
 #include <functional>
 #include <iostream>
+#include <optional>
+#include <string>
 
 #include "comm/scalar_type.h"
+#include "compat.h"
 #include "fsdp/fsdp.h"
 #include "test_util.h"
 
@@ -64,6 +67,52 @@ at::Tensor batch_tokens(int step, int64_t rows) {
 using test::RunResult;
 using test::Tolerance;
 
+// fp16's loss scaling in both runs: a power of two that grows every 3 steps (1024 to 8192 over the
+// 10 steps), so that growth is exercised and every scale divides out exactly; no step overflows
+// (the largest scaled gradient element stays below fp16's 65504), which both runs check.
+GradScalerOptions parity_scaler() {
+  GradScalerOptions o;
+  o.init_scale = 1024;
+  o.growth_interval = 3;
+  return o;
+}
+
+// The reference's loss scaling: torch's GradScaler rules written out again, independent of
+// fsdp::ShardedGradScaler, over whole fp32 gradients.
+struct ReferenceScaler {
+  double scale = parity_scaler().init_scale;
+  int good_steps = 0;
+  // Unscales the gradients; true when one holds an inf or NaN.
+  bool unscale(const std::vector<at::Tensor>& params) const {
+    bool found = false;
+    for (const auto& p : params) {
+      p.grad().mul_(1.0 / scale);
+      found = found || !at::isfinite(p.grad()).all().item<bool>();
+    }
+    return found;
+  }
+  void update(bool found) {
+    if (found) {
+      scale *= parity_scaler().backoff_factor;
+      good_steps = 0;
+    } else if (++good_steps == parity_scaler().growth_interval) {
+      scale *= parity_scaler().growth_factor;
+      good_steps = 0;
+    }
+  }
+};
+
+// Why a run cannot compute in `dtype` on the device under test ("" when it can).
+std::string compute_skip_reason(DType dtype) {
+  if (dtype != DType::kFloat16 || !test::device_under_test().is_cpu() ||
+      compat::kHasCpuHalfKernels) {
+    return "";
+  }
+  return "LibTorch " TORCH_VERSION
+         " has no fp16 matmul on the CPU (LibTorch 2.x has): the fp16 parity tests run in the "
+         "LibTorch 2.x suite and on GPUs";
+}
+
 // One configuration of the sharded run; the reference replays its dtypes and micro-batches.
 struct ShardedRun {
   ShardingStrategy strategy = ShardingStrategy::kFullShard;
@@ -89,6 +138,8 @@ RunResult train_reference(const ShardedRun& run) {
   const int64_t T = tiny_config().n_positions;
   GPT2 master = make_model();
   GPT2 compute = master;
+  std::optional<ReferenceScaler> scaler;
+  if (run.param_dtype == DType::kFloat16) scaler.emplace();
   if (param_dtype != at::kFloat) {
     compute = make_model();
     compute->to(param_dtype);
@@ -105,13 +156,22 @@ RunResult train_reference(const ShardedRun& run) {
       for (size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
     }
     const at::Tensor tokens = batch_tokens(step, kBatch * run.micro_batches);
+    // Scaled by a power of two, so the reported loss divides back exactly.
+    const double scale = scaler ? scaler->scale : 1.0;
     auto loss = [&](int rank, int m) {
       at::Tensor rows = test::rank_rows(tokens, m, rank, kBatch / n, n);
-      return gpt2_loss(compute->forward(rows.narrow(1, 0, T)), rows.narrow(1, 1, T));
+      return gpt2_loss(compute->forward(rows.narrow(1, 0, T)), rows.narrow(1, 1, T)) * scale;
     };
     r.losses.push_back(test::reference_gradients(compute->parameters(), master->parameters(), n,
                                                  run.micro_batches,
-                                                 to_scalar_type(run.reduce_dtype), loss));
+                                                 to_scalar_type(run.reduce_dtype), loss) /
+                       scale);
+    if (scaler) {
+      torch::NoGradGuard g;
+      const bool found = scaler->unscale(master->parameters());
+      EXPECT_FALSE(found) << "reference: inf/NaN gradients at step " << step << ", scale " << scale;
+      scaler->update(found);
+    }
     r.grad_norms.push_back(torch::nn::utils::clip_grad_norm_(master->parameters(), kMaxNorm));
     opt->step();
   }
@@ -140,6 +200,8 @@ RunResult train_sharded(const ShardedRun& run) {
   adam.eps = kEps;
   std::vector<ShardedParam> params = sharded_params(*sharded);
   AdamW opt(params, adam);
+  std::optional<ShardedGradScaler> scaler;
+  if (run.param_dtype == DType::kFloat16) scaler.emplace(parity_scaler());
 
   const int64_t T = tiny_config().n_positions;
   const int64_t local_rows = kBatch / n;
@@ -152,13 +214,23 @@ RunResult train_sharded(const ShardedRun& run) {
       sharded->set_requires_gradient_sync(m == run.micro_batches - 1);
       at::Tensor mine = test::rank_rows(tokens, m, rank, local_rows, n);
       at::Tensor loss = gpt2_loss(fsdp::forward(model, mine.narrow(1, 0, T)), mine.narrow(1, 1, T));
-      (loss / run.micro_batches).backward();
+      at::Tensor share = loss / run.micro_batches;
+      (scaler ? scaler->scale(share) : share).backward();
       step_loss += loss.item<double>() / run.micro_batches;
     }
     float global = static_cast<float>(step_loss);
     world->all_reduce(&global, 1, DType::kFloat32, ReduceOp::kAvg);
+    if (scaler) {
+      EXPECT_FALSE(scaler->unscale(opt, *world))
+          << "inf/NaN gradients at step " << step << ", scale " << scaler->get_scale();
+    }
     r.grad_norms.push_back(clip_grad_norm(params, kMaxNorm, sharded->shard_group()));
-    opt.step();
+    if (scaler) {
+      scaler->step(opt, *world);
+      scaler->update();
+    } else {
+      opt.step();
+    }
     r.losses.push_back(global);
   }
   // Under offload the full parameters come back in host memory, where the shards are.
@@ -314,6 +386,25 @@ TEST_P(Parity, Bf16ReduceMatchesSingleProcessBf16) {
   expect_parity(train_reference(run), train_sharded(run), kBf16Reduce, /*keep_key_bias=*/false);
 }
 
+// fp16 mixed precision with loss scaling (Accelerate's `mixed_precision: fp16`): fp16 compute
+// and fp16 reduction (with PyTorch's predivide by 2 at world sizes 2 to 4, exact in fp16 but for
+// subnormals), against the same run in one process with the same scale at every step. fp16 keeps
+// 11 significant bits to bf16's 8, so the errors are of the bf16 runs' kind, smaller; the
+// tolerances are derived below from what was measured.
+constexpr Tolerance kFp16{1e-2, 2e-3, 0.08, 0.015, 0.08, 0.025};
+
+TEST_P(Parity, Fp16MatchesSingleProcessFp16) {
+  const std::string skip = compute_skip_reason(DType::kFloat16);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ShardedRun run;
+  run.strategy = GetParam();
+  run.param_dtype = DType::kFloat16;
+  run.reduce_dtype = DType::kFloat16;
+  expect_parity(train_reference(run), train_sharded(run), kFp16, /*keep_key_bias=*/false);
+  run.micro_batches = 4;
+  expect_parity(train_reference(run), train_sharded(run), kFp16, /*keep_key_bias=*/false);
+}
+
 // CPU offload keeps the shards (and so the optimizer) in host memory, copies each unit's shard to
 // the device before its all-gather and its reduced gradient back after: the values are those of
 // the run without offload, so the same tolerances, fp32 with prefetch and no_sync, and bf16.
@@ -354,6 +445,21 @@ TEST_P(HybridParity, Fp32MatchesSingleProcess) {
   expect_parity(train_reference(run), train_sharded(run), kFp32);
   run.micro_batches = 4;
   expect_parity(train_reference(run), train_sharded(run), kFp32);
+}
+
+// fp16 on the mesh: the replicate group's all-reduce adds the shard groups' fp16 sums.
+TEST_P(HybridParity, Fp16MatchesSingleProcessFp16) {
+  const std::string skip = compute_skip_reason(DType::kFloat16);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ShardedRun run;
+  std::tie(run.strategy, run.shard_group_size) = GetParam();
+  const int n = test::world()->size();
+  if (run.shard_group_size > n || n % std::max(run.shard_group_size, 1) != 0) {
+    GTEST_SKIP() << "shard group of " << run.shard_group_size << " does not fit " << n << " ranks";
+  }
+  run.param_dtype = DType::kFloat16;
+  run.reduce_dtype = DType::kFloat16;
+  expect_parity(train_reference(run), train_sharded(run), kFp16, /*keep_key_bias=*/false);
 }
 
 INSTANTIATE_TEST_SUITE_P(Meshes, HybridParity,

@@ -274,4 +274,46 @@ line=$(grep -m1 '^data: ' <<<"$out")
 [[ $line == "data: token file(s) '$WORK/bin/data.bin': "*", read in place" && $line != *"data: data:"* &&
   $line != *"from the cache"* ]] && echo "ok: $line" || fail "the data line of a token file: '$line'"
 
+# fp16 (issue 27), over Gloo only (the MPI run checks the rest; the parity tests check fp16's
+# reductions on both backends). With LibTorch 2.x: a 2-rank run with the loss scaler trains as the
+# fp32 run does (validation loss falls by 0.5 and ends within 0.05 of it), the scale grows every 4
+# good steps, and a resume from step 10 gives bitwise the same losses and loss scales for steps
+# 11-20 (the scaler's state is in the checkpoint). With LibTorch 1.13: an error that says why.
+# "step loss loss_scale" of steps 11-20.
+scaled_half() { grep -o '"step": [0-9]*, "loss": [^,]*,.*"loss_scale": [^,]*' "$1" |
+  sed -E 's/"step": ([0-9]+), "loss": ([^,]+),.*"loss_scale": ([^,]+)/\1 \2 \3/' |
+  awk '$1 > 10'; }
+if [[ $BACKEND == gloo ]]; then
+  FP16=(--mixed_precision fp16 --grad_scaler.growth_interval 4 --train.micro_batch_size 4)
+  if "$BIN/fsdp-train" --print-config "${COMMON[@]}" "${FP16[@]}" >"$WORK/fp16_check.txt" 2>&1; then
+    train 2 "$WORK/fp16" "${FP16[@]}" >"$WORK/fp16.txt" 2>&1 ||
+      fail "the fp16 run exited $?: $(tail -5 "$WORK/fp16.txt")"
+    read -r first16 last16 < <(sed -nE 's/^done: .*val loss ([0-9.]+) -> ([0-9.]+).*/\1 \2/p' "$WORK/fp16.txt")
+    if [[ -n ${first16:-} && -n ${last:-} ]] &&
+      awk -v a="$first16" -v b="$last16" -v f="$last" 'BEGIN { d = b - f; if (d < 0) d = -d;
+        exit !(b < a - 0.5 && d < 0.05) }'; then
+      echo "ok: fp16 validation loss fell from $first16 to $last16 (fp32: $last)"
+    else
+      fail "fp16 validation loss '${first16:-?}' -> '${last16:-?}', fp32's ended at '${last:-?}'"
+    fi
+    scales=$(grep -o '"loss_scale": [0-9.e+]*' "$WORK/fp16/metrics.jsonl" | sort -u | wc -l)
+    ((scales >= 3)) && echo "ok: fp16 loss scale took $scales values" ||
+      fail "fp16: the loss scale took $scales values in 20 steps (growth every 4 good steps)"
+    root="$WORK/fp16_resume"
+    mkdir -p "$root/ckpt"
+    cp -r "$WORK/fp16/ckpt/step_00000010" "$root/ckpt/"
+    echo step_00000010 >"$root/ckpt/latest"
+    train 2 "$root" "${FP16[@]}" --resume >"$root.txt" 2>&1 ||
+      fail "the fp16 resume exited $?: $(tail -5 "$root.txt")"
+    a=$(scaled_half "$WORK/fp16/metrics.jsonl") b=$(scaled_half "$root/metrics.jsonl")
+    [[ -n $a && $(wc -l <<<"$a") == 10 && $a == "$b" ]] &&
+      echo "ok: fp16 resume: steps 11-20 give bitwise the same losses and loss scales" ||
+      fail "fp16 resume: steps 11-20 differ: straight '$a', resumed '$b'"
+  else
+    grep -q "fp16 on the CPU needs LibTorch 2.x" "$WORK/fp16_check.txt" &&
+      echo "ok: fp16 on the CPU with this LibTorch is refused, naming why" ||
+      fail "fp16 check: $(cat "$WORK/fp16_check.txt")"
+  fi
+fi
+
 exit $((failures > 0))

@@ -4,6 +4,7 @@
 #include "fsdp/comm.h"
 #include "fsdp/comm_stats.h"
 #include "fsdp/fully_shard.h"
+#include "fsdp/grad_scaler.h"
 #include "fsdp/hooks.h"
 #include "fsdp/init.h"
 #include "fsdp/models/gpt2.h"

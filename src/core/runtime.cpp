@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "comm/scalar_type.h"
+#include "compat.h"
 #include "core/check.h"
 #include "core/collectives.h"
 #include "fsdp/init.h"
@@ -22,10 +23,10 @@ namespace {
 
 void check_dtypes(const ShardingOptions& o, c10::Device device) {
   FSDP_CHECK(o.param_dtype_ != DType::kInt64, "param_dtype must be a floating type, got int64");
-  FSDP_CHECK(o.param_dtype_ != DType::kFloat16 || !device.is_cpu(), "param_dtype ",
-             dtype_name(o.param_dtype_),
-             " is not supported on CPU: LibTorch's CPU kernels (matmul, layer norm) have no "
-             "fp16; use bf16 or fp32");
+  FSDP_CHECK(o.param_dtype_ != DType::kFloat16 || !device.is_cpu() || compat::kHasCpuHalfKernels,
+             "param_dtype fp16 is not supported on CPU with LibTorch ", TORCH_VERSION,
+             ": its CPU kernels (matmul, layer norm) have no fp16 (LibTorch 2.x has them); use "
+             "bf16 or fp32");
   FSDP_CHECK(o.reduce_dtype_ != DType::kInt64, "reduce_dtype must be a floating type, got int64");
 }
 
@@ -377,6 +378,14 @@ void Runtime::finish_backward() {
   ++step_;
 }
 
+double Runtime::gradient_predivide_factor() const {
+  if (options_.reduce_dtype_ != DType::kFloat16) return 1;
+  const int n = world_->size();
+  int factor = 1;
+  while (n % factor == 0 && n / factor > factor) factor *= 2;  // torch's _get_gradient_predivide_factor
+  return factor;
+}
+
 void Runtime::enqueue_reduce(PendingReduce pending) {
   drain_reduces();
   pending_.push_back(std::move(pending));
@@ -403,7 +412,8 @@ void Runtime::complete_reduce(PendingReduce& p) {
       all_reduce(*replicate_group_, p.output, ReduceOp::kSum)->wait();
     }
     reduced = side.record();
-    if (world_->size() > 1) p.output.div_(world_->size());
+    const double postdivide = world_->size() / gradient_predivide_factor();
+    if (postdivide != 1) p.output.div_(postdivide);
     if (flat.offloaded()) {
       at::Tensor host =
           at::empty({p.output.numel()},

@@ -148,6 +148,11 @@ class Runtime {
   // Where shards, gathered parameters and gradients live.
   c10::Device device() const { return device_; }
   Comm& world() { return *world_; }
+  // What a unit divides its gradient by before the reduction (the rest, world size / this, after
+  // it): PyTorch's gradient predivide factor for fp16 reductions, the largest power of two f with
+  // f * f <= world size (when it divides), so that the sum over ranks stays in fp16's range; 1 for
+  // fp32 and bf16, whose range needs no split and whose numerics stay one division after the sum.
+  double gradient_predivide_factor() const;
   Comm& shard_group() { return *shard_group_; }
   Comm& replicate_group() { return *replicate_group_; }
   std::vector<std::shared_ptr<Unit>>& units() { return units_; }

@@ -239,6 +239,11 @@ void Unit::reduce_gradients() {
     pending.source = runtime_.pool().empty(full_grad.numel(), reduce_type);
     pending.source.copy_(full_grad);
   }
+  const double predivide = runtime_.gradient_predivide_factor();
+  if (predivide != 1) {
+    // The copy above, or the full gradient itself, which is freed below: neither is read again.
+    pending.source.div_(predivide);
+  }
   Comm& group = runtime_.shard_group();
   if (group.size() > 1) {
     pending.output = runtime_.pool().empty(flat_.shard_numel(), reduce_type);

@@ -3,7 +3,7 @@
 // ranks so that they compare as ratios, each next to the planner's prediction (fsdp-plan).
 //
 // Usage: build/bin/fsdp-bench [--model 124m|large|xl|tiny|llama] [--seq 512] [--batch 1]
-//            [--steps 3] [--repeats 1] [--dtype fp32|bf16]
+//            [--steps 3] [--repeats 1] [--dtype fp32|bf16|fp16]
 //            [--strategies NO_SHARD,SHARD_GRAD_OP,FULL_SHARD]
 //            [--variants plain,prefetch,ac,prefetch+ac] [--allocator fsdp|glibc] [--json FILE]
 //            [--label TEXT] [--checkpoint DIR] [--nproc 2] [--device cpu|cuda]
@@ -42,6 +42,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <sstream>
 
 #include "core/device_memory.h"
@@ -145,7 +146,9 @@ Args parse_args(int argc, char** argv) {
   if (a.device != "cpu" && a.device != "cuda") {
     throw std::invalid_argument("--device: cpu or cuda; got " + a.device);
   }
-  if (a.dtype != "fp32" && a.dtype != "bf16") throw std::invalid_argument("--dtype: fp32 or bf16");
+  if (a.dtype != "fp32" && a.dtype != "bf16" && a.dtype != "fp16") {
+    throw std::invalid_argument("--dtype: fp32, bf16 or fp16");
+  }
   if (a.allocator != "fsdp" && a.allocator != "glibc") {
     throw std::invalid_argument("--allocator: fsdp or glibc");
   }
@@ -186,7 +189,9 @@ fsdp::TrainConfig bench_config(const Args& a, const std::string& strategy,
   }
   c.data.seq_len = a.seq;
   c.train.micro_batch_size = a.batch;
-  c.mixed_precision = a.dtype == "bf16" ? fsdp::DType::kBFloat16 : fsdp::DType::kFloat32;
+  c.mixed_precision = a.dtype == "bf16"   ? fsdp::DType::kBFloat16
+                      : a.dtype == "fp16" ? fsdp::DType::kFloat16
+                                          : fsdp::DType::kFloat32;
   c.fsdp.sharding_strategy = fsdp::parse_sharding_strategy(strategy);
   const bool prefetch = has_feature(variant, "prefetch");
   c.fsdp.forward_prefetch = prefetch;
@@ -349,6 +354,10 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
                                  c.sharding_options().param_init(lm.param_init));
   const c10::Device device = model->device();
   fsdp::AdamW opt(fsdp::sharded_params(*model), fsdp::AdamWOptions());
+  // fp16 steps as PyTorch's do with a GradScaler: the loss scaled, the optimizer phase unscaling,
+  // checking for inf/NaN (one all-reduce) and stepping.
+  std::optional<fsdp::ShardedGradScaler> scaler;
+  if (c.mixed_precision == fsdp::DType::kFloat16) scaler.emplace(c.grad_scaler);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(world->rank() + 1);
   const at::Tensor tokens =
       at::randint(c.model.vocab_size, {a.batch, a.seq + 1}, gen, at::kLong).to(device);
@@ -363,10 +372,15 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
         fsdp::gpt2_loss(lm.forward(tokens.narrow(1, 0, a.seq)), tokens.narrow(1, 1, a.seq));
     synchronize(device);
     const auto t1 = Clock::now();
-    loss.backward();
+    (scaler ? scaler->scale(loss) : loss).backward();
     synchronize(device);
     const auto t2 = Clock::now();
-    opt.step();
+    if (scaler) {
+      scaler->step(opt, *world);
+      scaler->update();
+    } else {
+      opt.step();
+    }
     r.loss = loss.item<double>();
     synchronize(device);
     const auto t3 = Clock::now();

@@ -348,9 +348,16 @@ bool operator==(const FsdpConfig& a, const FsdpConfig& b) {
                   b.shard_group_size);
 }
 
+bool operator==(const GradScalerOptions& a, const GradScalerOptions& b) {
+  return a.init_scale == b.init_scale && a.growth_factor == b.growth_factor &&
+         a.backoff_factor == b.backoff_factor && a.growth_interval == b.growth_interval &&
+         a.min_scale == b.min_scale;
+}
+
 bool operator==(const TrainConfig& a, const TrainConfig& b) {
   return a.model == b.model && a.data == b.data && a.optim == b.optim && a.train == b.train &&
          a.fsdp == b.fsdp && a.mixed_precision == b.mixed_precision &&
+         a.grad_scaler == b.grad_scaler &&
          a.num_processes == b.num_processes && a.num_machines == b.num_machines;
 }
 

@@ -212,31 +212,31 @@ StateDictType to_state_dict_type(const RawValue& v) {
   return i == 0 ? StateDictType::kShardedStateDict : StateDictType::kFullStateDict;
 }
 
-// Accelerate's mixed_precision ("no", "bf16") and train.dtype ("fp32", "bf16") share one setting.
+// Accelerate's mixed_precision ("no", "bf16", "fp16") and train.dtype ("fp32", "bf16", "fp16")
+// share one setting.
 DType to_compute_dtype(const RawValue& v, const std::vector<std::string>& full_names) {
   std::vector<std::string> names = full_names;
   names.insert(names.end(), {"bf16", "fp16", "fp8"});
   const size_t i = to_choice(v, names);
   if (i < full_names.size()) return DType::kFloat32;
   if (names[i] == "bf16") return DType::kBFloat16;
-  if (names[i] == "fp16") {
-    throw ValueError(
-        "fp16 is not supported on CPU (LibTorch has no fp16 CPU kernels); use bf16, which keeps "
-        "fp32's exponent range and needs no loss scaling");
-  }
-  throw ValueError("fp8 is not supported on CPU; use bf16");
+  if (names[i] == "fp16") return DType::kFloat16;
+  throw ValueError("fp8 is not supported; use bf16 or fp16");
+}
+
+std::string compute_dtype_name(DType d, const char* full) {
+  if (d == DType::kFloat32) return full;
+  return dtype_name(d);  // "bf16", "fp16"
 }
 
 Option mixed_precision_option() {
-  Option o = setting("mixed_precision", "no|bf16",
+  Option o = setting("mixed_precision", "no|bf16|fp16",
                      "compute dtype of gathered parameters and gradient reduction; master weights "
-                     "and optimizer state stay fp32 (fp16 and fp8 are not supported on CPU)");
+                     "and optimizer state stay fp32; fp16 scales the loss (grad_scaler)");
   o.set = [](TrainConfig& c, const RawValue& v) {
     c.mixed_precision = to_compute_dtype(v, {"no", "false"});
   };
-  o.get = [](const TrainConfig& c) {
-    return std::string(c.mixed_precision == DType::kBFloat16 ? "bf16" : "no");
-  };
+  o.get = [](const TrainConfig& c) { return compute_dtype_name(c.mixed_precision, "no"); };
   return o;
 }
 
@@ -443,6 +443,24 @@ std::vector<Option> optim_section() {
   };
 }
 
+// PyTorch's GradScaler arguments, and DeepSpeed's floor.
+std::vector<Option> grad_scaler_section() {
+  return {
+      number_setting("grad_scaler.init_scale", FIELD(grad_scaler.init_scale),
+                     "fp16: the loss scale of the first step"),
+      number_setting("grad_scaler.growth_factor", FIELD(grad_scaler.growth_factor),
+                     "fp16: the scale is multiplied by this after growth_interval good steps"),
+      number_setting("grad_scaler.backoff_factor", FIELD(grad_scaler.backoff_factor),
+                     "fp16: the scale is multiplied by this after a step with inf/NaN gradients, "
+                     "which is skipped on every rank"),
+      int_setting("grad_scaler.growth_interval", FIELD(grad_scaler.growth_interval),
+                  "fp16: good steps in a row before the scale grows"),
+      number_setting("grad_scaler.min_scale", FIELD(grad_scaler.min_scale),
+                     "fp16: a backoff below this stops the run (the loss is not finite at any "
+                     "scale)"),
+  };
+}
+
 std::vector<Option> train_section() {
   return {
       int_setting("train.micro_batch_size", FIELD(train.micro_batch_size),
@@ -479,7 +497,7 @@ std::vector<Option> train_section() {
       alias("device", "cpu|cuda", "another spelling of train.device (fsdp-train --device cuda)",
             {"train.device"},
             [](TrainConfig& c, const RawValue& v) { c.train.device = choose(kDevices, v); }),
-      alias("train.dtype", "fp32|bf16", "another spelling of mixed_precision (fp32 is \"no\")",
+      alias("train.dtype", "fp32|bf16|fp16", "another spelling of mixed_precision (fp32 is \"no\")",
             {"mixed_precision"},
             [](TrainConfig& c, const RawValue& v) {
               c.mixed_precision = to_compute_dtype(v, {"fp32", "float32"});
@@ -563,7 +581,7 @@ std::vector<Option> foreign_sections() {
 std::vector<Option> build_options() {
   std::vector<Option> all;
   for (auto part : {accelerate_top_level(), fsdp_section(), model_section(), data_section(),
-                    optim_section(), train_section(), torchacc_section(), foreign_sections()}) {
+                    optim_section(), grad_scaler_section(), train_section(), torchacc_section(), foreign_sections()}) {
     for (auto& o : part) all.push_back(std::move(o));
   }
   return all;

@@ -6,6 +6,7 @@
 
 #include <sstream>
 
+#include "compat.h"
 #include "train/config_schema.h"
 
 namespace fsdp {
@@ -103,6 +104,21 @@ void check_optim(const Checks& k, const OptimConfig& o) {
   k.non_negative("optim.grad_clip", o.grad_clip);
 }
 
+void check_grad_scaler(const Checks& k, const GradScalerOptions& g) {
+  k.positive("grad_scaler.init_scale", g.init_scale);
+  k.require(g.init_scale <= 3.4e38, {"grad_scaler.init_scale"},
+            "must be an fp32 value (at most 3.4e38), got " + num(g.init_scale));
+  k.require(g.growth_factor > 1, {"grad_scaler.growth_factor"},
+            "must be > 1, got " + num(g.growth_factor));
+  k.require(g.backoff_factor > 0 && g.backoff_factor < 1, {"grad_scaler.backoff_factor"},
+            "must be in (0, 1), got " + num(g.backoff_factor));
+  k.at_least("grad_scaler.growth_interval", g.growth_interval, 1);
+  k.positive("grad_scaler.min_scale", g.min_scale);
+  k.require(g.min_scale <= g.init_scale, {"grad_scaler.min_scale", "grad_scaler.init_scale"},
+            "grad_scaler.min_scale (" + num(g.min_scale) + ") must not exceed init_scale (" +
+                num(g.init_scale) + ")");
+}
+
 void check_train(const Checks& k, const TrainLoopConfig& t, const DataConfig& d,
                  MachineChecks machine) {
   k.at_least("train.micro_batch_size", t.micro_batch_size, 1);
@@ -159,10 +175,12 @@ void check_fsdp(const Checks& k, const TrainConfig& c) {
 }
 
 void check_launch(const Checks& k, const TrainConfig& c) {
-  k.require(c.mixed_precision == DType::kFloat32 || c.mixed_precision == DType::kBFloat16,
-            {"mixed_precision"},
-            std::string(dtype_name(c.mixed_precision)) +
-                " is not supported: use no (fp32) or bf16 (fp16 has no CPU kernels)");
+  k.require(c.mixed_precision != DType::kInt64, {"mixed_precision"}, "must be a floating type");
+  k.require(c.mixed_precision != DType::kFloat16 || c.train.device != TrainDevice::kCpu ||
+                compat::kHasCpuHalfKernels,
+            {"mixed_precision", "train.device"},
+            "fp16 on the CPU needs LibTorch 2.x (this build's LibTorch " TORCH_VERSION
+            " has no fp16 CPU kernels for matmul and layer norm); use bf16, or train.device cuda");
   k.at_least("num_processes", c.num_processes, 0);
   k.at_least("num_machines", c.num_machines, 1);
   k.require(c.num_processes % c.num_machines == 0, {"num_processes", "num_machines"},
@@ -200,6 +218,7 @@ void validate(const TrainConfig& config, const Origins& origins, MachineChecks m
   check_model(k, config.model, config.data);
   check_data(k, config.data);
   check_optim(k, config.optim);
+  check_grad_scaler(k, config.grad_scaler);
   check_train(k, config.train, config.data, machine);
   check_fsdp(k, config);
   check_launch(k, config);

@@ -79,9 +79,14 @@ void RunLog::step(const StepMetrics& m, bool logged) {
   if (first_step_ < 0) first_step_ = m.step;
   const std::string gpu =
       m.peak_gpu_bytes >= 0 ? " | peak gpu " + format_bytes(m.peak_gpu_bytes) : std::string();
+  std::string norm = printf_string("norm %.3f", m.grad_norm);
+  if (m.loss_scale >= 0) {
+    norm = m.skipped ? printf_string("skipped: inf/NaN gradients at loss scale %g", m.loss_scale)
+                     : norm + printf_string(" | scale %g", m.loss_scale);
+  }
   const std::string fields = printf_string(
-      "step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %.0f tok/s | peak rss %s%s | eta %s",
-      (long long)m.step, (long long)max_steps_, m.loss, m.lr, m.grad_norm, m.tokens_per_s,
+      "step %5lld/%lld | loss %.4f | lr %.2e | %s | %.0f tok/s | peak rss %s%s | eta %s",
+      (long long)m.step, (long long)max_steps_, m.loss, m.lr, norm.c_str(), m.tokens_per_s,
       format_bytes(m.peak_rss_bytes).c_str(), gpu.c_str(), eta(m).c_str());
   if (logged) info(fields);
   if (bar_) {
@@ -99,6 +104,9 @@ void RunLog::step(const StepMetrics& m, bool logged) {
              << ", \"peak_rss_bytes\": " << m.peak_rss_bytes
              << (m.peak_gpu_bytes >= 0 ? ", \"peak_gpu_bytes\": " + std::to_string(m.peak_gpu_bytes)
                                        : std::string())
+             << (m.loss_scale >= 0 ? ", \"loss_scale\": " + json_number(m.loss_scale) +
+                                         ", \"skipped\": " + (m.skipped ? "true" : "false")
+                                   : std::string())
              << "}\n"
              << std::flush;
   }

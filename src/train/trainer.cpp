@@ -26,6 +26,7 @@
 #include "fsdp/data/loader.h"
 #include "fsdp/data/tokenizer.h"
 #include "fsdp/fully_shard.h"
+#include "fsdp/grad_scaler.h"
 #include "fsdp/models/gpt2.h"
 #include "fsdp/optim.h"
 #include "train/model_factory.h"
@@ -158,10 +159,17 @@ AdamWOptions adamw_options(const OptimConfig& o) {
 
 // --- checkpoints and their train state ----------------------------------------------------------
 
-std::string train_state_json(const TrainConfig& c, const data::LoaderState& loader) {
+// `scaler`: the fp16 loss scaler, or null. Its scale is an fp32 value, which a JSON number holds
+// exactly, so a resumed run scales as the uninterrupted one.
+std::string train_state_json(const TrainConfig& c, const data::LoaderState& loader,
+                             const ShardedGradScaler* scaler) {
   nlohmann::json j;
   j["loader"] = {{"epoch", loader.epoch}, {"position", loader.position}};
   j["config"] = to_yaml(c);
+  if (scaler) {
+    const GradScalerState g = scaler->state();
+    j["grad_scaler"] = {{"scale", g.scale}, {"growth_tracker", g.growth_tracker}};
+  }
   return j.dump();
 }
 
@@ -269,8 +277,26 @@ ResumePlan resume_plan(const TrainLoopConfig& t) {
 
 // Loads the checkpoint into model and optimizer, checks it holds the same model, and moves the
 // loader to where the saved run was. Returns the step to continue from.
+// The fp16 scaler's state from a train state; a checkpoint of a run without one (fp32, bf16)
+// leaves the scaler at its initial scale, and the log says so.
+void restore_scaler(const std::string& train_state, const std::string& where,
+                    ShardedGradScaler& scaler, RunLog& log) {
+  const auto j = nlohmann::json::parse(train_state, nullptr, false);
+  const auto* g = j.is_object() && j.contains("grad_scaler") ? &j["grad_scaler"] : nullptr;
+  if (!g) {
+    log.info("resume: " + where + " holds no loss-scaler state (trained without fp16); the loss "
+             "scale starts at grad_scaler.init_scale");
+    return;
+  }
+  try {
+    scaler.load_state({(*g).at("scale").get<float>(), (*g).at("growth_tracker").get<int64_t>()});
+  } catch (const std::exception& e) {
+    throw CheckpointError(where + ": the train state's grad_scaler is damaged: " + e.what());
+  }
+}
+
 int64_t resume(const std::string& path, const TrainConfig& c, FullyShardedModel& model, AdamW& opt,
-               data::TrainLoader& loader, RunLog& log) {
+               data::TrainLoader& loader, ShardedGradScaler* scaler, RunLog& log) {
   LoadedCheckpoint loaded = load_checkpoint(path, model, &opt);
   const TrainConfig saved = saved_config(loaded.train_state, loaded.path);
   // The architecture must match; where the first run's parameters came from, and which attention
@@ -283,6 +309,7 @@ int64_t resume(const std::string& path, const TrainConfig& c, FullyShardedModel&
                           "' holds another model; its config is:\n" + to_yaml(saved));
   }
   loader.set_state(saved_loader_state(loaded.train_state, loaded.path));
+  if (scaler) restore_scaler(loaded.train_state, loaded.path, *scaler, log);
   log.info("resumed from " + loaded.path + " at step " + std::to_string(loaded.step));
   return loaded.step;
 }
@@ -299,12 +326,12 @@ void check_checkpoint_folder(const std::string& root, Comm& world) {
 }
 
 std::string save(const TrainConfig& c, int64_t step, FullyShardedModel& model, const AdamW& opt,
-                 const data::TrainLoader& loader, RunLog& log) {
+                 const data::TrainLoader& loader, const ShardedGradScaler* scaler, RunLog& log) {
   CheckpointOptions options;
   options.keep_last = c.train.checkpoint_keep_last;
   const auto t0 = Clock::now();
   const std::string dir = save_checkpoint(c.train.checkpoint_dir, step, model, &opt,
-                                          train_state_json(c, loader.state()), options);
+                                          train_state_json(c, loader.state(), scaler), options);
   if (c.fsdp.state_dict_type == StateDictType::kFullStateDict) {
     save_full_safetensors(model, dir + "/model.safetensors");
   }
@@ -335,25 +362,61 @@ double evaluate(const CausalLM& lm, const data::EvalLoader& loader, Comm& world,
   return average_over_ranks(sum / static_cast<double>(loader.num_batches()), world);
 }
 
-// One optimizer step: accumulate gradient_accumulation_steps micro-batches (gradients reduced
-// only on the last), clip, update. Returns this rank's mean loss and the global gradient norm.
-std::pair<double, double> train_step(const TrainConfig& c, const CausalLM& lm,
-                                     FullyShardedModel& model, AdamW& opt,
-                                     data::TrainLoader& loader) {
+// What one step's forward and backward left for the optimizer.
+struct StepGradients {
+  double local_loss = 0;  // this rank's mean loss over its micro-batches
+  double norm = 0;        // the global gradient norm before clipping
+  bool found_inf = false;  // fp16: a rank's unscaled gradients hold an inf or NaN (norm not taken)
+};
+
+// One step's gradients: accumulate gradient_accumulation_steps micro-batches (reduced only on the
+// last), then clip. With the fp16 scaler the loss is scaled before backward and the gradients
+// unscaled before clipping, PyTorch's order; a step whose gradients are not finite is not clipped.
+StepGradients train_step(const TrainConfig& c, const CausalLM& lm, FullyShardedModel& model,
+                         AdamW& opt, data::TrainLoader& loader, ShardedGradScaler* scaler,
+                         Comm& world) {
   const int64_t accum = c.train.gradient_accumulation_steps, T = c.data.seq_len;
   opt.zero_grad();
-  double loss_sum = 0;
+  StepGradients r;
   for (int64_t micro = 0; micro < accum; ++micro) {
     model.set_requires_gradient_sync(micro + 1 == accum);
     at::Tensor b = loader.next().to(model.device());
     at::Tensor loss = gpt2_loss(lm.forward(b.narrow(1, 0, T)), b.narrow(1, 1, T));
-    (loss / static_cast<double>(accum)).backward();
-    loss_sum += loss.item<double>();
+    at::Tensor share = loss / static_cast<double>(accum);
+    (scaler ? scaler->scale(share) : share).backward();
+    r.local_loss += loss.item<double>() / static_cast<double>(accum);
+  }
+  if (scaler && scaler->unscale(opt, world)) {
+    r.found_inf = true;
+    r.norm = std::numeric_limits<double>::quiet_NaN();
+    return r;
   }
   const double max_norm =
       c.optim.grad_clip > 0 ? c.optim.grad_clip : std::numeric_limits<double>::infinity();
-  const double norm = clip_grad_norm(opt.params(), max_norm, model.shard_group());
-  return {loss_sum / static_cast<double>(accum), norm};
+  r.norm = clip_grad_norm(opt.params(), max_norm, model.shard_group());
+  return r;
+}
+
+// The optimizer's update: with the fp16 scaler, skipped on every rank when the gradients were not
+// finite, and the scale backed off or grown (LossScaleUnderflow when it falls below its floor);
+// without it a non-finite norm ends the run.
+void apply_step(int64_t step, const StepGradients& g, AdamW& opt, ShardedGradScaler* scaler,
+                Comm& world, StepMetrics& m) {
+  if (scaler) {
+    m.loss_scale = scaler->get_scale();
+    m.skipped = !scaler->step(opt, world);
+    try {
+      scaler->update();
+    } catch (const LossScaleUnderflow& e) {
+      throw LossScaleUnderflow("step " + std::to_string(step + 1) + ": " + e.what());
+    }
+    return;
+  }
+  if (!std::isfinite(g.norm)) {
+    throw std::runtime_error("step " + std::to_string(step + 1) + ": the gradient norm is " +
+                             std::to_string(g.norm) + "; training diverged (lower optim.lr?)");
+  }
+  opt.step();
 }
 
 }  // namespace
@@ -402,6 +465,10 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
   }
   if (c.fsdp.sync_module_states) broadcast_shards(*model);
   AdamW opt(sharded_params(*model), adamw_options(c.optim));
+  // fp16's narrow exponent needs the loss scaled (PyTorch's ShardedGradScaler); bf16 and fp32 not.
+  std::optional<ShardedGradScaler> scaler;
+  if (c.mixed_precision == DType::kFloat16) scaler.emplace(c.grad_scaler);
+  ShardedGradScaler* const scaler_ptr = scaler ? &*scaler : nullptr;
   log.info("model: " + std::string(to_string(c.model.type)) + ", " + std::to_string(n_params) +
            " parameters in " + std::to_string(model->units().size()) + " units; " +
            to_string(c.fsdp.sharding_strategy) + " over " + std::to_string(world->size()) +
@@ -412,7 +479,9 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
 
   // 5. Resume where a checkpoint left off.
   TrainSummary summary;
-  if (resume_from) summary.start_step = resume(*resume_from, c, *model, opt, loader, log);
+  if (resume_from) {
+    summary.start_step = resume(*resume_from, c, *model, opt, loader, scaler_ptr, log);
+  }
 
   // 6. The loop.
   const int64_t tokens_per_step = c.train.micro_batch_size * c.train.gradient_accumulation_steps *
@@ -437,21 +506,20 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
     const double lr =
         warmup_cosine_lr(step, c.optim.warmup_steps, c.optim.max_steps, c.optim.lr, c.optim.min_lr);
     opt.set_lr(lr);
-    auto [local_loss, norm] = train_step(c, lm, *model, opt, loader);
-    if (!std::isfinite(norm)) {
-      throw std::runtime_error("step " + std::to_string(step + 1) + ": the gradient norm is " +
-                               std::to_string(norm) + "; training diverged (lower optim.lr?)");
-    }
-    opt.step();
+    const StepGradients g = train_step(c, lm, *model, opt, loader, scaler_ptr, *world);
+    StepMetrics m;
+    apply_step(step, g, opt, scaler_ptr, *world, m);
 
     const int64_t done = step + 1;
     const bool last = done == c.optim.max_steps;
-    const bool logged = done % c.train.log_every == 0 || step == summary.start_step || last;
-    StepMetrics m;
+    // A skipped fp16 step is always shown: the user sees why the loss did not move.
+    const bool logged =
+        done % c.train.log_every == 0 || step == summary.start_step || last || m.skipped;
+    if (m.skipped) ++summary.skipped_steps;
     m.step = done;
-    m.loss = average_over_ranks(local_loss, *world);
+    m.loss = average_over_ranks(g.local_loss, *world);
     m.lr = lr;
-    m.grad_norm = norm;
+    m.grad_norm = g.norm;
     m.peak_rss_bytes = peak_rss_over_ranks(*world);
     m.peak_gpu_bytes = peak_gpu_over_ranks(*world, model->device());
     const auto now = Clock::now();
@@ -468,12 +536,13 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
 
     if (c.train.eval_every > 0 && (done % c.train.eval_every == 0 || last)) maybe_eval(done);
     if (c.train.checkpoint_every > 0 && (done % c.train.checkpoint_every == 0 || last)) {
-      summary.last_checkpoint = save(c, done, *model, opt, loader, log);
+      summary.last_checkpoint = save(c, done, *model, opt, loader, scaler_ptr, log);
     }
     if (logged) last_log = Clock::now();  // tokens/s counts training, not evaluation or saving
     if (after_step) after_step(done);
   }
   if (summary.steps == 0) summary.steps = summary.start_step;
+  if (scaler) summary.loss_scale = scaler->get_scale();
   return summary;
 }
 

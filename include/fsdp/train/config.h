@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "fsdp/comm.h"
+#include "fsdp/grad_scaler.h"
 #include "fsdp/models/attention.h"
 #include "fsdp/options.h"
 
@@ -183,8 +184,12 @@ struct TrainConfig {
 
   // Accelerate's top-level keys that matter here.
   // Compute dtype of gathered parameters and gradient reduction: kFloat32 (`mixed_precision: no`,
-  // the default) or kBFloat16 (`bf16`). Master weights and optimizer state stay fp32.
+  // the default), kBFloat16 (`bf16`) or kFloat16 (`fp16`: with dynamic loss scaling, grad_scaler
+  // below; on the CPU it needs LibTorch 2.x). Master weights and optimizer state stay fp32.
   DType mixed_precision = DType::kFloat32;
+  // The fp16 loss scaler's settings (`grad_scaler:`; PyTorch's GradScaler defaults). Used only
+  // when mixed_precision is fp16.
+  GradScalerOptions grad_scaler;
   // Ranks the run expects (all machines together); the trainer checks the launcher started that
   // many. Default 0: as many as were started.
   int num_processes = 0;
@@ -204,6 +209,7 @@ bool operator==(const DataConfig& a, const DataConfig& b);
 bool operator==(const OptimConfig& a, const OptimConfig& b);
 bool operator==(const TrainLoopConfig& a, const TrainLoopConfig& b);
 bool operator==(const FsdpConfig& a, const FsdpConfig& b);
+bool operator==(const GradScalerOptions& a, const GradScalerOptions& b);
 bool operator==(const TrainConfig& a, const TrainConfig& b);
 inline bool operator!=(const TrainConfig& a, const TrainConfig& b) { return !(a == b); }
 

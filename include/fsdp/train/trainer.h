@@ -37,6 +37,10 @@ struct StepMetrics {
   // torch.cuda.max_memory_allocated); -1 when training on the CPU.
   int64_t peak_gpu_bytes = -1;
   double val_loss = -1;        // set (>= 0) on steps that evaluated
+  // fp16 (mixed_precision: fp16): the loss scale this step used, and whether the step was skipped
+  // because a rank's gradients held an inf or NaN at that scale; -1 and false otherwise.
+  double loss_scale = -1;
+  bool skipped = false;
 };
 
 // What a finished run reports.
@@ -45,6 +49,9 @@ struct TrainSummary {
   int64_t steps = 0;                               // the step the run ended at
   double first_val_loss = -1, last_val_loss = -1;  // -1: never evaluated
   double last_loss = -1;
+  // fp16: steps skipped by the loss scaler (a rank's gradients held an inf or NaN); else 0.
+  int64_t skipped_steps = 0;
+  float loss_scale = -1;  // fp16: the scale the next step would use; else -1
   std::string last_checkpoint;       // empty when none was written
   std::vector<StepMetrics> history;  // every logged step, in order
 };
