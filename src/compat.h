@@ -44,8 +44,9 @@ class Allocator : public c10::Allocator {
 // a fused kernel on CPU); 1.13 has only the explicit softmax(QK^T)V path.
 constexpr bool kHasFusedAttention = kTorch2;
 
-// fp16 on the CPU: LibTorch 1.13 has no Half kernels for the CPU's matmul and layer norm ("addmm_impl_cpu_" not
-// implemented for 'Half'); 2.x has them for every op the models use (checked on 2.6 and 2.14.1).
+// fp16 on the CPU: LibTorch 1.13 has no Half kernels for the CPU's matmul and layer norm
+// ("addmm_impl_cpu_" not implemented for 'Half'); 2.x has them for every op the models use (the
+// fp16 parity and trainer tests run on 2.6).
 constexpr bool kHasCpuHalfKernels = kTorch2;
 
 // Causal attention of q [B, nh, T, hs] over k, v of the same shape, scaled by 1/sqrt(hs), no

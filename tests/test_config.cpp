@@ -274,8 +274,9 @@ TEST(ConfigAccelerate, MixedPrecision) {
     EXPECT_EQ(parse("train:\n  dtype: fp16\n").mixed_precision, DType::kFloat16);
   } else {
     const ConfigError fp16 = parse_error(fp16_yaml);
-    EXPECT_TRUE(contains(fp16.what(), "test.yaml:2: mixed_precision: fp16 on the CPU needs "
-                                      "LibTorch 2.x"))
+    EXPECT_TRUE(contains(fp16.what(),
+                         "test.yaml:2: mixed_precision: fp16 on the CPU needs "
+                         "LibTorch 2.x"))
         << fp16.what();
     EXPECT_TRUE(contains(fp16.what(), "use bf16, or train.device cuda")) << fp16.what();
     EXPECT_TRUE(contains(parse_error("train:\n  dtype: fp16\n").what(), "use bf16"));
@@ -710,8 +711,7 @@ std::map<std::string, Change> changes() {
       {"optim.grad_clip", {[](TrainConfig& c) { c.optim.grad_clip = 0; }}},
       {"grad_scaler.init_scale", {[](TrainConfig& c) { c.grad_scaler.init_scale = 1024; }}},
       {"grad_scaler.growth_factor", {[](TrainConfig& c) { c.grad_scaler.growth_factor = 1.5; }}},
-      {"grad_scaler.backoff_factor",
-       {[](TrainConfig& c) { c.grad_scaler.backoff_factor = 0.25; }}},
+      {"grad_scaler.backoff_factor", {[](TrainConfig& c) { c.grad_scaler.backoff_factor = 0.25; }}},
       {"grad_scaler.growth_interval",
        {[](TrainConfig& c) { c.grad_scaler.growth_interval = 100; }}},
       {"grad_scaler.min_scale", {[](TrainConfig& c) { c.grad_scaler.min_scale = 0.5; }}},

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fsdp/fsdp.h"
@@ -214,32 +216,24 @@ TEST(GradScaler, CallsOutOfOrderAreErrors) {
 }
 
 TEST(GradScaler, BadOptionsNameTheOption) {
-  auto expect_bad = [](GradScalerOptions o, const std::string& name) {
+  const std::vector<std::pair<std::string, std::function<void(GradScalerOptions&)>>> cases = {
+      {"init_scale", [](GradScalerOptions& o) { o.init_scale = 0; }},
+      {"init_scale", [](GradScalerOptions& o) { o.init_scale = 1e39; }},  // not an fp32 value
+      {"growth_factor", [](GradScalerOptions& o) { o.growth_factor = 1; }},
+      {"backoff_factor", [](GradScalerOptions& o) { o.backoff_factor = 1; }},
+      {"growth_interval", [](GradScalerOptions& o) { o.growth_interval = 0; }},
+      {"min_scale", [](GradScalerOptions& o) { o.min_scale = 0; }},
+  };
+  for (const auto& [name, spoil] : cases) {
+    GradScalerOptions o;
+    spoil(o);
     try {
       ShardedGradScaler s(o);
       ADD_FAILURE() << name << " accepted";
     } catch (const std::invalid_argument& e) {
       EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
     }
-  };
-  GradScalerOptions o;
-  o.init_scale = 0;
-  expect_bad(o, "init_scale");
-  o = {};
-  o.init_scale = 1e39;  // not an fp32 value
-  expect_bad(o, "init_scale");
-  o = {};
-  o.growth_factor = 1;
-  expect_bad(o, "growth_factor");
-  o = {};
-  o.backoff_factor = 1;
-  expect_bad(o, "backoff_factor");
-  o = {};
-  o.growth_interval = 0;
-  expect_bad(o, "growth_interval");
-  o = {};
-  o.min_scale = 0;
-  expect_bad(o, "min_scale");
+  }
 }
 
 }  // namespace

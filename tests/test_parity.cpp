@@ -388,10 +388,19 @@ TEST_P(Parity, Bf16ReduceMatchesSingleProcessBf16) {
 
 // fp16 mixed precision with loss scaling (Accelerate's `mixed_precision: fp16`): fp16 compute
 // and fp16 reduction (with PyTorch's predivide by 2 at world sizes 2 to 4, exact in fp16 but for
-// subnormals), against the same run in one process with the same scale at every step. fp16 keeps
-// 11 significant bits to bf16's 8, so the errors are of the bf16 runs' kind, smaller; the
-// tolerances are derived below from what was measured.
-constexpr Tolerance kFp16{1e-2, 2e-3, 0.08, 0.015, 0.08, 0.025};
+// subnormals), against the same run in one process with the same scale at every step (1024,
+// growing to 8192). Both runs compute each rank's fp16 gradients with the same kernels on the
+// same shapes; what differs is the order of the fp16 sum over ranks (each partial sum rounds to
+// 2^-12 relative, so the step-0 gradient norm moves by about 1e-4 where bf16's moved by 4e-4),
+// then, as with bf16, the optimizers' fp32 ulps turned into fp16 ulps of the next step's
+// parameters (11 significant bits to bf16's 8) and carried on. The key third of c_attn.bias is
+// left out of the parameter comparison, as for bf16. Measured over every strategy and mesh at
+// world sizes 1-4, MPI and Gloo, LibTorch 2.6 on an AMD Zen 5 (2026-11-26): loss 5.0e-4, gradient
+// norm 6.3e-5 at step 0 and 1.8e-3 later, parameters 1.5e-3 per element, 3.2e-3 on a tensor's
+// update, 1.3e-3 on the model's; on an H200 (PyTorch 2.11's LibTorch, NCCL at 1 rank, MPI at 2
+// and 4 sharing the GPU): 6.1e-4, 7.6e-6, 2.6e-3, 8.1e-4, 3.1e-3, 1.3e-3. We allow about five
+// to ten times the larger: 5e-3, 5e-4, 0.02, 0.01, 0.03 and 0.01, below bf16's tolerances.
+constexpr Tolerance kFp16{5e-3, 5e-4, 0.02, 0.01, 0.03, 0.01};
 
 TEST_P(Parity, Fp16MatchesSingleProcessFp16) {
   const std::string skip = compute_skip_reason(DType::kFloat16);

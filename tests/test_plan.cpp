@@ -8,6 +8,7 @@
 
 #include <iostream>
 
+#include "compat.h"
 #include "fsdp/comm_stats.h"
 #include "fsdp/fsdp.h"
 #include "fsdp/train/plan.h"
@@ -122,6 +123,8 @@ const Case kCases[] = {
        c.fsdp.activation_checkpointing = true;
      }},
     {"accumulation", [](TrainConfig& c) { c.train.gradient_accumulation_steps = 3; }},
+    // fp16 is planned as bf16 is: 2-byte gathered parameters, gradient buffers and reductions.
+    {"fp16", [](TrainConfig& c) { c.mixed_precision = DType::kFloat16; }},
     {"offload",
      [](TrainConfig& c) {
        c.fsdp.offload_params = true;
@@ -142,6 +145,11 @@ TEST_P(PlanMatchesRuntime, Gpt2) {
     c.fsdp.shard_group_size = 2;
   }
   kCases[which].tune(c);
+  if (c.mixed_precision == DType::kFloat16 && !compat::kHasCpuHalfKernels) {
+    GTEST_SKIP() << "LibTorch " TORCH_VERSION
+                    " has no fp16 CPU kernels (the LibTorch 2.x suite "
+                    "runs this case)";
+  }
   expect_plan_holds(c);
 }
 
@@ -156,6 +164,25 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(to_string(std::get<0>(info.param))) + "_" +
              kCases[std::get<1>(info.param)].name;
     });
+
+// fsdp-plan counts fp16 as bf16: both are 2 bytes wherever the compute dtype is (gathered
+// parameters, gradient buffers, reductions, activations); only the loss scaler differs, and it
+// holds no memory across the step. Pure arithmetic, so on every LibTorch.
+TEST(PlanFp16, CountsLikeBf16) {
+  TrainConfig c = small_config(ModelType::kGPT2);
+  c.mixed_precision = DType::kBFloat16;
+  const Plan bf16 = plan_training(c, 4, 4);
+  c.mixed_precision = DType::kFloat16;
+  const Plan fp16 = plan_training(c, 4, 4);
+  EXPECT_EQ(fp16.memory.gathered, bf16.memory.gathered);
+  EXPECT_EQ(fp16.memory.grad_buffers, bf16.memory.grad_buffers);
+  EXPECT_EQ(fp16.memory.activations, bf16.memory.activations);
+  EXPECT_EQ(fp16.memory.model_state(), bf16.memory.model_state());
+  EXPECT_EQ(fp16.comm.all_gather, bf16.comm.all_gather);
+  EXPECT_EQ(fp16.comm.reduce_scatter, bf16.comm.reduce_scatter);
+  c.mixed_precision = DType::kFloat32;
+  EXPECT_GT(plan_training(c, 4, 4).memory.gathered, fp16.memory.gathered);
+}
 
 TEST(PlanLlama, MatchesRuntime) {
   TrainConfig c = small_config(ModelType::kLlama);

@@ -13,7 +13,8 @@
 //   step(opt, world)           the optimizer steps unless something was found (unscales first if
 //                              unscale was not called)
 //   update()                   found: scale *= backoff_factor, the good-step count restarts;
-//                              else after growth_interval good steps in a row scale *= growth_factor
+//                              else, after growth_interval good steps in a row,
+//                              scale *= growth_factor
 // The scale is an fp32 value updated in fp32, as PyTorch's tensor is, so a checkpoint that
 // stores state() resumes bit for bit.
 //

@@ -381,8 +381,8 @@ void Runtime::finish_backward() {
 double Runtime::gradient_predivide_factor() const {
   if (options_.reduce_dtype_ != DType::kFloat16) return 1;
   const int n = world_->size();
-  int factor = 1;
-  while (n % factor == 0 && n / factor > factor) factor *= 2;  // torch's _get_gradient_predivide_factor
+  int factor = 1;  // torch's _get_gradient_predivide_factor
+  while (n % factor == 0 && n / factor > factor) factor *= 2;
   return factor;
 }
 

@@ -74,9 +74,14 @@ int main(int argc, char** argv) {
     } else {
       const fsdp::TrainSummary s = fsdp::train(args.config, world, std::cout);
       if (rank == 0 && s.first_val_loss >= 0) {
-        std::printf("done: step %lld, val loss %.4f -> %.4f%s%s\n", (long long)s.steps,
+        std::printf("done: step %lld, val loss %.4f -> %.4f%s%s", (long long)s.steps,
                     s.first_val_loss, s.last_val_loss,
                     s.last_checkpoint.empty() ? "" : ", checkpoint ", s.last_checkpoint.c_str());
+        if (s.loss_scale >= 0) {
+          std::printf(" (fp16: %lld steps skipped, loss scale %g)", (long long)s.skipped_steps,
+                      static_cast<double>(s.loss_scale));
+        }
+        std::printf("\n");
       }
     }
     return 0;

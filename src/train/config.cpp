@@ -357,8 +357,8 @@ bool operator==(const GradScalerOptions& a, const GradScalerOptions& b) {
 bool operator==(const TrainConfig& a, const TrainConfig& b) {
   return a.model == b.model && a.data == b.data && a.optim == b.optim && a.train == b.train &&
          a.fsdp == b.fsdp && a.mixed_precision == b.mixed_precision &&
-         a.grad_scaler == b.grad_scaler &&
-         a.num_processes == b.num_processes && a.num_machines == b.num_machines;
+         a.grad_scaler == b.grad_scaler && a.num_processes == b.num_processes &&
+         a.num_machines == b.num_machines;
 }
 
 ShardingOptions TrainConfig::sharding_options() const {

@@ -580,8 +580,9 @@ std::vector<Option> foreign_sections() {
 
 std::vector<Option> build_options() {
   std::vector<Option> all;
-  for (auto part : {accelerate_top_level(), fsdp_section(), model_section(), data_section(),
-                    optim_section(), grad_scaler_section(), train_section(), torchacc_section(), foreign_sections()}) {
+  for (auto part :
+       {accelerate_top_level(), fsdp_section(), model_section(), data_section(), optim_section(),
+        grad_scaler_section(), train_section(), torchacc_section(), foreign_sections()}) {
     for (auto& o : part) all.push_back(std::move(o));
   }
   return all;

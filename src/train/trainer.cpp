@@ -284,7 +284,8 @@ void restore_scaler(const std::string& train_state, const std::string& where,
   const auto j = nlohmann::json::parse(train_state, nullptr, false);
   const auto* g = j.is_object() && j.contains("grad_scaler") ? &j["grad_scaler"] : nullptr;
   if (!g) {
-    log.info("resume: " + where + " holds no loss-scaler state (trained without fp16); the loss "
+    log.info("resume: " + where +
+             " holds no loss-scaler state (trained without fp16); the loss "
              "scale starts at grad_scaler.init_scale");
     return;
   }
@@ -364,8 +365,8 @@ double evaluate(const CausalLM& lm, const data::EvalLoader& loader, Comm& world,
 
 // What one step's forward and backward left for the optimizer.
 struct StepGradients {
-  double local_loss = 0;  // this rank's mean loss over its micro-batches
-  double norm = 0;        // the global gradient norm before clipping
+  double local_loss = 0;   // this rank's mean loss over its micro-batches
+  double norm = 0;         // the global gradient norm before clipping
   bool found_inf = false;  // fp16: a rank's unscaled gradients hold an inf or NaN (norm not taken)
 };
 

@@ -36,7 +36,7 @@ struct StepMetrics {
   // On GPUs: the largest peak over the ranks of the bytes in tensors on the GPU (PyTorch's
   // torch.cuda.max_memory_allocated); -1 when training on the CPU.
   int64_t peak_gpu_bytes = -1;
-  double val_loss = -1;        // set (>= 0) on steps that evaluated
+  double val_loss = -1;  // set (>= 0) on steps that evaluated
   // fp16 (mixed_precision: fp16): the loss scale this step used, and whether the step was skipped
   // because a rank's gradients held an inf or NaN at that scale; -1 and false otherwise.
   double loss_scale = -1;
@@ -51,7 +51,7 @@ struct TrainSummary {
   double last_loss = -1;
   // fp16: steps skipped by the loss scaler (a rank's gradients held an inf or NaN); else 0.
   int64_t skipped_steps = 0;
-  float loss_scale = -1;  // fp16: the scale the next step would use; else -1
+  float loss_scale = -1;             // fp16: the scale the next step would use; else -1
   std::string last_checkpoint;       // empty when none was written
   std::vector<StepMetrics> history;  // every logged step, in order
 };
