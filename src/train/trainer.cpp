@@ -365,9 +365,10 @@ double evaluate(const CausalLM& lm, const data::EvalLoader& loader, Comm& world,
 
 // What one step's forward and backward left for the optimizer.
 struct StepGradients {
-  double local_loss = 0;   // this rank's mean loss over its micro-batches
-  double norm = 0;         // the global gradient norm before clipping
-  bool found_inf = false;  // fp16: a rank's unscaled gradients hold an inf or NaN (norm not taken)
+  double local_loss = 0;  // this rank's mean loss over its micro-batches
+  // The global gradient norm before clipping; NaN when the fp16 scaler found an inf or NaN on
+  // some rank (the scaler remembers that, and skips the step).
+  double norm = 0;
 };
 
 // One step's gradients: accumulate gradient_accumulation_steps micro-batches (reduced only on the
@@ -388,7 +389,6 @@ StepGradients train_step(const TrainConfig& c, const CausalLM& lm, FullyShardedM
     r.local_loss += loss.item<double>() / static_cast<double>(accum);
   }
   if (scaler && scaler->unscale(opt, world)) {
-    r.found_inf = true;
     r.norm = std::numeric_limits<double>::quiet_NaN();
     return r;
   }
