@@ -16,7 +16,6 @@
 #include <string>
 
 #include "comm/scalar_type.h"
-#include "compat.h"
 #include "fsdp/fsdp.h"
 #include "test_util.h"
 
@@ -101,17 +100,6 @@ struct ReferenceScaler {
     }
   }
 };
-
-// Why a run cannot compute in `dtype` on the device under test ("" when it can).
-std::string compute_skip_reason(DType dtype) {
-  if (dtype != DType::kFloat16 || !test::device_under_test().is_cpu() ||
-      compat::kHasCpuHalfKernels) {
-    return "";
-  }
-  return "LibTorch " TORCH_VERSION
-         " has no fp16 matmul on the CPU (LibTorch 2.x has): the fp16 parity tests run in the "
-         "LibTorch 2.x suite and on GPUs";
-}
 
 // One configuration of the sharded run; the reference replays its dtypes and micro-batches.
 struct ShardedRun {
@@ -403,7 +391,7 @@ TEST_P(Parity, Bf16ReduceMatchesSingleProcessBf16) {
 constexpr Tolerance kFp16{5e-3, 5e-4, 0.02, 0.01, 0.03, 0.01};
 
 TEST_P(Parity, Fp16MatchesSingleProcessFp16) {
-  const std::string skip = compute_skip_reason(DType::kFloat16);
+  const std::string skip = test::fp16_skip_reason();
   if (!skip.empty()) GTEST_SKIP() << skip;
   ShardedRun run;
   run.strategy = GetParam();
@@ -458,7 +446,7 @@ TEST_P(HybridParity, Fp32MatchesSingleProcess) {
 
 // fp16 on the mesh: the replicate group's all-reduce adds the shard groups' fp16 sums.
 TEST_P(HybridParity, Fp16MatchesSingleProcessFp16) {
-  const std::string skip = compute_skip_reason(DType::kFloat16);
+  const std::string skip = test::fp16_skip_reason();
   if (!skip.empty()) GTEST_SKIP() << skip;
   ShardedRun run;
   std::tie(run.strategy, run.shard_group_size) = GetParam();

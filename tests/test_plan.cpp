@@ -8,7 +8,6 @@
 
 #include <iostream>
 
-#include "compat.h"
 #include "fsdp/comm_stats.h"
 #include "fsdp/fsdp.h"
 #include "fsdp/train/plan.h"
@@ -145,10 +144,8 @@ TEST_P(PlanMatchesRuntime, Gpt2) {
     c.fsdp.shard_group_size = 2;
   }
   kCases[which].tune(c);
-  if (c.mixed_precision == DType::kFloat16 && !compat::kHasCpuHalfKernels) {
-    GTEST_SKIP() << "LibTorch " TORCH_VERSION
-                    " has no fp16 CPU kernels (the LibTorch 2.x suite "
-                    "runs this case)";
+  if (c.mixed_precision == DType::kFloat16 && !test::fp16_skip_reason().empty()) {
+    GTEST_SKIP() << test::fp16_skip_reason();
   }
   expect_plan_holds(c);
 }

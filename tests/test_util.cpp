@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "compat.h"
+
 namespace fsdp {
 namespace test {
 namespace {
@@ -36,6 +38,13 @@ std::string device_skip_reason() {
            "CUDA tests run on a GPU machine (scripts/gpu.sh)";
   }
   return "";
+}
+
+std::string fp16_skip_reason() {
+  if (!device_under_test().is_cpu() || compat::kHasCpuHalfKernels) return "";
+  return "LibTorch " TORCH_VERSION
+         " has no fp16 matmul on the CPU (LibTorch 2.x has): the fp16 compute tests run in the "
+         "LibTorch 2.x suite and on GPUs";
 }
 
 CommPtr world() {

@@ -29,6 +29,10 @@ c10::Device device_under_test();
 // binary skipped (exit 77) with it.
 std::string device_skip_reason();
 void shutdown();
+// Why this process cannot compute in fp16 on the device under test ("" when it can): LibTorch
+// 1.13 has no fp16 CPU matmul, so its fp16 compute tests skip with this reason (the LibTorch 2.x
+// suite and the GPU runs hold them).
+std::string fp16_skip_reason();
 
 // --- parity: FSDP against one process ----------------------------------------------------------
 
