@@ -70,6 +70,11 @@ struct UnitShard {
   at::Tensor param;
   at::Tensor grad;
   at::Tensor decay_mask;
+  // Blocks until no copy the model queued still reads `param` (CPU offload on a GPU: a no_sync
+  // backward ends without waiting for its copies of the shards to the device); call it before
+  // writing `param`, as the optimizers do. Empty where nothing can be pending. It stays valid
+  // after the model is gone.
+  std::function<void()> wait_writable = nullptr;
 };
 
 // Which parameters get weight decay: by default those with two or more dimensions (matrices and
@@ -115,8 +120,8 @@ class FullyShardedModel {
   std::vector<UnitInfo> units() const;
   // This rank's shards, one per unit, root last. The tensors alias the runtime's storage: an
   // optimizer updates them in place. Under offload_params on a GPU, copies of the shards queued
-  // by a forward that has not been followed by its backward are waited for first, so that the
-  // caller may write the shards (a checkpoint load); the end of backward waits for them anyway.
+  // so far are waited for first, so that the caller may write the shards (a checkpoint load);
+  // later writes (an optimizer's steps) call each UnitShard's wait_writable first.
   std::vector<UnitShard> shards(const DecayRule& rule = default_decay_rule) const;
   // The group across which shards are disjoint (size 1 under NO_SHARD): global gradient norms sum
   // over it.

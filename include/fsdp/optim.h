@@ -37,6 +37,8 @@ struct ShardedParam {
   at::Tensor param;
   at::Tensor grad;
   at::Tensor decay_mask;
+  // Called before each step writes `param` (UnitShard::wait_writable); may be empty.
+  std::function<void()> wait_writable = nullptr;
 };
 
 // A sharded model's shards, ready for an optimizer: one ShardedParam per unit, with the decay
@@ -44,7 +46,9 @@ struct ShardedParam {
 inline std::vector<ShardedParam> sharded_params(const FullyShardedModel& model,
                                                 const DecayRule& rule = default_decay_rule) {
   std::vector<ShardedParam> out;
-  for (const auto& s : model.shards(rule)) out.push_back({s.param, s.grad, s.decay_mask});
+  for (const auto& s : model.shards(rule)) {
+    out.push_back({s.param, s.grad, s.decay_mask, s.wait_writable});
+  }
   return out;
 }
 
@@ -97,6 +101,8 @@ class ShardedOptimizer {
   // masked elements are then copied back. Either way each element sees the same arithmetic.
   using RegionFn = std::function<void(at::Tensor& region, int64_t begin, int64_t length)>;
   void on_decayed(size_t i, const at::Tensor& t, const RegionFn& fn) const;
+  // Each shard's wait_writable: a step calls it before it writes the shards.
+  void wait_writable() const;
 
   std::vector<ShardedParam> params_;
   std::vector<detail::DecayRegions> decay_;

@@ -42,9 +42,15 @@ std::vector<UnitInfo> FullyShardedModel::units() const {
 std::vector<UnitShard> FullyShardedModel::shards(const DecayRule& rule) const {
   runtime_->sync_offload();  // the caller may write them: no queued copy may still read them
   std::vector<UnitShard> out;
+  std::function<void()> wait_writable;
+  if (options().offload_params_ && !device().is_cpu()) {
+    wait_writable = [copies = runtime_->host_copies()] {
+      copies->wait("offloaded copies of the shards, before an optimizer step writes them");
+    };
+  }
   for (const auto& u : runtime_->units()) {
     const FlatParam& f = u->flat();
-    out.push_back({u->name(), f.shard(), f.grad_shard(), f.shard_mask(rule)});
+    out.push_back({u->name(), f.shard(), f.grad_shard(), f.shard_mask(rule), wait_writable});
   }
   return out;
 }

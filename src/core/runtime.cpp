@@ -143,6 +143,7 @@ Runtime::Runtime(std::shared_ptr<torch::nn::Module> root, CommPtr comm, Sharding
   check_dtypes(options_, device_);
   pool_ = BufferPool(device_);
   streams_ = SideStreams(device_);
+  host_copies_ = std::make_shared<HostCopies>(streams_);
   move_buffers();
   make_groups();
   build_units(std::move(specs));
@@ -371,8 +372,10 @@ void Runtime::finish_backward() {
   for (auto& u : units_) u->finish_backward();
   finishing_ = false;
   drain_reduces();
-  sync_offload();
-  land_offloaded_grads();
+  if (!offloaded_grads_.empty()) {
+    sync_offload();
+    land_offloaded_grads();
+  }
   callback_queued_ = false;
   orders_recorded_ = orders_recorded_ || !forward_order_.units.empty();
   ++step_;
@@ -451,10 +454,7 @@ void Runtime::land_offloaded_grads() {
 }
 
 void Runtime::sync_offload() {
-  if (!offload_copies_pending_) return;
-  offload_copies_pending_ = false;
-  // Nothing to wait for on the CPU: copies there are done when copy_ returns.
-  streams_.synchronize(world_->timeout(), "offloaded copies, step " + std::to_string(step_));
+  host_copies_->wait("offloaded copies, step " + std::to_string(step_));
 }
 
 void Runtime::track_gathered(int64_t delta) {

@@ -179,10 +179,14 @@ class Runtime {
 
   // CPU offload: copies between host shards and the device are asynchronous. A unit notes each
   // one; sync_offload waits for them (every stream of the device) before the host reads or writes
-  // shards again: at the end of backward, before the optimizer, and at the end of a forward that
-  // has no backward.
-  void note_offload_copy() { offload_copies_pending_ = true; }
+  // shards again: at the end of a backward that reduced gradients (their copies to the host), at
+  // the end of a forward that has no backward, and before anything writes the shards
+  // (FullyShardedModel::shards, an optimizer's step through `host_copies()`). A no_sync backward
+  // copies nothing to the host: it ends without meeting the GPU, and the next micro-batch's copies
+  // queue behind its work.
+  void note_offload_copy() { host_copies_->note(world_->timeout()); }
   void sync_offload();
+  const std::shared_ptr<HostCopies>& host_copies() const { return host_copies_; }
 
   // Prefetch: units report where the step is; the first step records the orders, later steps
   // gather ahead along them.
@@ -236,13 +240,13 @@ class Runtime {
     std::unique_ptr<c10::Event> copied;
   };
   std::vector<OffloadedGrad> offloaded_grads_;
-  bool offload_copies_pending_ = false;
   bool sync_gradients_ = true;
   bool callback_queued_ = false;
   int64_t step_ = 0;
   MemoryStats memory_;
   BufferPool pool_;
   SideStreams streams_;
+  std::shared_ptr<HostCopies> host_copies_;
   Order forward_order_, backward_order_;
   bool orders_recorded_ = false;
   bool finishing_ = false;  // inside finish_backward

@@ -37,6 +37,12 @@ void SideStreams::synchronize(std::chrono::milliseconds timeout, const std::stri
   }
 }
 
+void HostCopies::wait(const std::string& what) {
+  if (!pending_) return;
+  pending_ = false;
+  streams_.synchronize(timeout_, what);
+}
+
 OnSideStream::OnSideStream(const std::optional<c10::Stream>& side) : side_(side) {
   if (!side_) return;
   c10::Event compute_so_far(side_->device_type());

@@ -40,6 +40,28 @@ class SideStreams {
   std::optional<c10::Stream> gather_, reduce_;
 };
 
+// Copies queued on a device's streams that read or write host memory (CPU offload's shards and
+// gradient chunks): noted when queued, waited for before the host writes that memory again. Shared
+// between the runtime and the handles an optimizer keeps (UnitShard::wait_writable), which may
+// outlive it. On the CPU copies are done when queued: nothing is ever pending.
+class HostCopies {
+ public:
+  explicit HostCopies(SideStreams streams) : streams_(std::move(streams)) {}
+  // `timeout`: the deadline for the wait, the group's at the time (its work includes collectives).
+  void note(std::chrono::milliseconds timeout) {
+    pending_ = true;
+    timeout_ = timeout;
+  }
+  // Blocks until every stream of the device has run what it was given, if a copy was noted since
+  // the last wait; throws CommError naming `what` after the deadline.
+  void wait(const std::string& what);
+
+ private:
+  SideStreams streams_;
+  bool pending_ = false;
+  std::chrono::milliseconds timeout_{0};
+};
+
 // In its scope work is issued on `side`, after the work queued so far on the current stream;
 // record() gives the event the compute stream waits on to use what that work produced. Without a
 // side stream (the CPU, or a caller that keeps its work on the compute stream) it does nothing

@@ -64,6 +64,7 @@ AdamW::AdamW(std::vector<ShardedParam> params, AdamWOptions options)
 
 void AdamW::step() {
   at::NoGradGuard no_grad;
+  wait_writable();
   ++step_count_;
   // torch computes these in double from the per-parameter step count; all shards step together.
   const double bias_correction1 = 1 - std::pow(options_.beta1, static_cast<double>(step_count_));

@@ -31,6 +31,7 @@ SGD::SGD(std::vector<ShardedParam> params, SGDOptions options)
 }
 
 void SGD::step() {
+  wait_writable();
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) step_shard(i);
   ++step_count_;

@@ -114,4 +114,10 @@ void ShardedOptimizer::on_decayed(size_t i, const at::Tensor& t, const RegionFn&
   }
 }
 
+void ShardedOptimizer::wait_writable() const {
+  for (const ShardedParam& s : params_) {
+    if (s.wait_writable) s.wait_writable();
+  }
+}
+
 }  // namespace fsdp

@@ -380,13 +380,22 @@ StepGradients train_step(const TrainConfig& c, const CausalLM& lm, FullyShardedM
   const int64_t accum = c.train.gradient_accumulation_steps, T = c.data.seq_len;
   opt.zero_grad();
   StepGradients r;
+  // On a GPU nothing in the loop waits for the device (the batch goes through pinned memory, the
+  // losses are read after it): micro-batch k+1 is queued while k computes.
+  const c10::Device device = model.device();
+  std::vector<at::Tensor> losses;
   for (int64_t micro = 0; micro < accum; ++micro) {
     model.set_requires_gradient_sync(micro + 1 == accum);
-    at::Tensor b = loader.next().to(model.device());
+    at::Tensor b = loader.next();
+    b = device.is_cpu() ? b : b.pin_memory().to(device, /*non_blocking=*/true);
     at::Tensor loss = gpt2_loss(lm.forward(b.narrow(1, 0, T)), b.narrow(1, 1, T));
     at::Tensor share = loss / static_cast<double>(accum);
     (scaler ? scaler->scale(share) : share).backward();
-    r.local_loss += loss.item<double>() / static_cast<double>(accum);
+    losses.push_back(loss.detach());
+  }
+  const at::Tensor host = at::stack(losses).to(at::kCPU, at::kDouble);
+  for (int64_t micro = 0; micro < accum; ++micro) {
+    r.local_loss += host[micro].item<double>() / static_cast<double>(accum);
   }
   if (scaler && scaler->unscale(opt, world)) {
     r.norm = std::numeric_limits<double>::quiet_NaN();
