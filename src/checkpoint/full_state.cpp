@@ -16,6 +16,7 @@
 
 #include "core/collectives.h"
 #include "fsdp/checkpoint/safetensors.h"
+#include "fsdp/checkpoint/safetensors_set.h"
 
 namespace fsdp {
 namespace {
@@ -150,36 +151,41 @@ std::string name_list(const std::vector<std::string>& names) {
   return s;
 }
 
-// The file's tensor for each parameter of each unit (primary name first, else an alias), after
-// checking the whole file against the model: nothing is read before everything fits.
-using Plan = std::vector<std::vector<const SafetensorsTensorInfo*>>;
+// The set's tensor for each parameter of each unit (primary name first, else an alias), after
+// checking the whole set against the model: nothing is read before everything fits.
+using Plan = std::vector<std::vector<std::string>>;
 
-Plan plan_load(const SafetensorsReader& reader, const std::vector<UnitInfo>& units, bool strict) {
+Plan plan_load(const SafetensorsSet& set, const std::vector<UnitInfo>& units, bool strict) {
   Plan plan;
   std::set<std::string> known;
   std::vector<std::string> missing;
   for (const auto& unit : units) {
     plan.emplace_back();
     for (const auto& p : unit.params) {
-      const SafetensorsTensorInfo* t = reader.find(p.name);
-      for (size_t a = 0; t == nullptr && a < p.aliases.size(); ++a) t = reader.find(p.aliases[a]);
+      std::string source = p.name;
+      for (size_t a = 0; set.find(source) == nullptr && a < p.aliases.size(); ++a) {
+        source = p.aliases[a];
+      }
       known.insert(p.name);
       known.insert(p.aliases.begin(), p.aliases.end());
-      if (t == nullptr) missing.push_back(p.name);
-      if (t != nullptr) check_fits(reader.path(), *t, p);
-      plan.back().push_back(t);
+      if (const SafetensorsTensorInfo* t = set.find(source)) {
+        check_fits(set.file_of(source), *t, p);
+      } else {
+        missing.push_back(p.name);
+      }
+      plan.back().push_back(source);
     }
   }
   if (!missing.empty()) {
-    throw SafetensorsError("safetensors '" + reader.path() + "': no tensor for the model's " +
+    throw SafetensorsError("safetensors '" + set.path() + "': no tensor for the model's " +
                            name_list(missing));
   }
   std::vector<std::string> unexpected;
-  for (const auto& t : reader.tensors()) {
-    if (known.count(t.name) == 0) unexpected.push_back(t.name);
+  for (const auto& name : set.names()) {
+    if (known.count(name) == 0) unexpected.push_back(name);
   }
   if (strict && !unexpected.empty()) {
-    throw SafetensorsError("safetensors '" + reader.path() + "': tensor " + name_list(unexpected) +
+    throw SafetensorsError("safetensors '" + set.path() + "': tensor " + name_list(unexpected) +
                            " names no parameter of the model (load with strict(false) to ignore)");
   }
   return plan;
@@ -187,25 +193,25 @@ Plan plan_load(const SafetensorsReader& reader, const std::vector<UnitInfo>& uni
 
 // Elements [r * S, (r + 1) * S) of the unit's flat parameter, read into this rank's shard; the
 // padding past the unit's last element stays zero, as the runtime's shard layout requires.
-void load_unit(const SafetensorsReader& reader, const UnitInfo& unit,
-               const std::vector<const SafetensorsTensorInfo*>& sources, const at::Tensor& shard) {
+void load_unit(const SafetensorsSet& set, const UnitInfo& unit,
+               const std::vector<std::string>& sources, const at::Tensor& shard) {
   const int64_t lo = static_cast<int64_t>(unit.shard_rank) * unit.shard_numel;
   const int64_t hi = lo + unit.shard_numel;
   for (size_t i = 0; i < unit.params.size(); ++i) {
     const ParamLayout& p = unit.params[i];
     const int64_t b = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
     if (e <= b) continue;
-    reader.read_elements(sources[i]->name, b - p.offset, e - b, shard.narrow(0, b - lo, e - b));
+    set.read_elements(sources[i], b - p.offset, e - b, shard.narrow(0, b - lo, e - b));
   }
   const int64_t valid = std::clamp<int64_t>(unit.numel - lo, 0, unit.shard_numel);
   shard.narrow(0, valid, unit.shard_numel - valid).zero_();
 }
 
-void load_shards(FullyShardedModel& model, const SafetensorsReader& reader,
+void load_shards(FullyShardedModel& model, const SafetensorsSet& set,
                  const std::vector<UnitInfo>& units, const Plan& plan) {
   const std::vector<UnitShard> shards = model.shards();
   at::NoGradGuard no_grad;
-  for (size_t u = 0; u < units.size(); ++u) load_unit(reader, units[u], plan[u], shards[u].param);
+  for (size_t u = 0; u < units.size(); ++u) load_unit(set, units[u], plan[u], shards[u].param);
 }
 
 void fail_together(Comm& world, const std::exception_ptr& error, const std::string& path,
@@ -213,7 +219,7 @@ void fail_together(Comm& world, const std::exception_ptr& error, const std::stri
 
 // from_rank0: rank 0 reads each unit whole (a one-shard view of its layout), broadcasts it, and
 // every rank keeps its own slice.
-void load_broadcast_from_rank0(FullyShardedModel& model, const SafetensorsReader* reader,
+void load_broadcast_from_rank0(FullyShardedModel& model, const SafetensorsSet* set,
                                const std::vector<UnitInfo>& units, const Plan& plan,
                                const std::string& path) {
   Comm& world = model.world();
@@ -225,7 +231,7 @@ void load_broadcast_from_rank0(FullyShardedModel& model, const SafetensorsReader
     whole.shard_numel = whole.padded_numel;
     at::Tensor flat = at::empty({whole.padded_numel}, at::kFloat);
     std::exception_ptr error;
-    if (reader) error = guarded([&] { load_unit(*reader, whole, plan[u], flat); });
+    if (set) error = guarded([&] { load_unit(*set, whole, plan[u], flat); });
     fail_together(world, error, path, "reading unit '" + display_name(units[u]) + "' of");
     world.set_context("load_full_safetensors '" + path + "': broadcast of unit '" +
                       display_name(units[u]) + "'");
@@ -286,20 +292,20 @@ void load_full_safetensors(FullyShardedModel& model, const std::string& path,
   Comm& world = model.world();
   const std::vector<UnitInfo> units = model.units();
   const bool reads = !options.from_rank0_ || world.rank() == 0;
-  std::unique_ptr<SafetensorsReader> reader;
+  std::unique_ptr<SafetensorsSet> set;
   Plan plan;
-  // No rank changes its shards unless the file fits the model on every rank that reads it.
+  // No rank changes its shards unless the files fit the model on every rank that reads them.
   std::exception_ptr error = guarded([&] {
     if (!reads) return;
-    reader = std::make_unique<SafetensorsReader>(path);
-    plan = plan_load(*reader, units, options.strict_);
+    set = std::make_unique<SafetensorsSet>(path, options.name_map_);
+    plan = plan_load(*set, units, options.strict_);
   });
   fail_together(world, error, path, "checking");
   if (options.from_rank0_) {
-    load_broadcast_from_rank0(model, reader.get(), units, plan, path);
+    load_broadcast_from_rank0(model, set.get(), units, plan, path);
     return;
   }
-  error = guarded([&] { load_shards(model, *reader, units, plan); });
+  error = guarded([&] { load_shards(model, *set, units, plan); });
   fail_together(world, error, path, "reading");
 }
 

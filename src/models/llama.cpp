@@ -1,5 +1,6 @@
 // Llama: configuration checks, the modules' forward passes and the deterministic initialisation.
-// Meant to be read in one sitting, transcribing HF's modeling_llama (default rotary embeddings);
+// Meant to be read in one sitting, transcribing HF's modeling_llama (rotary embeddings default,
+// linear or llama3-scaled; the optional biases of Llama, Qwen2 and Mistral shapes);
 // attention through causal_attention (fused on LibTorch 2.x, HF's eager path written out on
 // 1.13 or on request); no dropout, no KV cache.
 //
@@ -7,7 +8,7 @@
 //   B   batch size              T   time (sequence length, <= max_position_embeddings)
 //   C   channels (dim)          V   vocabulary size
 //   nh  query heads (n_head)    nkv key/value heads (kv_heads()), dividing nh
-//   hs  head size, C / nh       F   feed-forward channels (intermediate_size)
+//   hs  head size (head_dim)    F   feed-forward channels (intermediate_size)
 #include "fsdp/models/llama.h"
 
 #include <torch/torch.h>
@@ -46,13 +47,30 @@ void LlamaConfig::validate() const {
   require(n_kv_head >= 0,
           "n_kv_head must be positive, or 0 for n_head, got " + std::to_string(n_kv_head));
   require_positive("intermediate_size", intermediate_size);
-  require(dim % n_head == 0, "dim (" + std::to_string(dim) + ") must be divisible by n_head (" +
-                                 std::to_string(n_head) + ")");
+  require(head_dim_override >= 0,
+          "head_dim_override must be positive, or 0 for dim / n_head, got " +
+              std::to_string(head_dim_override));
+  require(head_dim_override > 0 || dim % n_head == 0,
+          "dim (" + std::to_string(dim) + ") must be divisible by n_head (" +
+              std::to_string(n_head) + ") unless head_dim_override is set");
   require(n_head % kv_heads() == 0, "n_head (" + std::to_string(n_head) +
                                         ") must be divisible by n_kv_head (" +
                                         std::to_string(kv_heads()) + ")");
-  require(head_dim() % 2 == 0, "dim / n_head (the head size, " + std::to_string(head_dim()) +
-                                   ") must be even for rotary embeddings");
+  require(head_dim() % 2 == 0,
+          "the head size (" + std::to_string(head_dim()) + ") must be even for rotary embeddings");
+  if (rope_scaling.type != RopeScalingType::kNone) {
+    require(rope_scaling.factor > 0,
+            "rope_scaling.factor must be positive, got " + std::to_string(rope_scaling.factor));
+  }
+  if (rope_scaling.type == RopeScalingType::kLlama3) {
+    require(rope_scaling.low_freq_factor > 0 &&
+                rope_scaling.high_freq_factor > rope_scaling.low_freq_factor,
+            "rope_scaling needs 0 < low_freq_factor < high_freq_factor, got " +
+                std::to_string(rope_scaling.low_freq_factor) + " and " +
+                std::to_string(rope_scaling.high_freq_factor));
+    require(rope_scaling.original_max_position_embeddings > 0,
+            "rope_scaling.original_max_position_embeddings must be positive");
+  }
   require(rope_theta > 0, "rope_theta must be positive, got " + std::to_string(rope_theta));
   require(norm_eps > 0, "norm_eps must be positive, got " + std::to_string(norm_eps));
   check_attention_kernel(attention, "LlamaConfig.attention");
@@ -83,12 +101,44 @@ at::Tensor LlamaRMSNormImpl::forward(const at::Tensor& x) {
   return weight * h.to(x.scalar_type());
 }
 
+namespace {
+
+// HF's _compute_llama3_parameters, op for op in fp32 (the Python scalars stay doubles, as there).
+at::Tensor llama3_inv_freq(const at::Tensor& inv_freq, const RopeScaling& r) {
+  const double old_context = static_cast<double>(r.original_max_position_embeddings);
+  const double low_freq_wavelen = old_context / r.low_freq_factor;
+  const double high_freq_wavelen = old_context / r.high_freq_factor;
+  const at::Tensor wavelen = 2 * M_PI / inv_freq;
+  at::Tensor scaled = at::where(wavelen > low_freq_wavelen, inv_freq / r.factor, inv_freq);
+  const at::Tensor smooth =
+      (old_context / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+  const at::Tensor smoothed = (1 - smooth) * scaled / r.factor + smooth * scaled;
+  const at::Tensor medium =
+      (wavelen < high_freq_wavelen).logical_not() * (wavelen > low_freq_wavelen).logical_not();
+  return at::where(medium, smoothed, scaled);
+}
+
+at::Tensor scaled_inv_freq(const at::Tensor& inv_freq, const RopeScaling& r) {
+  switch (r.type) {
+    case RopeScalingType::kNone:
+      return inv_freq;
+    case RopeScalingType::kLinear:
+      return inv_freq / r.factor;
+    case RopeScalingType::kLlama3:
+      return llama3_inv_freq(inv_freq, r);
+  }
+  return inv_freq;
+}
+
+}  // namespace
+
 LlamaRotaryEmbedding::LlamaRotaryEmbedding(const LlamaConfig& config) {
   const int64_t hs = config.head_dim();
   const auto f32 = at::TensorOptions().dtype(at::kFloat);
-  // inv_freq[i] = 1 / theta^(2i / hs), in fp32 as HF computes it.
+  // inv_freq[i] = 1 / theta^(2i / hs), in fp32 as HF computes it, then scaled.
   at::Tensor exponent = at::arange(0, hs, 2, at::kLong).to(at::kFloat) / static_cast<double>(hs);
-  at::Tensor inv_freq = 1.0 / at::pow(config.rope_theta, exponent);
+  at::Tensor inv_freq =
+      scaled_inv_freq(1.0 / at::pow(config.rope_theta, exponent), config.rope_scaling);
   at::Tensor t = at::arange(config.max_position_embeddings, f32);
   at::Tensor freqs = at::outer(t, inv_freq);     // [max_pos, hs / 2]
   at::Tensor emb = at::cat({freqs, freqs}, -1);  // [max_pos, hs]: both halves of each head
@@ -104,8 +154,8 @@ std::pair<at::Tensor, at::Tensor> LlamaRotaryEmbedding::tables(int64_t T,
 
 namespace {
 
-torch::nn::Linear linear(int64_t in_features, int64_t out_features) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in_features, out_features).bias(false));
+torch::nn::Linear linear(int64_t in_features, int64_t out_features, bool bias = false) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in_features, out_features).bias(bias));
 }
 
 // [..., hs] -> [..., hs]: (x1, x2) -> (-x2, x1) over the two halves of the last dimension.
@@ -131,10 +181,10 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& config,
       head_dim(config.head_dim()),
       attention(config.attention),
       rope_(std::move(rope)) {
-  q_proj = register_module("q_proj", linear(config.dim, n_head * head_dim));
-  k_proj = register_module("k_proj", linear(config.dim, n_kv_head * head_dim));
-  v_proj = register_module("v_proj", linear(config.dim, n_kv_head * head_dim));
-  o_proj = register_module("o_proj", linear(n_head * head_dim, config.dim));
+  q_proj = register_module("q_proj", linear(config.dim, n_head * head_dim, config.qkv_bias));
+  k_proj = register_module("k_proj", linear(config.dim, n_kv_head * head_dim, config.qkv_bias));
+  v_proj = register_module("v_proj", linear(config.dim, n_kv_head * head_dim, config.qkv_bias));
+  o_proj = register_module("o_proj", linear(n_head * head_dim, config.dim, config.o_bias));
 }
 
 at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x) {
@@ -160,9 +210,10 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x) {
 }
 
 LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& config) {
-  gate_proj = register_module("gate_proj", linear(config.dim, config.intermediate_size));
-  up_proj = register_module("up_proj", linear(config.dim, config.intermediate_size));
-  down_proj = register_module("down_proj", linear(config.intermediate_size, config.dim));
+  const int64_t C = config.dim, F = config.intermediate_size;
+  gate_proj = register_module("gate_proj", linear(C, F, config.mlp_bias));
+  up_proj = register_module("up_proj", linear(C, F, config.mlp_bias));
+  down_proj = register_module("down_proj", linear(F, C, config.mlp_bias));
 }
 
 at::Tensor LlamaMLPImpl::forward(const at::Tensor& x) {
@@ -250,12 +301,22 @@ bool is_norm_weight(const std::string& name) {
          name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+bool is_bias(const std::string& name) {
+  const std::string suffix = ".bias";
+  return name.size() >= suffix.size() &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 }  // namespace
 
 void init_llama_parameter(const std::string& name, at::Tensor& p, uint64_t seed) {
   torch::NoGradGuard no_grad;
   if (is_norm_weight(name)) {
     p.fill_(1.0);
+    return;
+  }
+  if (is_bias(name)) {  // HF zeroes every Linear's bias
+    p.zero_();
     return;
   }
   // Drawn in fp32 from the parameter's own generator whatever its dtype, so that a bf16 model

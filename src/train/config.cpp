@@ -18,6 +18,7 @@
 
 #include "data/utf8.h"
 #include "train/config_schema.h"
+#include "train/hf_folder.h"
 
 namespace fsdp {
 namespace {
@@ -78,6 +79,8 @@ class Builder {
  public:
   void apply_yaml(const std::string& text, const std::string& source);
   void apply_override(const ConfigOverride& o);
+  // model.pretrained: the folder's config.json fills the model keys the user left unset.
+  void take_pretrained() { hf::apply_pretrained(config_, origins_); }
   TrainConfig finish(MachineChecks machine = {}) const {
     config::validate(config_, origins_, machine);
     return config_;
@@ -302,12 +305,14 @@ const char* to_string(StateDictType type) {
 }
 
 bool operator==(const ModelConfig& a, const ModelConfig& b) {
-  return std::tie(a.type, a.vocab_size, a.n_layer, a.n_head, a.n_positions, a.norm_eps, a.attention,
-                  a.init_from, a.n_embd, a.dim, a.n_kv_head, a.intermediate_size, a.rope_theta,
-                  a.tie_embeddings) == std::tie(b.type, b.vocab_size, b.n_layer, b.n_head,
-                                                b.n_positions, b.norm_eps, b.attention, b.init_from,
-                                                b.n_embd, b.dim, b.n_kv_head, b.intermediate_size,
-                                                b.rope_theta, b.tie_embeddings);
+  auto fields = [](const ModelConfig& m) {
+    return std::tie(m.type, m.vocab_size, m.n_layer, m.n_head, m.n_positions, m.norm_eps,
+                    m.attention, m.init_from, m.pretrained, m.n_embd, m.dim, m.n_kv_head,
+                    m.intermediate_size, m.rope_theta, m.tie_embeddings, m.head_dim, m.qkv_bias,
+                    m.o_bias, m.mlp_bias, m.rope_scaling, m.rope_factor, m.rope_low_freq_factor,
+                    m.rope_high_freq_factor, m.rope_original_max_positions);
+  };
+  return fields(a) == fields(b);
 }
 
 bool operator==(const DataConfig& a, const DataConfig& b) {
@@ -404,6 +409,7 @@ TrainConfig load_config(const std::string& path, const std::vector<ConfigOverrid
   Builder builder;
   if (!path.empty()) builder.apply_yaml(read_file(path), path);
   for (const auto& o : overrides) builder.apply_override(o);
+  builder.take_pretrained();  // not for a checkpoint's saved config (parse_config): it is complete
   return builder.finish(machine);
 }
 

@@ -181,6 +181,8 @@ std::function<void(const RawValue&)> only_value(std::string expected, std::strin
 }
 
 const Names<ModelType> kModelTypes = {{"gpt2", ModelType::kGPT2}, {"llama", ModelType::kLlama}};
+const Names<std::string> kRopeScalings = {
+    {"none", "none"}, {"linear", "linear"}, {"llama3", "llama3"}};
 const Names<AttentionKernel> kAttentionKernels = {{"auto", AttentionKernel::kAuto},
                                                   {"fused", AttentionKernel::kFused},
                                                   {"explicit", AttentionKernel::kExplicit}};
@@ -404,6 +406,30 @@ std::vector<Option> model_section() {
       only_for(llama, bool_setting("model.tie_embeddings", FIELD(model.tie_embeddings),
                                    "the output projection shares the token embedding "
                                    "(GPT-2 always does)")),
+      string_setting("model.pretrained", FIELD(model.pretrained),
+                     "a Hugging Face model folder to fine-tune: type, shape, weights and "
+                     "tokenizer from it (model.* keys set elsewhere must agree); empty: none"),
+      only_for(llama, int_setting("model.head_dim", FIELD(model.head_dim),
+                                  "channels per attention head; 0: dim / n_head")),
+      only_for(llama, bool_setting("model.qkv_bias", FIELD(model.qkv_bias),
+                                   "biases on the q, k and v projections (Qwen2)")),
+      only_for(llama, bool_setting("model.o_bias", FIELD(model.o_bias),
+                                   "a bias on the attention's output projection")),
+      only_for(llama, bool_setting("model.mlp_bias", FIELD(model.mlp_bias),
+                                   "biases on the feed-forward projections")),
+      only_for(llama, choice_setting("model.rope_scaling", FIELD(model.rope_scaling), kRopeScalings,
+                                     "RoPE frequency scaling")),
+      only_for(llama, number_setting("model.rope_factor", FIELD(model.rope_factor),
+                                     "rope_scaling linear and llama3: the scaling factor")),
+      only_for(llama,
+               number_setting("model.rope_low_freq_factor", FIELD(model.rope_low_freq_factor),
+                              "rope_scaling llama3: low_freq_factor")),
+      only_for(llama,
+               number_setting("model.rope_high_freq_factor", FIELD(model.rope_high_freq_factor),
+                              "rope_scaling llama3: high_freq_factor")),
+      only_for(llama, int_setting("model.rope_original_max_positions",
+                                  FIELD(model.rope_original_max_positions),
+                                  "rope_scaling llama3: original_max_position_embeddings")),
   };
 }
 

@@ -52,11 +52,21 @@ void check_llama(const Checks& k, const ModelConfig& m) {
             {"model.n_kv_head", "model.n_head"},
             "model.n_head (" + num(m.n_head) + ") must be divisible by model.n_kv_head (" +
                 num(m.kv_heads()) + "): each key/value head serves the same number of query heads");
-  k.require((m.dim / m.n_head) % 2 == 0, {"model.dim", "model.n_head"},
-            "the head size model.dim / model.n_head = " + num(m.dim / m.n_head) +
+  k.at_least("model.head_dim", m.head_dim, 0);
+  const int64_t head = m.head_dim > 0 ? m.head_dim : m.dim / m.n_head;
+  k.require(head % 2 == 0, {"model.dim", "model.n_head", "model.head_dim"},
+            "the head size (model.head_dim, or model.dim / model.n_head) = " + num(head) +
                 " must be even for rotary embeddings");
   k.at_least("model.intermediate_size", m.intermediate_size, 1);
   k.positive("model.rope_theta", m.rope_theta);
+  if (m.rope_scaling == "none") return;
+  k.positive("model.rope_factor", m.rope_factor);
+  if (m.rope_scaling != "llama3") return;
+  k.positive("model.rope_low_freq_factor", m.rope_low_freq_factor);
+  k.require(m.rope_high_freq_factor > m.rope_low_freq_factor,
+            {"model.rope_high_freq_factor", "model.rope_low_freq_factor"},
+            "model.rope_high_freq_factor must exceed model.rope_low_freq_factor");
+  k.at_least("model.rope_original_max_positions", m.rope_original_max_positions, 1);
 }
 
 void check_model(const Checks& k, const ModelConfig& m, const DataConfig& d) {
@@ -70,7 +80,7 @@ void check_model(const Checks& k, const ModelConfig& m, const DataConfig& d) {
             "); use auto or explicit");
   const std::string width = m.type == ModelType::kGPT2 ? "model.n_embd" : "model.dim";
   k.at_least(width, m.width(), 1);
-  k.require(m.width() % m.n_head == 0, {width, "model.n_head"},
+  k.require(m.width() % m.n_head == 0 || m.head_dim > 0, {width, "model.n_head"},
             width + " (" + num(m.width()) + ") must be divisible by model.n_head (" +
                 num(m.n_head) + ")");
   k.require(m.n_positions == 0 || m.n_positions >= d.seq_len, {"data.seq_len", "model.n_positions"},

@@ -29,6 +29,18 @@ CausalLM build_gpt2(const TrainConfig& config) {
           c.n_positions, gpt2_param_init(c, static_cast<uint64_t>(config.train.seed))};
 }
 
+RopeScaling rope_scaling(const ModelConfig& m) {
+  RopeScaling r;
+  r.type = m.rope_scaling == "linear"   ? RopeScalingType::kLinear
+           : m.rope_scaling == "llama3" ? RopeScalingType::kLlama3
+                                        : RopeScalingType::kNone;
+  r.factor = m.rope_factor;
+  r.low_freq_factor = m.rope_low_freq_factor;
+  r.high_freq_factor = m.rope_high_freq_factor;
+  r.original_max_position_embeddings = m.rope_original_max_positions;
+  return r;
+}
+
 CausalLM build_llama(const TrainConfig& config) {
   const ModelConfig& m = config.model;
   LlamaConfig c;
@@ -43,6 +55,11 @@ CausalLM build_llama(const TrainConfig& config) {
   c.norm_eps = m.norm_eps;
   c.attention = m.attention;
   c.tie_embeddings = m.tie_embeddings;
+  c.head_dim_override = m.head_dim;
+  c.qkv_bias = m.qkv_bias;
+  c.o_bias = m.o_bias;
+  c.mlp_bias = m.mlp_bias;
+  c.rope_scaling = rope_scaling(m);
   c.deferred = true;
   Llama model(c);
   return {model.ptr(), [model](const at::Tensor& idx) mutable { return fsdp::forward(model, idx); },

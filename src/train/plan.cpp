@@ -96,8 +96,9 @@ int64_t block_activation_elems(const ModelConfig& m, int64_t b, int64_t s) {
   }
   // x, norm, q, k and v, rotated q and k, attention output, residual, norm, gate, up, silu(gate)
   // and their product.
-  const int64_t kv = m.kv_heads() * (h / a);
-  return b * s * (7 * h + 3 * kv + 4 * m.intermediate_size);
+  const int64_t head = m.head_dim > 0 ? m.head_dim : h / a;
+  const int64_t q = a * head, kv = m.kv_heads() * head;
+  return b * s * (4 * h + 3 * q + 3 * kv + 4 * m.intermediate_size);
 }
 
 // Bytes the attention kernel of one block keeps for backward: the explicit path its softmax

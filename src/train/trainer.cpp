@@ -29,6 +29,7 @@
 #include "fsdp/grad_scaler.h"
 #include "fsdp/models/gpt2.h"
 #include "fsdp/optim.h"
+#include "train/hf_folder.h"
 #include "train/model_factory.h"
 #include "train/run_log.h"
 
@@ -461,17 +462,25 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
   // 4. Shard it: each rank materialises its own shard, every value drawn from (seed, parameter
   // name) as one process would. Then the optimizer, over this rank's shards only.
   // Values a checkpoint or init_from overwrites at once need not be drawn: zeros stand in.
-  const bool from_file = !c.model.init_from.empty() && !resume_from;
+  const std::string weights = !c.model.init_from.empty() ? c.model.init_from : c.model.pretrained;
+  const bool from_file = !weights.empty() && !resume_from;
   const ParamInit init = resume_from || from_file
                              ? ParamInit([](const std::string&, at::Tensor& t) { t.zero_(); })
                              : lm.param_init;
   auto model = fully_shard(lm.module, world, c.sharding_options().param_init(init));
   // A fresh run may start from a full model file instead (a resumed one takes its checkpoint's).
   if (from_file) {
-    load_full_safetensors(*model, c.model.init_from,
-                          FullStateLoadOptions().from_rank0(c.fsdp.cpu_ram_efficient_loading));
-    log.info("parameters from " + c.model.init_from +
+    FullStateLoadOptions load;
+    load.from_rank0(c.fsdp.cpu_ram_efficient_loading);
+    if (!c.model.pretrained.empty()) load.name_map(hf::weight_name_map(c.model.type, weights));
+    load_full_safetensors(*model, weights, load);
+    log.info("parameters from " + weights +
              (c.fsdp.cpu_ram_efficient_loading ? " (read by rank 0, broadcast unit by unit)" : ""));
+  }
+  if (!c.model.pretrained.empty() && std::filesystem::is_directory(c.model.pretrained)) {
+    for (const auto& note : hf::read_folder_settings(c.model.pretrained, c.context_length()).notes) {
+      log.info(note);
+    }
   }
   if (c.fsdp.sync_module_states) broadcast_shards(*model);
   AdamW opt(sharded_params(*model), adamw_options(c.optim));

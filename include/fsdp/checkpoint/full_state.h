@@ -24,6 +24,7 @@
 #include <utility>
 
 #include "fsdp/checkpoint/safetensors.h"
+#include "fsdp/checkpoint/safetensors_set.h"
 #include "fsdp/comm.h"
 #include "fsdp/fully_shard.h"
 
@@ -55,6 +56,10 @@ struct FullStateLoadOptions {
   // unit is broadcast whole to every rank, which keeps its shard: memory on any rank is bounded by
   // the largest unit, traffic is the model's size times the world size.
   bool from_rank0_ = false;
+  // The files' tensor names to the model's parameter names (an empty result ignores the tensor);
+  // default none: the names are the model's. What a model folder of another naming needs
+  // (train/hf_folder.h maps Hub-style GPT-2 files this way).
+  TensorNameMap name_map_;
 
   FullStateLoadOptions& strict(bool s) {
     strict_ = s;
@@ -62,6 +67,10 @@ struct FullStateLoadOptions {
   }
   FullStateLoadOptions& from_rank0(bool r) {
     from_rank0_ = r;
+    return *this;
+  }
+  FullStateLoadOptions& name_map(TensorNameMap m) {
+    name_map_ = std::move(m);
     return *this;
   }
 };
@@ -74,7 +83,9 @@ struct FullStateLoadOptions {
 void save_full_safetensors(FullyShardedModel& model, const std::string& path,
                            const FullStateSaveOptions& options = {});
 
-// Sets every parameter of `model` from `path`: each rank overwrites its own fp32 shards in place
+// Sets every parameter of `model` from `path`: a .safetensors file, an index
+// (model.safetensors.index.json) with its shard files, or a folder holding either
+// (SafetensorsSet). Each rank overwrites its own fp32 shards in place
 // (padding stays zero), and the next forward gathers the new values. A tied parameter is read
 // from its primary name, or from an alias when only that is in the file. Every rank checks the
 // whole file against the model before any rank changes anything; a file that does not fit makes

@@ -32,7 +32,23 @@
 
 namespace fsdp {
 
+// Rotary frequency scaling (HF's rope_scaling / rope_parameters "rope_type"): kNone is the plain
+// theta^(-2i/hs); kLinear divides every frequency by `factor` (position interpolation); kLlama3 is
+// Llama 3.1's: wavelengths above original_max_position_embeddings / low_freq_factor divided by
+// `factor`, those below original / high_freq_factor kept, the band between blended.
+enum class RopeScalingType { kNone, kLinear, kLlama3 };
+
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kNone;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;                     // kLlama3 only
+  double high_freq_factor = 4.0;                    // kLlama3 only
+  int64_t original_max_position_embeddings = 8192;  // kLlama3 only
+};
+
 // Shapes default to HF's LlamaConfig (Llama 2 7B); vocabulary and norm epsilon do not (see there).
+// The same module tree serves the Llama-shaped families: Mistral (no sliding window) and Qwen2
+// (biases on the q/k/v projections).
 struct LlamaConfig {
   int64_t vocab_size = 50257;              // GPT-2's BPE, the tokenizer of this project (HF: 32000)
   int64_t max_position_embeddings = 2048;  // context length: the longest sequence forward accepts
@@ -44,6 +60,13 @@ struct LlamaConfig {
   double rope_theta = 10000.0;             // base of the rotary frequencies
   double norm_eps = 1e-5;                  // rms_norm_eps, as Llama 2's checkpoints (HF: 1e-6)
   bool tie_embeddings = false;             // tie_word_embeddings: logits use embed_tokens.weight
+  // head_dim: channels per attention head; 0 (default) means dim / n_head. Set when the heads'
+  // width differs from dim / n_head (some Mistral and Qwen shapes).
+  int64_t head_dim_override = 0;
+  bool qkv_bias = false;  // biases on q_proj, k_proj, v_proj (Qwen2; Llama's attention_bias)
+  bool o_bias = false;    // a bias on o_proj (Llama's attention_bias)
+  bool mlp_bias = false;  // biases on gate_proj, up_proj, down_proj (Llama's mlp_bias)
+  RopeScaling rope_scaling;
   // The attention kernel (fsdp/models/attention.h). Default kAuto: fused on LibTorch 2.x.
   AttentionKernel attention = AttentionKernel::kAuto;
   // Build the parameters deferred (fsdp/init.h), for fully_shard with
@@ -52,12 +75,13 @@ struct LlamaConfig {
   bool deferred = false;
 
   // Throws std::invalid_argument naming the first bad field: sizes must be positive (n_kv_head
-  // may be 0), n_head must divide dim, the key/value heads must divide n_head, and the head size
-  // must be even (rotary embeddings rotate pairs of channels).
+  // and head_dim_override may be 0), n_head must divide dim unless head_dim_override is set, the
+  // key/value heads must divide n_head, the head size must be even (rotary embeddings rotate pairs
+  // of channels), and a rope scaling's factors must be positive (llama3: high > low).
   void validate() const;
 
   int64_t kv_heads() const { return n_kv_head == 0 ? n_head : n_kv_head; }
-  int64_t head_dim() const { return dim / n_head; }
+  int64_t head_dim() const { return head_dim_override > 0 ? head_dim_override : dim / n_head; }
 
   // A small model for tests and examples: vocab 256, context 64, 64 channels, 2 layers, 4 query
   // heads sharing 2 key/value heads, feed-forward 176, untied.
@@ -90,8 +114,8 @@ class LlamaRotaryEmbedding {
   at::Tensor cos_, sin_;  // [max_position_embeddings, head_dim], fp32, CPU
 };
 
-// Causal self-attention with rotary embeddings and grouped-query attention ("self_attn"),
-// written out without fused kernels: each key/value head serves n_head / kv_heads query heads.
+// Causal self-attention with rotary embeddings and grouped-query attention ("self_attn"): each
+// key/value head serves n_head / kv_heads query heads.
 class LlamaAttentionImpl : public torch::nn::Module {
  public:
   LlamaAttentionImpl(const LlamaConfig& config, std::shared_ptr<const LlamaRotaryEmbedding> rope);

@@ -57,6 +57,12 @@ struct ModelConfig {
   // whose parameters replace the seeded initialisation of a fresh run; a resumed run takes the
   // checkpoint's instead. With fsdp_cpu_ram_efficient_loading only rank 0 reads it. Default empty.
   std::string init_from;
+  // A Hugging Face model folder (config.json, model.safetensors or an index with its shards,
+  // tokenizer files), as save_pretrained writes it: the model's type and shape come from its
+  // config.json (a model.* key set elsewhere must agree with it), its weights replace the seeded
+  // initialisation of a fresh run, and its tokenizer becomes data.tokenizer_dir unless that is
+  // set. train/hf_folder.h maps the names. Default empty.
+  std::string pretrained;
 
   // GPT-2 only. Width of the residual stream. Default 128.
   int64_t n_embd = 128;
@@ -69,6 +75,19 @@ struct ModelConfig {
   int64_t intermediate_size = 352;
   double rope_theta = 10000.0;  // RoPE base frequency (Llama 2's)
   bool tie_embeddings = false;  // output projection shares the token embedding (HF's default: no)
+  int64_t head_dim = 0;         // channels per attention head; 0: dim / n_head
+  bool qkv_bias = false;        // biases on the q, k and v projections (Qwen2)
+  bool o_bias = false;          // a bias on the output projection (with qkv_bias: attention_bias)
+  bool mlp_bias = false;        // biases on the feed-forward projections
+  // RoPE frequency scaling: "none", "linear" (every frequency divided by rope_factor) or "llama3"
+  // (Llama 3.1's: long wavelengths divided by rope_factor, short ones kept, the band between
+  // blended; the band's edges are rope_original_max_positions / rope_low_freq_factor and / rope_
+  // high_freq_factor). Defaults: none, 1, 1, 4, 8192 (Llama 3.1's values but the factor).
+  std::string rope_scaling = "none";
+  double rope_factor = 1.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int64_t rope_original_max_positions = 8192;
 
   // The width of the residual stream of this type: n_embd for GPT-2, dim for Llama.
   int64_t width() const { return type == ModelType::kGPT2 ? n_embd : dim; }

@@ -1,0 +1,423 @@
+// Reading a Hugging Face model folder (hf_folder.h): config.json to our settings, the weights'
+// name map. Each family's fields are handled in one function; a field no family function and no
+// entry of kHarmless accounts for is refused, so that a config.json we only half understand never
+// builds a different model silently.
+#include "train/hf_folder.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+namespace fsdp {
+namespace hf {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Fields that do not change the model's math: metadata, inference and generation defaults, ids.
+const std::set<std::string> kHarmless = {
+    "_name_or_path",
+    "architectures",
+    "model_type",
+    "transformers_version",
+    "dtype",
+    "torch_dtype",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "sep_token_id",
+    "decoder_start_token_id",
+    "use_cache",
+    "initializer_range",
+    "return_dict",
+    "output_hidden_states",
+    "output_attentions",
+    "torchscript",
+    "id2label",
+    "label2id",
+    "problem_type",
+    "task_specific_params",
+    "max_length",
+    "min_length",
+    "do_sample",
+    "early_stopping",
+    "num_beams",
+    "temperature",
+    "top_k",
+    "top_p",
+    "repetition_penalty",
+    "length_penalty",
+    "no_repeat_ngram_size",
+    "num_return_sequences",
+    "bad_words_ids",
+    "tokenizer_class",
+    "prefix",
+    "max_position_embeddings",
+    "chunk_size_feed_forward",
+    "is_decoder",
+    "is_encoder_decoder",
+    "tie_encoder_decoder",
+    "cross_attention_hidden_size",
+    "finetuning_task",
+    "pruned_heads",
+    "output_scores",
+    "return_dict_in_generate",
+    "tf_legacy_loss",
+    "use_bfloat16",
+    "summary_type",
+    "summary_use_proj",
+    "summary_activation",
+    "summary_proj_to_labels",
+    "summary_first_dropout",
+    "n_ctx",
+    "max_window_layers",
+    "pretraining_tp",
+    "partial_rotary_factor",
+    "sliding_window",
+    "use_sliding_window",
+    "layer_types",
+    "attention_dropout",
+    "attn_pdrop",
+    "embd_pdrop",
+    "resid_pdrop",
+    "rope_parameters",
+    "rope_scaling",
+    "rope_theta",
+};
+
+// One config.json being read: the fields, where they go, and what was looked at.
+class Reader {
+ public:
+  Reader(std::string path, json j) : path_(std::move(path)), j_(std::move(j)) {}
+
+  [[noreturn]] void fail(const std::string& field, const std::string& detail) const {
+    throw ConfigError(path_, 0, field, detail);
+  }
+  bool has(const std::string& field) const { return j_.contains(field) && !j_[field].is_null(); }
+  const json& at(const std::string& field) const { return j_[field]; }
+
+  int64_t integer(const std::string& field) const {
+    if (!has(field)) fail(field, "missing: the model's shape needs it");
+    const json& v = j_[field];
+    if (!v.is_number_integer()) fail(field, "expected an integer, got " + v.dump());
+    return v.get<int64_t>();
+  }
+  double number(const std::string& field, double fallback) const {
+    if (!has(field)) return fallback;
+    const json& v = j_[field];
+    if (!v.is_number()) fail(field, "expected a number, got " + v.dump());
+    return v.get<double>();
+  }
+  bool boolean(const std::string& field, bool fallback) const {
+    if (!has(field)) return fallback;
+    if (!j_[field].is_boolean()) fail(field, "expected true or false, got " + j_[field].dump());
+    return j_[field].get<bool>();
+  }
+  std::string string(const std::string& field, const std::string& fallback) const {
+    if (!has(field)) return fallback;
+    if (!j_[field].is_string()) fail(field, "expected a string, got " + j_[field].dump());
+    return j_[field].get<std::string>();
+  }
+
+  void set(const std::string& key, const std::string& text, const std::string& field) {
+    out_.settings[key] = {text, field};
+    used_.insert(field);
+  }
+  void set_int(const std::string& key, const std::string& field) {
+    set(key, std::to_string(integer(field)), field);
+  }
+  void set_number(const std::string& key, double v, const std::string& field) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    set(key, buf, field);
+  }
+  void set_bool(const std::string& key, bool v, const std::string& field) {
+    set(key, v ? "true" : "false", field);
+  }
+  void use(const std::string& field) { used_.insert(field); }
+  void note(const std::string& text) { out_.notes.push_back(text); }
+
+  // A field that must be absent or have exactly `want` (our models implement only that).
+  void require_value(const std::string& field, const json& want, const std::string& why) {
+    use(field);
+    if (has(field) && j_[field] != want) {
+      fail(field,
+           j_[field].dump() + " is not implemented (" + why + "); fsdp.cpp builds " + want.dump());
+    }
+  }
+
+  // Every field must be one a family function used or a harmless one.
+  FolderSettings finish() {
+    for (const auto& [field, value] : j_.items()) {
+      if (used_.count(field) || kHarmless.count(field)) continue;
+      fail(field, "a field fsdp.cpp does not know for model_type '" + string("model_type", "") +
+                      "': it may change the model, so the folder is refused (remove the field if "
+                      "it does not)");
+    }
+    out_.dtype = string("dtype", string("torch_dtype", ""));
+    return out_;
+  }
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  json j_;
+  std::set<std::string> used_;
+  FolderSettings out_;
+};
+
+void note_dropout(Reader& r, const std::vector<std::string>& fields) {
+  for (const auto& f : fields) {
+    if (r.number(f, 0) != 0) {
+      r.note("config.json's " + f + " = " + r.at(f).dump() +
+             ": fsdp.cpp's models have no dropout, so it trains without");
+    }
+  }
+}
+
+void read_gpt2(Reader& r) {
+  r.set("model.type", "gpt2", "model_type");
+  r.set_int("model.vocab_size", "vocab_size");
+  r.set_int("model.n_embd", "n_embd");
+  r.set_int("model.n_layer", "n_layer");
+  r.set_int("model.n_head", "n_head");
+  r.set_int("model.n_positions", "n_positions");
+  if (r.has("n_ctx") && r.integer("n_ctx") != r.integer("n_positions")) {
+    r.fail("n_ctx", "differs from n_positions; fsdp.cpp's GPT-2 has one context length");
+  }
+  r.set_number("model.norm_eps", r.number("layer_norm_epsilon", 1e-5), "layer_norm_epsilon");
+  r.require_value("activation_function", "gelu_new", "GPT-2's tanh-approximated GELU");
+  if (r.has("n_inner") && r.integer("n_inner") != 4 * r.integer("n_embd")) {
+    r.fail("n_inner", "a feed-forward width other than 4 * n_embd is not implemented");
+  }
+  r.use("n_inner");
+  r.require_value("scale_attn_weights", true, "scores divided by sqrt(head size)");
+  r.require_value("scale_attn_by_inverse_layer_idx", false, "no per-layer scaling");
+  r.require_value("reorder_and_upcast_attn", false, "attention in the compute dtype");
+  r.require_value("add_cross_attention", false, "a decoder-only model");
+  r.require_value("tie_word_embeddings", true, "GPT-2's output projection is wte");
+  note_dropout(r, {"attn_pdrop", "embd_pdrop", "resid_pdrop"});
+}
+
+// rope_parameters (transformers 5) or rope_theta and rope_scaling (4.x and most Hub files).
+void read_rope(Reader& r) {
+  const bool v5 = r.has("rope_parameters");
+  const std::string field = v5 ? "rope_parameters" : "rope_scaling";
+  json rope =
+      v5 ? r.at("rope_parameters") : (r.has("rope_scaling") ? r.at("rope_scaling") : json());
+  if (!rope.is_null() && !rope.is_object()) r.fail(field, "expected an object");
+  const double theta = v5 && rope.contains("rope_theta") ? rope["rope_theta"].get<double>()
+                                                         : r.number("rope_theta", 10000.0);
+  r.set_number("model.rope_theta", theta, v5 ? "rope_parameters.rope_theta" : "rope_theta");
+  std::string type = "default";
+  if (rope.is_object()) {
+    type = rope.value("rope_type", rope.value("type", std::string("default")));
+  }
+  auto get = [&](const char* name, double fallback) {
+    if (!rope.is_object() || !rope.contains(name)) return fallback;
+    if (!rope[name].is_number()) r.fail(field + "." + name, "expected a number");
+    return rope[name].get<double>();
+  };
+  if (type == "default") {
+    r.set("model.rope_scaling", "none", field);
+  } else if (type == "linear" || type == "llama3") {
+    r.set("model.rope_scaling", type, field + ".rope_type");
+    r.set_number("model.rope_factor", get("factor", 1.0), field + ".factor");
+  } else {
+    r.fail(field + ".rope_type", "'" + type +
+                                     "' is not implemented; fsdp.cpp has default, linear and "
+                                     "llama3 rotary embeddings");
+  }
+  if (type == "llama3") {
+    r.set_number("model.rope_low_freq_factor", get("low_freq_factor", 1.0),
+                 field + ".low_freq_factor");
+    r.set_number("model.rope_high_freq_factor", get("high_freq_factor", 4.0),
+                 field + ".high_freq_factor");
+    r.set("model.rope_original_max_positions",
+          std::to_string(static_cast<int64_t>(get("original_max_position_embeddings", 8192))),
+          field + ".original_max_position_embeddings");
+  }
+}
+
+// A sliding window shorter than the run's sequences is attention we do not compute.
+void check_sliding_window(Reader& r, const std::string& type, int64_t context_length) {
+  const bool on = type == "mistral" || r.boolean("use_sliding_window", false);
+  if (on && r.has("sliding_window") && r.integer("sliding_window") < context_length) {
+    r.fail("sliding_window", std::to_string(r.integer("sliding_window")) +
+                                 " is shorter than the run's context (" +
+                                 std::to_string(context_length) +
+                                 " tokens): sliding-window attention is not implemented");
+  }
+  if (r.has("layer_types") && r.at("layer_types").is_array()) {
+    for (const auto& t : r.at("layer_types")) {
+      if (t != "full_attention" && on) {
+        r.fail("layer_types", t.dump() + " layers are not implemented (full_attention only)");
+      }
+    }
+  }
+}
+
+void read_llama_family(Reader& r, const std::string& type, int64_t context_length) {
+  r.set("model.type", "llama", "model_type");
+  r.set_int("model.vocab_size", "vocab_size");
+  r.set_int("model.dim", "hidden_size");
+  r.set_int("model.n_layer", "num_hidden_layers");
+  r.set_int("model.n_head", "num_attention_heads");
+  if (r.has("num_key_value_heads")) {
+    r.set_int("model.n_kv_head", "num_key_value_heads");
+  } else {  // transformers' default: as many as the query heads
+    r.set("model.n_kv_head", std::to_string(r.integer("num_attention_heads")),
+          "num_attention_heads");
+  }
+  r.set_int("model.intermediate_size", "intermediate_size");
+  r.set_number("model.norm_eps", r.number("rms_norm_eps", 1e-6), "rms_norm_eps");
+  r.set_bool("model.tie_embeddings", r.boolean("tie_word_embeddings", false),
+             "tie_word_embeddings");
+  if (r.has("head_dim")) r.set_int("model.head_dim", "head_dim");
+  r.use("head_dim");
+  const bool attention_bias = r.boolean("attention_bias", false);
+  r.use("attention_bias");
+  r.set_bool("model.qkv_bias", type == "qwen2" || attention_bias, "attention_bias");
+  r.set_bool("model.o_bias", attention_bias, "attention_bias");
+  r.set_bool("model.mlp_bias", r.boolean("mlp_bias", false), "mlp_bias");
+  r.require_value("hidden_act", "silu", "the SwiGLU feed-forward");
+  r.require_value("pretraining_tp", 1, "one tensor-parallel slice");
+  r.require_value("partial_rotary_factor", 1.0, "rotary embeddings over the whole head");
+  read_rope(r);
+  check_sliding_window(r, type, context_length);
+  note_dropout(r, {"attention_dropout"});
+}
+
+json parse_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(path, 0, "", "cannot open it");
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return json::parse(text.str());
+  } catch (const json::exception& e) {
+    throw ConfigError(path, 0, "", std::string("not JSON: ") + e.what());
+  }
+}
+
+const std::map<std::string, std::string> kArchitectures = {{"gpt2", "GPT2LMHeadModel"},
+                                                           {"llama", "LlamaForCausalLM"},
+                                                           {"mistral", "MistralForCausalLM"},
+                                                           {"qwen2", "Qwen2ForCausalLM"}};
+
+}  // namespace
+
+FolderSettings read_folder_settings(const std::string& dir, int64_t context_length) {
+  const std::string path = (fs::path(dir) / "config.json").string();
+  if (!fs::is_regular_file(path)) {
+    throw ConfigError(path, 0, "", "missing: a Hugging Face model folder holds config.json");
+  }
+  json j = parse_json_file(path);
+  if (!j.is_object()) throw ConfigError(path, 0, "", "expected a JSON object");
+  Reader r(path, std::move(j));
+  const std::string type = r.string("model_type", "");
+  const auto arch = kArchitectures.find(type);
+  if (arch == kArchitectures.end()) {
+    r.fail("model_type",
+           "'" + type + "' is not a model fsdp.cpp builds (gpt2, llama, mistral, qwen2)");
+  }
+  if (r.has("architectures")) {
+    for (const auto& a : r.at("architectures")) {
+      if (a != arch->second) {
+        r.fail("architectures", a.dump() + " is not implemented; for model_type '" + type +
+                                    "' fsdp.cpp builds " + arch->second);
+      }
+    }
+  }
+  if (type == "gpt2") {
+    read_gpt2(r);
+  } else {
+    read_llama_family(r, type, context_length);
+  }
+  return r.finish();
+}
+
+namespace {
+
+// The user's value of `key` against config.json's: equal as the option parser reads both.
+void agree_or_fail(const TrainConfig& config, const config::Origins& origins,
+                   const config::Option& option, const FolderSettings::Value& v,
+                   const std::string& path) {
+  TrainConfig theirs = config;
+  option.set(theirs, config::RawValue::scalar(v.text));
+  const std::string mine = option.get(config), folder = option.get(theirs);
+  if (mine == folder) return;
+  throw config::error_at(origins, {option.key},
+                         option.key + " = " + mine + " contradicts " + path + ", whose " + v.field +
+                             " gives " + folder + " (leave " + option.key +
+                             " unset to take the folder's)");
+}
+
+}  // namespace
+
+std::vector<std::string> apply_pretrained(TrainConfig& config, config::Origins& origins) {
+  if (config.model.pretrained.empty()) return {};
+  const std::string dir = fs::absolute(config.model.pretrained).lexically_normal().string();
+  if (!fs::is_directory(dir)) {
+    throw config::error_at(origins, {"model.pretrained"},
+                           "'" + config.model.pretrained + "' is not a folder");
+  }
+  if (!config.model.init_from.empty()) {
+    throw config::error_at(origins, {"model.init_from", "model.pretrained"},
+                           "model.init_from and model.pretrained both name weights; set one");
+  }
+  config.model.pretrained = dir;
+  const std::string path = (fs::path(dir) / "config.json").string();
+  // model.type first: the other keys are checked against the type it sets.
+  FolderSettings folder = read_folder_settings(dir, config.context_length());
+  std::vector<std::pair<std::string, FolderSettings::Value>> ordered(folder.settings.begin(),
+                                                                     folder.settings.end());
+  std::stable_partition(ordered.begin(), ordered.end(),
+                        [](const auto& kv) { return kv.first == "model.type"; });
+  for (const auto& [key, value] : ordered) {
+    const config::Option* option = config::find_option(key);
+    if (origins.count(key)) {
+      agree_or_fail(config, origins, *option, value, path);
+      continue;
+    }
+    option->set(config, config::RawValue::scalar(value.text));
+    origins[key] = config::Origin{path, 0, "config.json's " + value.field, 0};
+  }
+  if (!origins.count("data.tokenizer_dir") && has_tokenizer_files(dir)) {
+    config.data.tokenizer_dir = dir;
+    origins["data.tokenizer_dir"] = config::Origin{path, 0, "model.pretrained's tokenizer", 0};
+  }
+  return folder.notes;
+}
+
+TensorNameMap weight_name_map(ModelType type, const std::string& dir) {
+  if (type != ModelType::kGPT2) return {};
+  // Hub-style when no tensor has our prefix: probe the files the set would open.
+  const SafetensorsSet probe(dir);
+  for (const auto& name : probe.names()) {
+    if (name.rfind("transformer.", 0) == 0 || name == "lm_head.weight") return {};
+  }
+  return [](const std::string& name) -> std::string {
+    const auto dot = name.rfind('.');
+    const std::string tail = dot == std::string::npos ? name : name.substr(dot + 1);
+    const bool mask =
+        name.find(".attn.") != std::string::npos && (tail == "bias" || tail == "masked_bias") &&
+        name.find(".c_attn.") == std::string::npos && name.find(".c_proj.") == std::string::npos;
+    return mask ? std::string() : "transformer." + name;
+  };
+}
+
+bool has_tokenizer_files(const std::string& dir) {
+  const fs::path d(dir);
+  return fs::is_regular_file(d / "tokenizer.json") ||
+         (fs::is_regular_file(d / "encoder.json") && fs::is_regular_file(d / "vocab.bpe"));
+}
+
+}  // namespace hf
+}  // namespace fsdp

@@ -1,0 +1,248 @@
+// Hugging Face model folders in (train/hf_folder.h): each fixture of tests/data/hf/models (tiny
+// random models transformers 5.12 saved, with its losses, logits and greedy tokens on a fixed batch:
+// scripts/hf_fixtures.sh) becomes our model through model.pretrained alone, loads its weights
+// (sharded files, bf16, Hub-style GPT-2 names) and computes what transformers computed.
+//
+// Tolerances. The fixtures ran transformers in fp32 on the CPU (eager attention); we run the same
+// operations in fp32, but kernels may sum in other orders (oneDNN or not, fused attention on
+// LibTorch 2.x): on these 2-layer, 64-wide models that moves a logit by a few ulps of values of
+// order 1 (1e-6 measured), so logits are compared to 1e-4 absolute and the loss (a mean of 30 log
+// softmaxes of order 6) to 1e-5 relative, the bound. Greedy tokens must be equal: the
+// fixtures' smallest top-2 margin is 2.6e-3, far above those differences.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "fsdp/checkpoint/full_state.h"
+#include "fsdp/comm.h"
+#include "fsdp/fully_shard.h"
+#include "fsdp/models/gpt2.h"
+#include "fsdp/train/config.h"
+#include "train/hf_folder.h"
+#include "train/model_factory.h"
+
+namespace fsdp {
+namespace {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const fs::path kModels = fs::path(FSDP_HF_FIXTURES) / "models";
+
+json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return json::parse(in);
+}
+
+TrainConfig pretrained_config(const fs::path& dir, std::vector<ConfigOverride> extra = {}) {
+  std::vector<ConfigOverride> o = {{"model.pretrained", dir.string()}, {"data.seq_len", "16"}};
+  o.insert(o.end(), extra.begin(), extra.end());
+  return load_config("", o);
+}
+
+struct Loaded {
+  CausalLM lm;
+  std::shared_ptr<FullyShardedModel> sharded;
+};
+
+Loaded load(const TrainConfig& c) {
+  Loaded out{build_model(c), nullptr};
+  out.sharded = fully_shard(out.lm.module, make_local_comm(),
+                            c.sharding_options().param_init(
+                                [](const std::string&, at::Tensor& t) { t.zero_(); }));
+  FullStateLoadOptions options;
+  options.name_map(hf::weight_name_map(c.model.type, c.model.pretrained));
+  load_full_safetensors(*out.sharded, c.model.pretrained, options);
+  return out;
+}
+
+at::Tensor ids_of(const json& rows) {
+  std::vector<int64_t> flat;
+  for (const auto& row : rows) {
+    for (const auto& v : row) flat.push_back(v.get<int64_t>());
+  }
+  return torch::tensor(flat, torch::kLong).view({static_cast<int64_t>(rows.size()), -1});
+}
+
+// transformers' causal LM loss: position t predicts token t + 1, the mean over every prediction.
+double hf_loss(const at::Tensor& logits, const at::Tensor& ids) {
+  const int64_t T = ids.size(1);
+  return gpt2_loss(logits.narrow(1, 0, T - 1).contiguous(), ids.narrow(1, 1, T - 1).contiguous())
+      .item<double>();
+}
+
+void expect_matches_transformers(const std::string& name, const fs::path& dir) {
+  SCOPED_TRACE(name);
+  const json ref = read_json(kModels / name / "reference.json");
+  Loaded m = load(pretrained_config(dir));
+  torch::NoGradGuard no_grad;
+  const at::Tensor ids = ids_of(ref["input_ids"]);
+  const at::Tensor logits = m.lm.forward(ids);
+  const double loss = hf_loss(logits, ids), want = ref["loss"].get<double>();
+  EXPECT_NEAR(loss, want, 1e-5 * want);
+  const auto& rows = ref["logits"];
+  for (size_t t = 0; t < rows.size(); ++t) {
+    for (size_t v = 0; v < rows[t].size(); ++v) {
+      EXPECT_NEAR(logits[0][t][v].item<double>(), rows[t][v].get<double>(), 1e-4)
+          << "logit [0, " << t << ", " << v << "]";
+    }
+  }
+  at::Tensor seq = ids.narrow(0, 0, 1).narrow(1, 0, ref["greedy_prompt_length"].get<int64_t>());
+  std::vector<int64_t> greedy;
+  for (size_t i = 0; i < ref["greedy"].size(); ++i) {
+    const at::Tensor next = m.lm.forward(seq).select(1, seq.size(1) - 1).argmax(-1, true);
+    greedy.push_back(next.item<int64_t>());
+    seq = at::cat({seq, next}, 1);
+  }
+  EXPECT_EQ(greedy, ref["greedy"].get<std::vector<int64_t>>());
+  std::cout << "[ hf ] " << name << ": loss " << loss << " (transformers " << want << ")\n";
+}
+
+class HfModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HfModel, LossLogitsAndGreedyTokensMatchTransformers) {
+  expect_matches_transformers(GetParam(), kModels / GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, HfModel,
+                         ::testing::Values("gpt2", "gpt2-hub", "llama", "llama-tied",
+                                           "llama-linear", "qwen2", "mistral"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (char& ch : s) ch = std::isalnum(ch) ? ch : '_';
+                           return s;
+                         });
+
+// A folder copied to a temporary place, to be broken one way per test.
+class TempFolder {
+ public:
+  explicit TempFolder(const std::string& fixture) {
+    path_ = fs::temp_directory_path() /
+            ("fsdp_hf_" + fixture + "_" + std::to_string(::getpid()) + "_" +
+             std::to_string(counter_++));
+    fs::remove_all(path_);
+    fs::copy(kModels / fixture, path_, fs::copy_options::recursive);
+  }
+  ~TempFolder() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+  void edit_config(const std::function<void(json&)>& edit) const {
+    json j = read_json(path_ / "config.json");
+    edit(j);
+    std::ofstream(path_ / "config.json") << j.dump(2);
+  }
+
+ private:
+  fs::path path_;
+  static inline int counter_ = 0;
+};
+
+// transformers 4.x and most Hub files spell RoPE as rope_theta + rope_scaling; 5.x writes
+// rope_parameters. Both give the same model.
+TEST(HfFolder, FourPointXRopeFieldsReadAsFiveDoes) {
+  for (const char* fixture : {"llama", "llama-linear", "qwen2"}) {
+    TempFolder f(fixture);
+    fs::copy_file(f.path() / "config_v4.json", f.path() / "config.json",
+                  fs::copy_options::overwrite_existing);
+    expect_matches_transformers(fixture, f.path());
+  }
+}
+
+TEST(HfFolder, ConfigJsonSetsTheShape) {
+  const TrainConfig c = pretrained_config(kModels / "llama");
+  EXPECT_EQ(c.model.type, ModelType::kLlama);
+  EXPECT_EQ(c.model.dim, 64);
+  EXPECT_EQ(c.model.n_kv_head, 2);
+  EXPECT_EQ(c.model.head_dim, 16);
+  EXPECT_EQ(c.model.rope_scaling, "llama3");
+  EXPECT_EQ(c.model.rope_theta, 500000.0);
+  EXPECT_EQ(c.model.rope_original_max_positions, 16);
+  EXPECT_FALSE(c.model.tie_embeddings);
+  EXPECT_TRUE(fs::path(c.model.pretrained).is_absolute());
+  const TrainConfig q = pretrained_config(kModels / "qwen2");
+  EXPECT_TRUE(q.model.qkv_bias);
+  EXPECT_FALSE(q.model.o_bias);
+  EXPECT_TRUE(q.model.tie_embeddings);
+}
+
+std::string config_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("not a ConfigError: ") + e.what();
+  }
+  return "no error";
+}
+
+TEST(HfFolder, AValueThatContradictsConfigJsonNamesBoth) {
+  const std::string e = config_error(
+      [] { pretrained_config(kModels / "gpt2", {{"model.n_layer", "3"}}); });
+  EXPECT_NE(e.find("--model.n_layer"), std::string::npos) << e;
+  EXPECT_NE(e.find("n_layer gives 2"), std::string::npos) << e;
+  // The same value is no contradiction.
+  EXPECT_EQ(pretrained_config(kModels / "gpt2", {{"model.n_layer", "2"}}).model.n_layer, 2);
+}
+
+TEST(HfFolder, WhatWeDoNotBuildIsRefusedByName) {
+  auto refused = [](const std::string& fixture, const std::function<void(json&)>& edit) {
+    TempFolder f(fixture);
+    f.edit_config(edit);
+    return config_error([&] { pretrained_config(f.path()); });
+  };
+  EXPECT_NE(refused("llama", [](json& j) { j["model_type"] = "gemma"; }).find("'gemma' is not"),
+            std::string::npos);
+  EXPECT_NE(refused("llama", [](json& j) { j["rope_parameters"]["rope_type"] = "yarn"; })
+                .find("'yarn' is not implemented"),
+            std::string::npos);
+  EXPECT_NE(refused("llama", [](json& j) { j["quantization_config"] = json::object(); })
+                .find("quantization_config"),
+            std::string::npos);
+  EXPECT_NE(refused("llama", [](json& j) { j["hidden_act"] = "gelu"; }).find("hidden_act"),
+            std::string::npos);
+  EXPECT_NE(refused("mistral", [](json& j) { j["sliding_window"] = 8; }).find("sliding_window"),
+            std::string::npos);
+  EXPECT_NE(refused("gpt2", [](json& j) { j["architectures"] = {"GPT2ForSequenceClassification"}; })
+                .find("architectures"),
+            std::string::npos);
+}
+
+std::string load_error(const fs::path& dir) {
+  try {
+    load(pretrained_config(dir));
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(HfFolder, AMissingShardOrIndexEntryIsNamed) {
+  {
+    TempFolder f("llama");
+    fs::remove(f.path() / "model-00003-of-00005.safetensors");
+    const std::string e = load_error(f.path());
+    EXPECT_NE(e.find("model-00003-of-00005.safetensors', which is missing"), std::string::npos)
+        << e;
+  }
+  {
+    TempFolder f("llama");
+    json index = read_json(f.path() / "model.safetensors.index.json");
+    index["weight_map"]["model.norm.weight"] = "model-00001-of-00005.safetensors";
+    std::ofstream(f.path() / "model.safetensors.index.json") << index.dump();
+    const std::string e = load_error(f.path());
+    EXPECT_NE(e.find("puts tensor 'model.norm.weight'"), std::string::npos) << e;
+  }
+  {
+    TempFolder f("gpt2");
+    fs::remove(f.path() / "model.safetensors");
+    const std::string e = load_error(f.path());
+    EXPECT_NE(e.find("neither model.safetensors.index.json nor model.safetensors"),
+              std::string::npos)
+        << e;
+  }
+}
+
+}  // namespace
+}  // namespace fsdp
