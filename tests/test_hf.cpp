@@ -16,11 +16,13 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/checkpoint/full_state.h"
 #include "fsdp/comm.h"
 #include "fsdp/fully_shard.h"
 #include "fsdp/models/gpt2.h"
 #include "fsdp/train/config.h"
+#include "train/hf_export.h"
 #include "train/hf_folder.h"
 #include "train/model_factory.h"
 
@@ -242,6 +244,103 @@ TEST(HfFolder, AMissingShardOrIndexEntryIsNamed) {
               std::string::npos)
         << e;
   }
+}
+
+// --- out ------------------------------------------------------------------------------------
+
+// A checkpoint of `c`'s model loaded from its folder, as fsdp-train writes one (the train state
+// holds the config), under a fresh root.
+std::string checkpoint_of(const TrainConfig& c, const fs::path& root) {
+  Loaded m = load(c);
+  const nlohmann::json state = {{"config", to_yaml(c)}};
+  return save_checkpoint(root.string(), 7, *m.sharded, nullptr, state.dump());
+}
+
+fs::path scratch(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() /
+                     ("fsdp_hf_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  return p;
+}
+
+// From a folder and back: config.json as it came in (every field, model_type and the rope
+// spelling included; a bf16 model comes back bf16), the tokenizer beside it, and weights that
+// compute transformers' numbers again, in one file or split with an index.
+TEST(HfExport, AFolderComesBackAsItCameIn) {
+  const fs::path tokenizer = fs::path(FSDP_HF_FIXTURES) / "tokenizers" / "llama3";
+  for (int64_t shard_bytes : {int64_t{50000000000}, int64_t{40000}}) {
+    const fs::path root = scratch("export_ckpt"), out = scratch("export_out");
+    const TrainConfig c = pretrained_config(kModels / "llama",
+                                            {{"data.tokenizer_dir", tokenizer.string()}});
+    const std::string step = checkpoint_of(c, root);
+    hf::ExportOptions options;
+    options.max_shard_bytes = shard_bytes;
+    hf::export_model_folder(step, out.string(), options);
+    const json in = read_json(kModels / "llama" / "config.json");
+    const json back = read_json(out / "config.json");
+    for (const auto& [k, v] : in.items()) EXPECT_EQ(back[k], v) << k;
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"}) {
+      EXPECT_TRUE(fs::is_regular_file(out / f)) << f;
+    }
+    EXPECT_EQ(fs::exists(out / "model.safetensors.index.json"), shard_bytes < 1000000);
+    expect_matches_transformers("llama", out);
+    fs::remove_all(root);
+    fs::remove_all(out);
+  }
+}
+
+// A run that did not start from a folder gets a config.json written whole; GPT-2's tokenizer
+// files are renamed as transformers' GPT2Tokenizer reads them.
+TEST(HfExport, AConfigIsWrittenForARunWithoutAFolder) {
+  const json ref = read_json(kModels / "gpt2" / "config.json");
+  TrainConfig c = load_config(
+      "", {{"model.n_embd", "32"}, {"model.n_layer", "2"}, {"model.n_head", "4"},
+           {"model.vocab_size", "384"}, {"model.n_positions", "64"}, {"data.seq_len", "16"},
+           {"model.init_from", (kModels / "gpt2" / "model.safetensors").string()}});
+  c.data.tokenizer_dir = (fs::path(FSDP_SOURCE_DIR) / "assets" / "gpt2").string();
+  if (!fs::exists(fs::path(c.data.tokenizer_dir) / "encoder.json")) {
+    GTEST_SKIP() << "no " << c.data.tokenizer_dir << " (scripts/fetch_assets.sh fetches it)";
+  }
+  const fs::path root = scratch("export_gpt2_ckpt"), out = scratch("export_gpt2_out");
+  Loaded m{build_model(c), nullptr};
+  m.sharded = fully_shard(m.lm.module, make_local_comm(),
+                          c.sharding_options().param_init(m.lm.param_init));
+  load_full_safetensors(*m.sharded, c.model.init_from);
+  const std::string step =
+      save_checkpoint(root.string(), 3, *m.sharded, nullptr,
+                      nlohmann::json({{"config", to_yaml(c)}}).dump());
+  hf::export_model_folder(step, out.string());
+  const json back = read_json(out / "config.json");
+  for (const char* k : {"model_type", "n_embd", "n_layer", "n_head", "n_positions", "vocab_size",
+                        "activation_function", "layer_norm_epsilon"}) {
+    EXPECT_EQ(back[k], ref[k]) << k;
+  }
+  EXPECT_EQ(back["dtype"], "float32");
+  EXPECT_EQ(back["eos_token_id"], 50256);
+  for (const char* f : {"vocab.json", "merges.txt", "tokenizer_config.json"}) {
+    EXPECT_TRUE(fs::is_regular_file(out / f)) << f;
+  }
+  expect_matches_transformers("gpt2", out);
+  fs::remove_all(root);
+  fs::remove_all(out);
+}
+
+TEST(HfExport, RefusesToWriteOverAFolderOrIntoTheCheckpoint) {
+  const fs::path root = scratch("export_refuse");
+  const TrainConfig c = pretrained_config(kModels / "llama-tied");
+  const std::string step = checkpoint_of(c, root);
+  auto error = [&](const fs::path& out) {
+    try {
+      hf::export_model_folder(step, out.string());
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error(fs::path(step) / "hf").find("lies inside the checkpoint"), std::string::npos);
+  EXPECT_NE(error(root).find("exists and is not an empty folder"), std::string::npos);
+  EXPECT_TRUE(fs::exists(fs::path(step) / "COMMITTED"));  // nothing of it was touched
+  fs::remove_all(root);
 }
 
 }  // namespace

@@ -36,6 +36,7 @@ if(TARGET fsdp-bench AND TARGET fsdp-plan AND TARGET fsdp-bench-adamw)
   set_tests_properties(tools_smoke PROPERTIES TIMEOUT 300)
 endif()
 
-# Hugging Face model folders in: the fixtures of tests/data/hf/models (scripts/hf_fixtures.sh).
+# Hugging Face model folders in and out: the fixtures of tests/data/hf/models (scripts/hf_fixtures.sh).
 fsdp_unit_test(test_hf test_hf.cpp)
-target_compile_definitions(test_hf PRIVATE FSDP_HF_FIXTURES="${PROJECT_SOURCE_DIR}/tests/data/hf")
+target_compile_definitions(test_hf PRIVATE FSDP_HF_FIXTURES="${PROJECT_SOURCE_DIR}/tests/data/hf"
+                                           FSDP_SOURCE_DIR="${PROJECT_SOURCE_DIR}")

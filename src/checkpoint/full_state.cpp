@@ -11,9 +11,12 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <exception>
+#include <nlohmann/json.hpp>
 #include <set>
 
+#include "checkpoint/file_io.h"
 #include "core/collectives.h"
 #include "fsdp/checkpoint/safetensors.h"
 #include "fsdp/checkpoint/safetensors_set.h"
@@ -309,32 +312,100 @@ void load_full_safetensors(FullyShardedModel& model, const std::string& path,
   fail_together(world, error, path, "reading");
 }
 
-void consolidate_checkpoint(const std::string& dir, const std::string& out_path, DType dtype,
-                            int64_t chunk_elements) {
-  if (chunk_elements <= 0)
-    throw std::invalid_argument("consolidate_checkpoint: chunk_elements <= 0");
-  CheckpointReader reader(dir);
+namespace {
+
+// The checkpoint's parameters `params` into one file at `out_path`, a chunk at a time.
+void write_consolidated(CheckpointReader& reader, const std::vector<const CheckpointParam*>& params,
+                        const std::string& out_path, DType dtype, int64_t chunk_elements) {
   const SafetensorsDType file_type = file_dtype(dtype);
   const at::ScalarType type = *to_scalar_type(file_type);
   std::vector<SafetensorsTensorSpec> specs;
-  for (const auto& unit : reader.metadata().units) {
-    for (const auto& p : unit.params) specs.push_back({p.name, file_type, p.shape});
-  }
+  for (const CheckpointParam* p : params) specs.push_back({p->name, file_type, p->shape});
   SafetensorsWriter writer(out_path, specs);
   const int64_t esize = static_cast<int64_t>(c10::elementSize(type));
   at::Tensor buf = at::empty({chunk_elements}, at::kFloat);
-  for (const auto& unit : reader.metadata().units) {
-    for (const auto& p : unit.params) {
-      for (int64_t i = 0; i < p.numel; i += chunk_elements) {
-        const int64_t n = std::min(chunk_elements, p.numel - i);
-        at::Tensor piece = buf.narrow(0, 0, n);
-        reader.read(p.name, "param", i, n, piece.data_ptr<float>());
-        if (type != at::kFloat) piece = piece.to(type);
-        writer.write_bytes(p.name, i * esize, piece.data_ptr(), n * esize);
-      }
+  for (const CheckpointParam* p : params) {
+    for (int64_t i = 0; i < p->numel; i += chunk_elements) {
+      const int64_t n = std::min(chunk_elements, p->numel - i);
+      at::Tensor piece = buf.narrow(0, 0, n);
+      reader.read(p->name, "param", i, n, piece.data_ptr<float>());
+      if (type != at::kFloat) piece = piece.to(type);
+      writer.write_bytes(p->name, i * esize, piece.data_ptr(), n * esize);
     }
   }
   writer.commit();
+}
+
+std::vector<const CheckpointParam*> all_params(const CheckpointReader& reader) {
+  std::vector<const CheckpointParam*> out;
+  for (const auto& unit : reader.metadata().units) {
+    for (const auto& p : unit.params) out.push_back(&p);
+  }
+  return out;
+}
+
+void check_chunk(int64_t chunk_elements) {
+  if (chunk_elements <= 0) {
+    throw std::invalid_argument("consolidate_checkpoint: chunk_elements <= 0");
+  }
+}
+
+std::string shard_file_name(size_t i, size_t n) {
+  char name[64];
+  std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", i + 1, n);
+  return name;
+}
+
+}  // namespace
+
+void consolidate_checkpoint(const std::string& dir, const std::string& out_path, DType dtype,
+                            int64_t chunk_elements) {
+  check_chunk(chunk_elements);
+  CheckpointReader reader(dir);
+  write_consolidated(reader, all_params(reader), out_path, dtype, chunk_elements);
+}
+
+std::vector<std::string> consolidate_checkpoint_files(const std::string& dir,
+                                                      const std::string& out_dir, DType dtype,
+                                                      int64_t max_shard_bytes,
+                                                      int64_t chunk_elements) {
+  check_chunk(chunk_elements);
+  if (max_shard_bytes <= 0) {
+    throw std::invalid_argument("consolidate_checkpoint_files: max_shard_bytes <= 0");
+  }
+  CheckpointReader reader(dir);
+  const int64_t esize = static_cast<int64_t>(c10::elementSize(*to_scalar_type(file_dtype(dtype))));
+  std::vector<std::vector<const CheckpointParam*>> shards(1);
+  int64_t in_shard = 0, total = 0;
+  for (const CheckpointParam* p : all_params(reader)) {
+    const int64_t bytes = p->numel * esize;
+    if (in_shard > 0 && in_shard + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(p);
+    in_shard += bytes;
+    total += bytes;
+  }
+  const std::string folder = out_dir.empty() ? "." : out_dir;
+  if (shards.size() == 1) {
+    const std::string path = folder + "/" + kSafetensorsSingleName;
+    write_consolidated(reader, shards[0], path, dtype, chunk_elements);
+    return {path};
+  }
+  std::vector<std::string> files;
+  nlohmann::json index = {{"metadata", {{"total_size", total}}},
+                          {"weight_map", nlohmann::json::object()}};
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string name = shard_file_name(i, shards.size());
+    write_consolidated(reader, shards[i], folder + "/" + name, dtype, chunk_elements);
+    for (const CheckpointParam* p : shards[i]) index["weight_map"][p->name] = name;
+    files.push_back(folder + "/" + name);
+  }
+  const std::string index_path = folder + "/" + kSafetensorsIndexName;
+  ckpt::write_file_atomically(index_path, index.dump(2) + "\n");
+  files.push_back(index_path);
+  return files;
 }
 
 }  // namespace fsdp

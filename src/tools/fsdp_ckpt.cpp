@@ -3,10 +3,14 @@
 //   fsdp-ckpt inspect DIR                       layout, step, sizes; verifies every checksum
 //   fsdp-ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16|fp16]
 //   fsdp-ckpt reshard DIR OUT --world-size N
+//   fsdp-ckpt export DIR OUT_DIR [--dtype fp32|bf16|fp16] [--max-shard-size BYTES]
+//                    [--tokenizer TOKENIZER_DIR]
 //
 // DIR is a step folder or a checkpoint root (its `latest` is used). consolidate streams the
 // parameters into one safetensors file with Hugging Face's names (memory bounded by a 16 MiB
-// chunk); reshard rewrites the checkpoint, optimizer state included, for N ranks. Exit codes: 0
+// chunk); reshard rewrites the checkpoint, optimizer state included, for N ranks; export writes a
+// Hugging Face model folder (config.json, weights, tokenizer: train/hf_export.h) that
+// transformers' from_pretrained loads. Exit codes: 0
 // done (inspect: the checkpoint is intact), 1 a damaged checkpoint or a failure, 2 a bad command.
 #include <cstdio>
 #include <iostream>
@@ -17,6 +21,7 @@
 
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/checkpoint/full_state.h"
+#include "train/hf_export.h"
 #include "util/number_flag.h"
 
 namespace {
@@ -25,6 +30,8 @@ const char* kUsage =
     "usage: fsdp-ckpt inspect DIR\n"
     "       fsdp-ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16|fp16]\n"
     "       fsdp-ckpt reshard DIR OUT --world-size N\n"
+    "       fsdp-ckpt export DIR OUT_DIR [--dtype fp32|bf16|fp16] [--max-shard-size BYTES]\n"
+    "                        [--tokenizer TOKENIZER_DIR]\n"
     "DIR: a checkpoint step folder, or a root whose `latest` names one.\n";
 
 // The most ranks --world-size writes shard files for (fsdp-run's --nproc-per-node x --nnodes
@@ -122,6 +129,21 @@ int run(int argc, char** argv) {
         step_folder(a.positional[0]), a.positional[1],
         d == a.flags.end() ? fsdp::DType::kFloat32 : parse_dtype(d->second));
     std::printf("wrote %s\n", a.positional[1].c_str());
+    return 0;
+  }
+  if (cmd == "export") {
+    const Args a = parse(argc, argv, {"--dtype", "--max-shard-size", "--tokenizer"});
+    if (a.positional.size() != 2) throw UsageError("export takes a folder and an output folder");
+    fsdp::hf::ExportOptions options;
+    if (a.flags.count("--dtype")) options.dtype = parse_dtype(a.flags.at("--dtype"));
+    if (a.flags.count("--max-shard-size")) {
+      options.max_shard_bytes = fsdp::flags::parse_int("--max-shard-size",
+                                                       a.flags.at("--max-shard-size"), 1, INT64_MAX);
+    }
+    if (a.flags.count("--tokenizer")) options.tokenizer_dir = a.flags.at("--tokenizer");
+    const auto files = fsdp::hf::export_model_folder(step_folder(a.positional[0]),
+                                                     a.positional[1], options);
+    std::printf("wrote %s: %zu files\n", a.positional[1].c_str(), files.size());
     return 0;
   }
   if (cmd == "reshard") {

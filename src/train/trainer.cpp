@@ -605,6 +605,10 @@ std::vector<int64_t> generate(const CausalLM& lm, std::vector<int64_t> ids, cons
 
 }  // namespace
 
+TrainConfig checkpoint_config(const std::string& dir) {
+  return saved_config(read_checkpoint_metadata(dir).train_state, dir);
+}
+
 std::vector<std::string> sample(const TrainConfig& config, const SampleOptions& options,
                                 CommPtr world, std::ostream& out) {
   if (config.train.num_threads > 0) at::set_num_threads(config.train.num_threads);

@@ -22,6 +22,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "fsdp/checkpoint/safetensors.h"
 #include "fsdp/checkpoint/safetensors_set.h"
@@ -104,5 +105,17 @@ void load_full_safetensors(FullyShardedModel& model, const std::string& path,
 // CheckpointError naming the file at fault.
 void consolidate_checkpoint(const std::string& dir, const std::string& out_path,
                             DType dtype = DType::kFloat32, int64_t chunk_elements = 1 << 22);
+
+// consolidate_checkpoint into the folder `out_dir` (which must exist), split as transformers'
+// save_pretrained splits a model: model.safetensors when the parameters' bytes fit in
+// `max_shard_bytes` (default 50 GB, transformers 5's default), else model-00001-of-0000N.safetensors
+// ... (parameters in checkpoint order, a new file when the next one would overflow the current;
+// one larger than the limit gets a file of its own) with model.safetensors.index.json
+// ({"metadata": {"total_size": bytes}, "weight_map": {name: file}}). Returns the files written.
+std::vector<std::string> consolidate_checkpoint_files(const std::string& dir,
+                                                      const std::string& out_dir,
+                                                      DType dtype = DType::kFloat32,
+                                                      int64_t max_shard_bytes = 50000000000LL,
+                                                      int64_t chunk_elements = 1 << 22);
 
 }  // namespace fsdp

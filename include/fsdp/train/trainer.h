@@ -69,4 +69,8 @@ TrainSummary train(const TrainConfig& config, CommPtr world, std::ostream& out,
 std::vector<std::string> sample(const TrainConfig& config, const SampleOptions& options,
                                 CommPtr world, std::ostream& out);
 
+// The config the checkpoint step folder `dir` was trained with (its train state's YAML). Throws
+// CheckpointError naming the folder when it holds none.
+TrainConfig checkpoint_config(const std::string& dir);
+
 }  // namespace fsdp

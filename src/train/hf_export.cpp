@@ -1,0 +1,278 @@
+// Exporting a checkpoint as a Hugging Face model folder (hf_export.h): config.json for each family,
+// generation_config.json, the tokenizer files, and the weights through
+// consolidate_checkpoint_files, all written into a temporary folder renamed into place at the end.
+#include "train/hf_export.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <stdexcept>
+
+#include "fsdp/checkpoint/full_state.h"
+#include "fsdp/train/trainer.h"
+
+namespace fsdp {
+namespace hf {
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw std::runtime_error("export '" + path + "': " + what);
+}
+
+ojson read_json(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) fail(p.string(), "cannot open it");
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return ojson::parse(text.str());
+  } catch (const ojson::exception& e) {
+    fail(p.string(), std::string("not JSON: ") + e.what());
+  }
+}
+
+void write_json(const fs::path& p, const ojson& j) {
+  std::ofstream out(p);
+  out << j.dump(2) << "\n";
+  if (!out.flush()) fail(p.string(), "cannot write it");
+}
+
+const char* hf_dtype(DType d) {
+  switch (d) {
+    case DType::kBFloat16:
+      return "bfloat16";
+    case DType::kFloat16:
+      return "float16";
+    default:
+      return "float32";
+  }
+}
+
+std::optional<DType> from_hf_dtype(const ojson& config) {
+  const std::string name = config.value("dtype", config.value("torch_dtype", std::string()));
+  if (name == "bfloat16") return DType::kBFloat16;
+  if (name == "float16") return DType::kFloat16;
+  if (name == "float32") return DType::kFloat32;
+  return std::nullopt;
+}
+
+// The source folder's config.json when the run came from one that still exists; else empty.
+ojson source_config(const ModelConfig& m) {
+  if (m.pretrained.empty()) return ojson::object();
+  const fs::path p = fs::path(m.pretrained) / "config.json";
+  return fs::is_regular_file(p) ? read_json(p) : ojson::object();
+}
+
+void set_dtype(ojson& c, DType dtype) {
+  c["dtype"] = hf_dtype(dtype);
+  if (c.contains("torch_dtype")) c["torch_dtype"] = hf_dtype(dtype);
+}
+
+ojson gpt2_config(const TrainConfig& t, ojson c) {
+  const ModelConfig& m = t.model;
+  const bool fresh = c.empty();
+  c["architectures"] = {"GPT2LMHeadModel"};
+  c["model_type"] = "gpt2";
+  c["vocab_size"] = m.vocab_size;
+  c["n_positions"] = t.context_length();
+  if (c.contains("n_ctx")) c["n_ctx"] = t.context_length();
+  c["n_embd"] = m.n_embd;
+  c["n_layer"] = m.n_layer;
+  c["n_head"] = m.n_head;
+  c["n_inner"] = nullptr;
+  c["layer_norm_epsilon"] = m.norm_eps;
+  c["activation_function"] = "gelu_new";
+  c["tie_word_embeddings"] = true;
+  if (fresh) {  // as trained: fsdp.cpp's GPT-2 has no dropout
+    for (const char* f : {"attn_pdrop", "embd_pdrop", "resid_pdrop"}) c[f] = 0.0;
+  }
+  return c;
+}
+
+// qwen2 has q/k/v biases and no other; mistral none; llama's attention_bias is all four.
+std::string llama_family(const ModelConfig& m, const ojson& base) {
+  const std::string was = base.value("model_type", std::string());
+  const bool qwen_shape = m.qkv_bias && !m.o_bias && !m.mlp_bias;
+  const bool plain = !m.qkv_bias && !m.o_bias;
+  if (was == "qwen2" && qwen_shape) return was;
+  if (was == "mistral" && plain && !m.mlp_bias) return was;
+  if (qwen_shape) return "qwen2";
+  if (m.qkv_bias != m.o_bias) {
+    throw std::runtime_error(
+        "export: model.qkv_bias and model.o_bias differ, which neither Llama (attention_bias "
+        "sets both) nor Qwen2 (q/k/v only, no mlp_bias) expresses");
+  }
+  return "llama";
+}
+
+void set_rope(ojson& c, const ModelConfig& m) {
+  ojson scaling = nullptr;
+  if (m.rope_scaling != "none") {
+    scaling = {{"rope_type", m.rope_scaling}, {"factor", m.rope_factor}};
+    if (m.rope_scaling == "llama3") {
+      scaling["low_freq_factor"] = m.rope_low_freq_factor;
+      scaling["high_freq_factor"] = m.rope_high_freq_factor;
+      scaling["original_max_position_embeddings"] = m.rope_original_max_positions;
+    }
+  }
+  if (c.contains("rope_parameters")) {  // transformers 5's spelling: keep it
+    ojson p = scaling.is_null() ? ojson{{"rope_type", "default"}} : scaling;
+    p["rope_theta"] = m.rope_theta;
+    c["rope_parameters"] = p;
+    return;
+  }
+  c["rope_theta"] = m.rope_theta;
+  c["rope_scaling"] = scaling;
+}
+
+ojson llama_config(const TrainConfig& t, ojson c) {
+  const ModelConfig& m = t.model;
+  const std::string family = llama_family(m, c);
+  const char* arch = family == "qwen2"     ? "Qwen2ForCausalLM"
+                     : family == "mistral" ? "MistralForCausalLM"
+                                           : "LlamaForCausalLM";
+  c["architectures"] = {arch};
+  c["model_type"] = family;
+  c["vocab_size"] = m.vocab_size;
+  c["hidden_size"] = m.dim;
+  c["intermediate_size"] = m.intermediate_size;
+  c["num_hidden_layers"] = m.n_layer;
+  c["num_attention_heads"] = m.n_head;
+  c["num_key_value_heads"] = m.kv_heads();
+  c["head_dim"] = m.head_dim > 0 ? m.head_dim : m.dim / m.n_head;
+  c["hidden_act"] = "silu";
+  c["rms_norm_eps"] = m.norm_eps;
+  c["tie_word_embeddings"] = m.tie_embeddings;
+  if (!c.contains("max_position_embeddings")) c["max_position_embeddings"] = t.context_length();
+  if (family == "llama") {
+    c["attention_bias"] = m.o_bias;
+    c["mlp_bias"] = m.mlp_bias;
+  }
+  set_rope(c, m);
+  return c;
+}
+
+// The ids of the tokenizer's BOS and EOS tokens, for a generated generation_config.json.
+ojson special_ids(const fs::path& tok) {
+  ojson ids = ojson::object();
+  if (fs::is_regular_file(tok / "encoder.json")) {
+    const ojson enc = read_json(tok / "encoder.json");
+    if (enc.contains("<|endoftext|>"))
+      ids["bos_token_id"] = ids["eos_token_id"] = enc["<|endoftext|>"];
+    return ids;
+  }
+  if (!fs::is_regular_file(tok / "tokenizer.json") ||
+      !fs::is_regular_file(tok / "tokenizer_config.json")) {
+    return ids;
+  }
+  const ojson added = read_json(tok / "tokenizer.json").value("added_tokens", ojson::array());
+  const ojson config = read_json(tok / "tokenizer_config.json");
+  for (const char* which : {"bos", "eos"}) {
+    const ojson token = config.value(std::string(which) + "_token", ojson());
+    const std::string content =
+        token.is_string() ? token.get<std::string>()
+                          : (token.is_object() ? token.value("content", std::string()) : "");
+    for (const auto& a : added) {
+      if (!content.empty() && a.value("content", std::string()) == content) {
+        ids[std::string(which) + "_token_id"] = a["id"];
+      }
+    }
+  }
+  return ids;
+}
+
+// tokenizer.json and its companions, or GPT-2's files under the names transformers' GPT2Tokenizer
+// reads (encoder.json is vocab.json, vocab.bpe is merges.txt) with a tokenizer_config.json.
+std::vector<std::string> copy_tokenizer(const fs::path& from, const fs::path& to,
+                                        int64_t max_length) {
+  std::vector<std::string> written;
+  auto copy = [&](const char* name, const char* as) {
+    if (!fs::is_regular_file(from / name)) return;
+    fs::copy_file(from / name, to / as, fs::copy_options::overwrite_existing);
+    written.push_back(as);
+  };
+  if (fs::is_regular_file(from / "tokenizer.json")) {
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                          "chat_template.jinja"}) {
+      copy(f, f);
+    }
+    return written;
+  }
+  if (fs::is_regular_file(from / "encoder.json") && fs::is_regular_file(from / "vocab.bpe")) {
+    copy("encoder.json", "vocab.json");
+    copy("vocab.bpe", "merges.txt");
+    write_json(to / "tokenizer_config.json", {{"tokenizer_class", "GPT2Tokenizer"},
+                                              {"bos_token", "<|endoftext|>"},
+                                              {"eos_token", "<|endoftext|>"},
+                                              {"unk_token", "<|endoftext|>"},
+                                              {"add_prefix_space", false},
+                                              {"model_max_length", max_length}});
+    written.push_back("tokenizer_config.json");
+    return written;
+  }
+  fail(from.string(),
+       "holds no tokenizer (tokenizer.json, or encoder.json and vocab.bpe); give the folder that "
+       "does with --tokenizer");
+}
+
+// `out` may not hold anything yet, nor lie inside the checkpoint it is made from.
+void check_destination(const fs::path& out, const fs::path& step_dir) {
+  if (fs::exists(out) && !(fs::is_directory(out) && fs::is_empty(out))) {
+    fail(out.string(), "exists and is not an empty folder; export writes a new folder");
+  }
+  const std::string o = fs::weakly_canonical(out).string() + "/";
+  const std::string s = fs::weakly_canonical(step_dir).string() + "/";
+  if (o.rfind(s, 0) == 0) fail(out.string(), "lies inside the checkpoint it is exported from");
+}
+
+}  // namespace
+
+std::vector<std::string> export_model_folder(const std::string& step_dir,
+                                             const std::string& out_dir,
+                                             const ExportOptions& options) {
+  const fs::path out = fs::path(out_dir).lexically_normal();
+  check_destination(out, step_dir);
+  const TrainConfig t = checkpoint_config(step_dir);
+  const ojson base = source_config(t.model);
+  const DType dtype = options.dtype.value_or(from_hf_dtype(base).value_or(DType::kFloat32));
+  const fs::path tok = options.tokenizer_dir.empty() ? t.data.tokenizer_dir : options.tokenizer_dir;
+
+  const fs::path tmp = out.string() + ".tmp-" + std::to_string(::getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  try {
+    ojson config = t.model.type == ModelType::kGPT2 ? gpt2_config(t, base) : llama_config(t, base);
+    set_dtype(config, dtype);
+    const ojson ids = special_ids(tok);
+    for (const auto& [k, v] : ids.items()) {
+      if (!config.contains(k) || config[k].is_null()) config[k] = v;
+    }
+    write_json(tmp / "config.json", config);
+    const fs::path source_gen = fs::path(t.model.pretrained) / "generation_config.json";
+    if (!t.model.pretrained.empty() && fs::is_regular_file(source_gen)) {
+      fs::copy_file(source_gen, tmp / "generation_config.json");
+    } else {
+      write_json(tmp / "generation_config.json", ids);
+    }
+    copy_tokenizer(tok, tmp, t.context_length());
+    consolidate_checkpoint_files(step_dir, tmp.string(), dtype, options.max_shard_bytes);
+  } catch (...) {
+    fs::remove_all(tmp);
+    throw;
+  }
+  if (fs::exists(out)) fs::remove(out);  // empty, checked above
+  fs::rename(tmp, out);
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(out)) files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace hf
+}  // namespace fsdp
