@@ -248,6 +248,50 @@ TEST(ConfigAccelerate, SyncModuleStatesAndRamEfficientLoading) {
   EXPECT_EQ(e.line(), 3);
 }
 
+// FSDP2 (fsdp_version: 2): rank 0 loads and the others receive without fsdp_sync_module_states,
+// which Accelerate 1.14 no longer writes.
+TEST(ConfigAccelerate, RamEfficientLoadingUnderFsdp2NeedsNoSync) {
+  const TrainConfig c =
+      parse("fsdp_config:\n  fsdp_version: 2\n  fsdp_cpu_ram_efficient_loading: true\n");
+  EXPECT_TRUE(c.fsdp.cpu_ram_efficient_loading);
+  EXPECT_FALSE(c.fsdp.sync_module_states);
+  EXPECT_EQ(c.fsdp.version, 2);
+}
+
+// parallelism_config's data-parallel sizes: replicas of a sharded model are HYBRID_SHARD (or its
+// ZeRO-2 form without resharding after forward), replicas of an unsharded one NO_SHARD; tensor
+// and context parallelism are refused by name; the sizes must multiply to num_processes.
+TEST(ConfigAccelerate, ParallelismConfigMapsToStrategies) {
+  const std::string p = "parallelism_config:\n  parallelism_config_";
+  const TrainConfig hybrid =
+      parse("num_processes: 4\n" + p + "dp_shard_size: 2\n  parallelism_config_dp_replicate_size: 2\n");
+  EXPECT_EQ(hybrid.fsdp.sharding_strategy, ShardingStrategy::kHybridShard);
+  EXPECT_EQ(hybrid.fsdp.shard_group_size, 2);
+  EXPECT_EQ(parse(fsdp::to_yaml(hybrid)), hybrid);  // a saved config reads back the same
+  const TrainConfig zero2 = parse(
+      "num_processes: 4\nfsdp_config:\n  fsdp_reshard_after_forward: false\n" + p +
+      "dp_shard_size: 2\n  parallelism_config_dp_replicate_size: 2\n");
+  EXPECT_EQ(zero2.fsdp.sharding_strategy, ShardingStrategy::kHybridShardZero2);
+  const TrainConfig ddp =
+      parse("num_processes: 2\n" + p + "dp_shard_size: 1\n  parallelism_config_dp_replicate_size: 2\n");
+  EXPECT_EQ(ddp.fsdp.sharding_strategy, ShardingStrategy::kNoShard);
+  EXPECT_EQ(parse("num_processes: 2\n" + p + "dp_shard_size: 2\n").fsdp.sharding_strategy,
+            ShardingStrategy::kFullShard);
+  EXPECT_TRUE(contains(parse_error(p + "tp_size: 2\n").what(), "tensor parallelism (tp_size)"));
+  EXPECT_TRUE(contains(parse_error(p + "cp_size: 4\n").what(), "context parallelism (cp_size)"));
+  EXPECT_TRUE(contains(parse_error("num_processes: 4\n" + p + "dp_shard_size: 3\n").what(),
+                       "must equal num_processes"));
+}
+
+TEST(ConfigAccelerate, Fsdp2ExampleFile) {
+  const TrainConfig c = fsdp::load_config(FSDP_CONFIGS_DIR "/accelerate-fsdp2.yaml");
+  EXPECT_EQ(c.fsdp.version, 2);
+  EXPECT_EQ(c.fsdp.sharding_strategy, ShardingStrategy::kFullShard);
+  EXPECT_TRUE(c.fsdp.cpu_ram_efficient_loading);
+  EXPECT_EQ(c.fsdp.dp_shard_size, 2);
+  EXPECT_EQ(c.num_processes, 2);
+}
+
 TEST(ConfigAccelerate, UseOrigParamsIsAcceptedEitherWay) {
   EXPECT_EQ(parse("fsdp_config:\n  fsdp_use_orig_params: true\n"), TrainConfig{});
   EXPECT_EQ(parse("fsdp_config:\n  fsdp_use_orig_params: false\n"), TrainConfig{});
@@ -695,6 +739,11 @@ std::map<std::string, Change> changes() {
       {"model.rope_theta", {[](TrainConfig& c) { c.model.rope_theta = 500000; }, true}},
       {"model.tie_embeddings", {[](TrainConfig& c) { c.model.tie_embeddings = true; }, true}},
       {"model.pretrained", {[](TrainConfig& c) { c.model.pretrained = "/models/my llama"; }}},
+      {"fsdp_config.fsdp_version", {[](TrainConfig& c) { c.fsdp.version = 2; }}},
+      {"parallelism_config.parallelism_config_dp_shard_size",
+       {[](TrainConfig& c) { c.fsdp.dp_shard_size = 4; }}},
+      {"parallelism_config.parallelism_config_dp_replicate_size",
+       {[](TrainConfig& c) { c.fsdp.dp_replicate_size = 1; }}},
       {"model.head_dim", {[](TrainConfig& c) { c.model.head_dim = 64; }, true}},
       {"model.qkv_bias", {[](TrainConfig& c) { c.model.qkv_bias = true; }, true}},
       {"model.o_bias", {[](TrainConfig& c) { c.model.o_bias = true; }, true}},

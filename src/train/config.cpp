@@ -74,6 +74,21 @@ RawValue to_raw(const YAML::Node& node) {
   }
 }
 
+// parallelism_config's sizes as a strategy: replicas of a sharded model are a hybrid strategy
+// (FULL_SHARD's or SHARD_GRAD_OP's), replicas of an unsharded one NO_SHARD. Idempotent, so that a
+// saved config reads back the same.
+void apply_parallelism(FsdpConfig& f) {
+  if (f.dp_replicate_size <= 1) return;
+  if (f.dp_shard_size == 1) {
+    f.sharding_strategy = ShardingStrategy::kNoShard;
+    return;
+  }
+  const bool zero2 = f.sharding_strategy == ShardingStrategy::kShardGradOp ||
+                     f.sharding_strategy == ShardingStrategy::kHybridShardZero2;
+  f.sharding_strategy = zero2 ? ShardingStrategy::kHybridShardZero2 : ShardingStrategy::kHybridShard;
+  f.shard_group_size = f.dp_shard_size;
+}
+
 // Applies sources in order of precedence and remembers where each setting came from.
 class Builder {
  public:
@@ -81,7 +96,8 @@ class Builder {
   void apply_override(const ConfigOverride& o);
   // model.pretrained: the folder's config.json fills the model keys the user left unset.
   void take_pretrained() { hf::apply_pretrained(config_, origins_); }
-  TrainConfig finish(MachineChecks machine = {}) const {
+  TrainConfig finish(MachineChecks machine = {}) {
+    apply_parallelism(config_.fsdp);
     config::validate(config_, origins_, machine);
     return config_;
   }
@@ -345,12 +361,12 @@ bool operator==(const FsdpConfig& a, const FsdpConfig& b) {
                   a.min_num_params, a.backward_prefetch, a.forward_prefetch, a.prefetch_depth,
                   a.limit_all_gathers, a.offload_params, a.activation_checkpointing,
                   a.state_dict_type, a.sync_module_states, a.cpu_ram_efficient_loading,
-                  a.shard_group_size) ==
+                  a.shard_group_size, a.version, a.dp_shard_size, a.dp_replicate_size) ==
          std::tie(b.sharding_strategy, b.auto_wrap_policy, b.transformer_layer_cls_to_wrap,
                   b.min_num_params, b.backward_prefetch, b.forward_prefetch, b.prefetch_depth,
                   b.limit_all_gathers, b.offload_params, b.activation_checkpointing,
                   b.state_dict_type, b.sync_module_states, b.cpu_ram_efficient_loading,
-                  b.shard_group_size);
+                  b.shard_group_size, b.version, b.dp_shard_size, b.dp_replicate_size);
 }
 
 bool operator==(const GradScalerOptions& a, const GradScalerOptions& b) {

@@ -181,6 +181,7 @@ std::function<void(const RawValue&)> only_value(std::string expected, std::strin
 }
 
 const Names<ModelType> kModelTypes = {{"gpt2", ModelType::kGPT2}, {"llama", ModelType::kLlama}};
+const Names<int> kFsdpVersions = {{"1", 1}, {"2", 2}};
 const Names<std::string> kRopeScalings = {
     {"none", "none"}, {"linear", "linear"}, {"llama3", "llama3"}};
 const Names<AttentionKernel> kAttentionKernels = {{"auto", AttentionKernel::kAuto},
@@ -362,15 +363,40 @@ std::vector<Option> fsdp_section() {
                "accepted, true or false; the model always keeps its original parameters and the "
                "optimizer steps flat shards with a weight-decay mask",
                check_bool),
-      accepted(p + "fsdp_version", "1|2",
-               "accepted, 1 or 2; the same runtime either way (FSDP2 configs set "
-               "fsdp_reshard_after_forward)",
-               [](const RawValue& v) {
-                 to_choice(v, {"1", "2"});
-               }),
+      choice_setting(p + "fsdp_version", FIELD(fsdp.version), kFsdpVersions,
+                     "1 or 2: the same runtime either way (FSDP2 configs set "
+                     "fsdp_reshard_after_forward); under 2 fsdp_cpu_ram_efficient_loading needs no "
+                     "fsdp_sync_module_states"),
       int_setting(p + "shard_group_size", FIELD(fsdp.shard_group_size),
                   "HYBRID strategies: ranks per shard group, must divide the world size; 0: the "
                   "ranks of one node (fsdp.cpp's key, not Accelerate's)"),
+  };
+}
+
+// Accelerate 1.14's parallelism_config (FSDP2): data-parallel sizes map to our strategies;
+// tensor and context parallelism are refused by name.
+std::vector<Option> parallelism_section() {
+  const std::string p = "parallelism_config.parallelism_config_";
+  auto only_one = [](const char* what) {
+    return [what](const RawValue& v) {
+      if (v.kind != RawValue::Kind::kNull && to_int(v) > 1) {
+        throw ValueError(std::string(what) + " is not supported (fsdp.cpp is data parallel: "
+                                             "FSDP and HSDP); set it to 1");
+      }
+    };
+  };
+  return {
+      int_setting(p + "dp_shard_size", FIELD(fsdp.dp_shard_size),
+                  "ranks one copy of the model is sharded over; with dp_replicate_size above 1 "
+                  "the strategy becomes hybrid with that shard group size; 0: not given"),
+      int_setting(p + "dp_replicate_size", FIELD(fsdp.dp_replicate_size),
+                  "copies of the sharded model (HYBRID_SHARD's replicas); 0: not given"),
+      accepted(p + "tp_size", "int", "1 only: tensor parallelism is not supported",
+               only_one("tensor parallelism (tp_size)")),
+      accepted(p + "cp_size", "int", "1 only: context parallelism is not supported",
+               only_one("context parallelism (cp_size)")),
+      accepted(p + "cp_comm_strategy", "string", "accepted; no effect (cp_size is 1)",
+               check_scalar),
   };
 }
 
@@ -607,7 +633,7 @@ std::vector<Option> foreign_sections() {
 std::vector<Option> build_options() {
   std::vector<Option> all;
   for (auto part :
-       {accelerate_top_level(), fsdp_section(), model_section(), data_section(), optim_section(),
+       {accelerate_top_level(), fsdp_section(), parallelism_section(), model_section(), data_section(), optim_section(),
         grad_scaler_section(), train_section(), torchacc_section(), foreign_sections()}) {
     for (auto& o : part) all.push_back(std::move(o));
   }

@@ -178,10 +178,20 @@ void check_fsdp(const Checks& k, const TrainConfig& c) {
       {"fsdp_config.shard_group_size", "num_processes"},
       "shard_group_size (" + num(int64_t{f.shard_group_size}) + ") must divide num_processes (" +
           num(int64_t{c.num_processes}) + ")");
-  k.require(!f.cpu_ram_efficient_loading || f.sync_module_states,
+  k.require(!f.cpu_ram_efficient_loading || f.sync_module_states || f.version == 2,
             {"fsdp_config.fsdp_cpu_ram_efficient_loading", "fsdp_config.fsdp_sync_module_states"},
-            "fsdp_cpu_ram_efficient_loading needs fsdp_sync_module_states: true (the other ranks "
-            "receive rank 0's parameters through it)");
+            "fsdp_cpu_ram_efficient_loading needs fsdp_sync_module_states: true under "
+            "fsdp_version 1 (the other ranks receive rank 0's parameters through it; FSDP2, "
+            "fsdp_version: 2, does without)");
+  k.at_least("parallelism_config.parallelism_config_dp_shard_size", f.dp_shard_size, 0);
+  k.at_least("parallelism_config.parallelism_config_dp_replicate_size", f.dp_replicate_size, 0);
+  const int dp = std::max(f.dp_shard_size, 1) * std::max(f.dp_replicate_size, 1);
+  k.require(f.dp_shard_size + f.dp_replicate_size == 0 || c.num_processes == 0 ||
+                dp == c.num_processes,
+            {"parallelism_config.parallelism_config_dp_shard_size",
+             "parallelism_config.parallelism_config_dp_replicate_size", "num_processes"},
+            "dp_shard_size x dp_replicate_size (" + num(int64_t{dp}) +
+                ") must equal num_processes (" + num(int64_t{c.num_processes}) + ")");
 }
 
 void check_launch(const Checks& k, const TrainConfig& c) {

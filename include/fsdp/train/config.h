@@ -192,6 +192,15 @@ struct FsdpConfig {
   // HYBRID strategies: ranks per shard group (ShardingOptions::shard_group_size). Default 0: the
   // ranks of one node. Not an Accelerate key; TorchAcc's dist.fsdp.size sets it.
   int shard_group_size = 0;
+  // Accelerate's fsdp_version: 1 or 2. The runtime is the same; under 2, fsdp_cpu_ram_efficient_
+  // loading means FSDP2's (rank 0 reads the weights and the others receive them) and needs no
+  // fsdp_sync_module_states, which Accelerate 1.14 no longer writes. Default 1.
+  int version = 1;
+  // Accelerate 1.14's parallelism_config (FSDP2): ranks that hold one copy of the model sharded
+  // between them (dp_shard_size) and copies (dp_replicate_size). Replicas above 1 make the strategy
+  // hybrid with shard_group_size = dp_shard_size (NO_SHARD when that is 1). Default 0: not given.
+  int dp_shard_size = 0;
+  int dp_replicate_size = 0;
 };
 
 struct TrainConfig {
