@@ -109,7 +109,10 @@ if [[ "${1:-}" == --regen-vectors ]]; then
     const out = fs.readFileSync(process.argv[2], "utf8").split("\n").filter(l => l).map(line => {
       if (line.startsWith("#")) return line;
       const text = JSON.parse(line.split("\t")[2]);
-      return [Buffer.from(text, "utf8").toString("hex"), encode(text).join(" "),
+      // As Hugging Face does: a literal <|endoftext|> is the special token, the rest is BPE.
+      const ids = text.split("<|endoftext|>").map(p => encode(p))
+                      .reduce((acc, p, i) => i ? acc.concat([50256], p) : p, []);
+      return [Buffer.from(text, "utf8").toString("hex"), ids.join(" "),
               JSON.stringify(text)].join("\t");
     });
     fs.writeFileSync(process.argv[2], out.join("\n") + "\n");

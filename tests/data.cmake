@@ -5,9 +5,20 @@ target_compile_definitions(test_tokenizer PRIVATE
                            FSDP_ASSETS_DIR="${PROJECT_SOURCE_DIR}/assets/gpt2"
                            FSDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")
 
-# Token files, corpora and their cache, the distributed loaders. The corpus tests need
-# assets/gpt2 (and the SOTU test assets/sotu) from scripts/fetch_assets.sh and skip without them.
+# Token files, corpora and their cache (with GPT-2's files and with tokenizer.json folders from
+# tests/data/hf/tokenizers), the distributed loaders. The GPT-2 corpus tests need assets/gpt2 (and
+# the SOTU test assets/sotu) from scripts/fetch_assets.sh and skip without them.
 fsdp_unit_test(test_data test_data.cpp)
 target_compile_definitions(test_data PRIVATE
+                           FSDP_ASSETS_DIR="${PROJECT_SOURCE_DIR}/assets/gpt2"
+                           FSDP_SOTU_DIR="${PROJECT_SOURCE_DIR}/assets/sotu"
+                           FSDP_HF_TOKENIZERS_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data/hf/tokenizers")
+
+# tokenizer.json families against the real `tokenizers` library's ids on the SOTU corpus and the
+# torture texts (fixtures in tests/data/hf/tokenizers from scripts/hf_fixtures.sh). The corpus
+# checks need assets/sotu and skip without it.
+fsdp_unit_test(test_hf_tokenizer test_hf_tokenizer.cpp)
+target_compile_definitions(test_hf_tokenizer PRIVATE
+                           FSDP_HF_TOKENIZERS_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data/hf/tokenizers"
                            FSDP_ASSETS_DIR="${PROJECT_SOURCE_DIR}/assets/gpt2"
                            FSDP_SOTU_DIR="${PROJECT_SOURCE_DIR}/assets/sotu")

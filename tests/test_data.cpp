@@ -32,6 +32,7 @@ namespace {
 
 const std::string kAssets = FSDP_ASSETS_DIR;
 const std::string kSotu = FSDP_SOTU_DIR;
+const std::string kHfTokenizers = FSDP_HF_TOKENIZERS_DIR;
 
 bool tokenizer_present() {
   return fs::is_regular_file(kAssets + "/encoder.json") &&
@@ -172,16 +173,42 @@ TEST(TokenFile, EmptyFileRoundTrips) {
   EXPECT_TRUE(TokenFile::open(dir + "/e.bin").tokens().empty());
 }
 
-TEST(TokenFile, WriteRejectsTokensOutsideUint16) {
+TEST(TokenFile, WriteRejectsNegativeTokens) {
   const std::string dir = temp_dir("write_range");
   expect_error(
       [&] {
         write_token_file(dir + "/neg.bin", {1, -1});
       },
       {dir + "/neg.bin", "token -1 at position 1"});
-  expect_error([&] { write_token_file(dir + "/big.bin", {65536}); }, {"big.bin", "65536"});
   EXPECT_FALSE(fs::exists(dir + "/neg.bin"));
-  EXPECT_FALSE(fs::exists(dir + "/big.bin"));
+}
+
+// Ids past 65,535 (Llama 3's vocabulary) make a version 2 file of uint32 tokens; the reader tells
+// the width from the header.
+TEST(TokenFile, IdsPastUint16RoundTripAsVersion2) {
+  const std::string dir = temp_dir("uint32");
+  const std::vector<int32_t> tokens = {0, 65536, 128255, 7, 65535};
+  write_token_file(dir + "/w.bin", tokens);
+  const TokenFile f = TokenFile::open(dir + "/w.bin");
+  EXPECT_EQ(f.token_bytes(), 4);
+  EXPECT_EQ(f.tokens(), tokens);
+  EXPECT_EQ(f.tokens(1, 2), (std::vector<int32_t>{65536, 128255}));
+  EXPECT_EQ(f.max_token(), 128255);
+  expect_error([&] { f.check_vocab(128255); }, {"token 128255 at position 2"});
+  EXPECT_NO_THROW(f.check_vocab(128256));
+  const std::string bytes = read_bytes(dir + "/w.bin");
+  ASSERT_EQ(bytes.size(), 1024u + 20u);
+  EXPECT_EQ(bytes.substr(0, 1024), raw_token_file(20240520, 2, 5, ""));
+  EXPECT_EQ(bytes.substr(1024 + 4, 4), std::string("\x00\x00\x01\x00", 4));  // 65536 LE
+  // Ids that fit stay version 1, llm.c's layout.
+  write_token_file(dir + "/n.bin", {1, 65535});
+  EXPECT_EQ(TokenFile::open(dir + "/n.bin").token_bytes(), 2);
+  EXPECT_EQ(read_bytes(dir + "/n.bin").substr(0, 1024), raw_token_file(20240520, 1, 2, ""));
+  // llm.c's own uint32 shards (its Llama 3 data scripts: magic 20240801, version 7) read as they
+  // are.
+  const std::string payload = bytes.substr(1024);
+  write_bytes(dir + "/llmc.bin", raw_token_file(20240801, 7, 5, payload));
+  EXPECT_EQ(TokenFile::open(dir + "/llmc.bin").tokens(), tokens);
 }
 
 TEST(TokenFile, EveryMalformedFileIsAnErrorNamingTheFile) {
@@ -194,6 +221,8 @@ TEST(TokenFile, EveryMalformedFileIsAnErrorNamingTheFile) {
       {"short.bin", std::string(100, '\0'), "truncated: 100 bytes"},
       {"magic.bin", raw_token_file(20240521, 1, 4, four_tokens), "bad magic 20240521"},
       {"version.bin", raw_token_file(20240520, 7, 4, four_tokens), "unsupported version 7"},
+      {"llmc_version.bin", raw_token_file(20240801, 1, 2, four_tokens), "unsupported version 1"},
+      {"cut32.bin", raw_token_file(20240520, 2, 4, four_tokens), "header says 4 tokens (16 bytes)"},
       {"cut.bin", raw_token_file(20240520, 1, 5, four_tokens), "header says 5 tokens"},
       {"cut2.bin", raw_token_file(20240520, 1, 5, four_tokens), "(truncated)"},
       {"odd.bin", raw_token_file(20240520, 1, 4, four_tokens + "x"), "9 bytes follow"},
@@ -547,6 +576,33 @@ TEST(Corpus, TextFolderPutsEotBeforeEachDocumentAndTheLastDocumentsInValidation)
   EXPECT_EQ(c.train_tokens, static_cast<int64_t>(all_tokens(c.train).size()));
   EXPECT_EQ(c.cache_entry.rfind(dir + "/cache/docs-", 0), 0u) << c.cache_entry;
   EXPECT_TRUE(fs::exists(c.cache_entry + "/manifest.txt"));
+}
+
+// A tokenizer.json folder tokenizes the corpus: its BOS (or EOS, for a tokenizer without one)
+// before each document, and the cache is keyed by the tokenizer, so changing it rebuilds.
+TEST(Corpus, AHuggingFaceTokenizerFolderTokenizesTheCorpus) {
+  const std::string dir = temp_dir("hf_tokenizer");
+  const std::string docs = doc_folder(dir);
+  CorpusOptions o = corpus_options(dir + "/cache");
+  for (const std::string family : {"llama3", "qwen2", "llama2"}) {
+    o.tokenizer_dir = kHfTokenizers + "/" + family;
+    const auto tok = load_tokenizer(o.tokenizer_dir);
+    const int32_t separator = tok->bos_id() ? *tok->bos_id() : *tok->eos_id();
+    std::vector<int32_t> expected;
+    for (size_t i = 0; i < 3; ++i) {
+      expected.push_back(separator);
+      const auto ids = tok->encode(kDocs[i]);
+      expected.insert(expected.end(), ids.begin(), ids.end());
+    }
+    const Corpus c = prepare_corpus(docs, o);
+    EXPECT_TRUE(c.built) << family;
+    EXPECT_EQ(all_tokens(c.train), expected) << family;
+    EXPECT_NE(read_bytes(c.cache_entry + "/manifest.txt").find(tok->family()), std::string::npos);
+    EXPECT_FALSE(prepare_corpus(docs, o).built) << family;
+  }
+  o.tokenizer_dir = dir + "/no_tokenizer";
+  expect_error([&] { prepare_corpus(docs, o); },
+               {dir + "/no_tokenizer/tokenizer.json", dir + "/no_tokenizer/encoder.json"});
 }
 
 TEST(Corpus, TheCacheIsReusedAndRebuiltWhenAnInputOrTheSplitChanges) {

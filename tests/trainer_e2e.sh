@@ -6,6 +6,8 @@
 #    same losses for steps 11-20 as the straight run; at world size 1 with the same global batch
 #    (micro_batch_size doubled), within 1e-4;
 #  - `sample` prints the prompt and its continuation, the same text twice for the same seed;
+#  - fsdp-ckpt export writes a Hugging Face folder; `eval` of it and of the checkpoint give the
+#    run's validation loss, `sample` from it the checkpoint's text, a fine-tune from it starts there;
 #  - model.init_from a consolidated checkpoint reproduces its validation loss (every rank reading,
 #    or rank 0 alone with cpu_ram_efficient_loading);
 #  - fsdp-ckpt: inspect verifies the checksums (and names a damaged shard), consolidate writes the
@@ -140,6 +142,34 @@ done
 grep -q "^The Congress" "$WORK/sample1.txt" || fail "the sample does not start with the prompt: $(cat "$WORK/sample1.txt")"
 cmp -s "$WORK/sample1.txt" "$WORK/sample2.txt" || fail "two samples with the same seed differ"
 ((failures == 0)) && echo "ok: sample: $(sed -n 2p "$WORK/sample1.txt")"
+
+# A Hugging Face folder out and back in: fsdp-ckpt export writes one; `eval` of it at 2 ranks gives
+# the straight run's step-20 validation loss, as `eval` of the checkpoint does; `sample` from it
+# continues the prompt as the checkpoint did; a fine-tune from it (model.pretrained) starts there.
+"$CK" export "$WORK/straight/ckpt" "$WORK/hf" >/dev/null || fail "fsdp-ckpt export exited $?"
+for f in config.json generation_config.json model.safetensors vocab.json merges.txt tokenizer_config.json; do
+  [[ -s $WORK/hf/$f ]] || fail "export wrote no $f"
+done
+evaluate() {  # evaluate ARGS...: the loss eval prints
+  PORT=$((PORT + 1))
+  timeout 120 "$BIN/fsdp-run" --nproc-per-node 2 --backend "$BACKEND" --master-port "$PORT" \
+    "$BIN/fsdp-train" eval "${COMMON[@]}" --train.micro_batch_size 4 "$@" 2>&1 |
+    sed -nE 's/^eval: loss ([0-9.]+).*/\1/p'
+}
+from_ckpt=$(evaluate --checkpoint "$WORK/straight/ckpt")
+from_hf=$(evaluate --model.pretrained "$WORK/hf")
+[[ -n $want && $from_ckpt == "$want" && $from_hf == "$want" ]] &&
+  echo "ok: eval of the checkpoint and of the exported folder: $from_hf" ||
+  fail "eval: checkpoint '$from_ckpt', folder '$from_hf', want the step-20 val loss '$want'"
+"$BIN/fsdp-train" sample --model.pretrained "$WORK/hf" --prompt "The Congress" \
+  --max-new-tokens 12 --seed 7 >"$WORK/sample_hf.txt" 2>&1 || fail "sample from the folder exited $?"
+[[ $(sed 1d "$WORK/sample_hf.txt") == "$(sed 1d "$WORK/sample1.txt")" ]] ||
+  fail "sample from the folder differs: $(cat "$WORK/sample_hf.txt")"
+out=$(train 2 "$WORK/finetune" --train.micro_batch_size 4 --optim.max_steps 1 \
+  --optim.warmup_steps 1 --train.checkpoint_every 0 --model.pretrained "$WORK/hf" 2>&1)
+got=$(sed -nE 's/^eval  step     0 \| val loss ([0-9.]+).*/\1/p' <<<"$out")
+[[ $got == "$want" ]] && echo "ok: model.pretrained fine-tune starts at val loss $got" ||
+  fail "model.pretrained: val loss '$got' before the first step, want '$want': $out"
 
 # Bad input.
 out=$("$BIN/fsdp-train" --optim.lrr 1 2>&1)

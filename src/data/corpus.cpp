@@ -21,6 +21,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -32,7 +33,7 @@ namespace fsdp::data {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr const char* kCacheFormat = "fsdp-data-cache 1";  // bump when the token layout changes
+constexpr const char* kCacheFormat = "fsdp-data-cache 2";  // bump when the token layout changes
 
 // ---- small file helpers ----------------------------------------------------------------------
 
@@ -217,28 +218,33 @@ TextPlan plan_text_file(const std::string& path, const CorpusOptions& o) {
 // ---- text corpora: the cache -----------------------------------------------------------------
 
 // Everything the tokens depend on, one line each; its hash names the cache entry.
-std::string cache_key_text(const TextPlan& p, const std::string& encoder,
-                           const std::string& merges) {
+std::string cache_key_text(const TextPlan& p, uint64_t tokenizer_fingerprint) {
   std::ostringstream k;
   k << kCacheFormat << "\nsplit " << p.split << "\nfirst_val_doc " << p.first_val_doc
-    << "\nencoder.json " << hex64(hash_file(encoder)) << "\nvocab.bpe " << hex64(hash_file(merges))
-    << "\n";
+    << "\ntokenizer " << hex64(tokenizer_fingerprint) << "\n";
   for (const auto& f : p.files)
     k << "document " << fs::path(f).filename().string() << " " << fs::file_size(f) << " "
       << hex64(hash_file(f)) << "\n";
   return k.str();
 }
 
-std::vector<std::vector<int32_t>> tokenize(const GPT2Tokenizer& tok,
+// What precedes every document: the tokenizer's BOS, else its EOS (GPT-2: <|endoftext|> either
+// way), else nothing.
+std::optional<int32_t> document_separator(const Tokenizer& tok) {
+  return tok.bos_id() ? tok.bos_id() : tok.eos_id();
+}
+
+std::vector<std::vector<int32_t>> tokenize(const Tokenizer& tok,
                                            const std::vector<std::string>& files, int threads) {
   std::vector<std::vector<int32_t>> out(files.size());
+  const std::optional<int32_t> separator = document_separator(tok);
   std::atomic<size_t> next{0};
   std::exception_ptr error;
   std::mutex error_mu;
   auto work = [&] {
     for (size_t i; (i = next++) < files.size();) {
       try {
-        out[i].push_back(tok.eot());
+        if (separator) out[i].push_back(*separator);
         const auto ids = tok.encode(read_file(files[i]));
         out[i].insert(out[i].end(), ids.begin(), ids.end());
       } catch (...) {
@@ -292,9 +298,8 @@ void build_entry(const TextPlan& p, const std::string& entry, const std::string&
                  const CorpusOptions& o) {
   for (const auto& e : fs::directory_iterator(entry))  // leftovers of a killed build
     if (e.path().filename().string().find(".tmp-") != std::string::npos) fs::remove(e.path());
-  const auto tok =
-      GPT2Tokenizer::load(o.tokenizer_dir + "/encoder.json", o.tokenizer_dir + "/vocab.bpe");
-  auto docs = tokenize(tok, p.files, o.threads);
+  const auto tok = load_tokenizer(o.tokenizer_dir);
+  auto docs = tokenize(*tok, p.files, o.threads);
   std::vector<int32_t> train = concat(docs, 0, p.first_val_doc);
   std::vector<int32_t> val = concat(docs, p.first_val_doc, docs.size());
   if (p.split_by_tokens) {
@@ -305,6 +310,7 @@ void build_entry(const TextPlan& p, const std::string& entry, const std::string&
   write_token_file(entry + "/train.bin", train);
   write_token_file(entry + "/val.bin", val);
   std::ostringstream m;
+  m << "tokenizer_family " << tok->family() << " (" << o.tokenizer_dir << ")\n";
   m << "train_tokens " << train.size() << "\nval_tokens " << val.size() << "\ntrain_documents "
     << (p.split_by_tokens ? 1 : p.first_val_doc) << "\nval_documents "
     << (p.split_by_tokens ? 0 : p.files.size() - p.first_val_doc) << "\nsplit " << p.split
@@ -340,14 +346,18 @@ Corpus read_entry(const TextPlan& p, const std::string& entry) {
   return c;
 }
 
+// The tokenizer's fingerprint; a folder without tokenizer files is an option we cannot honour.
+uint64_t fingerprint_or_throw(const TextPlan& p, const CorpusOptions& o) {
+  try {
+    return tokenizer_fingerprint(o.tokenizer_dir);
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument("corpus " + p.name + ": " + e.what() +
+                                " (scripts/fetch_assets.sh fetches GPT-2's)");
+  }
+}
+
 Corpus prepare_text(const TextPlan& p, const CorpusOptions& o) {
-  const std::string encoder = o.tokenizer_dir + "/encoder.json";
-  const std::string merges = o.tokenizer_dir + "/vocab.bpe";
-  for (const auto& f : {encoder, merges})
-    if (!fs::is_regular_file(f))
-      throw std::invalid_argument("corpus " + p.name + ": tokenizer file " + f +
-                                  " missing (scripts/fetch_assets.sh fetches it)");
-  const std::string key_text = cache_key_text(p, encoder, merges);
+  const std::string key_text = cache_key_text(p, fingerprint_or_throw(p, o));
   const std::string entry_name = p.name + "-" + hex64(fnv1a(key_text.data(), key_text.size()));
   const std::string entry = o.cache_dir + "/" + entry_name;
   fs::create_directories(entry);

@@ -46,38 +46,67 @@ void write_all(int fd, const void* data, size_t n, const std::string& path) {
   }
 }
 
-std::vector<uint16_t> narrow(const std::string& path, const std::vector<int32_t>& tokens) {
-  std::vector<uint16_t> out(tokens.size());
+// The tokens in the file's width: uint16 when every one fits, else uint32.
+std::string encode_tokens(const std::string& path, const std::vector<int32_t>& tokens,
+                          int32_t& version) {
+  int32_t most = 0;
   for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] > kMaxTokenId)
+    if (tokens[i] < 0)
       fail(path, "token " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +
-                     " does not fit the format's uint16");
-    out[i] = static_cast<uint16_t>(tokens[i]);
+                     " is negative");
+    most = std::max(most, tokens[i]);
+  }
+  version = most <= kMaxTokenId ? kTokenFileVersion : kTokenFileVersionU32;
+  std::string out;
+  if (version == kTokenFileVersion) {
+    std::vector<uint16_t> narrow(tokens.begin(), tokens.end());
+    out.assign(reinterpret_cast<const char*>(narrow.data()), narrow.size() * 2);
+  } else {
+    out.assign(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 4);
   }
   return out;
 }
 
-// Reads the header with pread and checks it against the file's size; returns the token count.
-int64_t check_header(int fd, const std::string& path, int64_t file_bytes) {
+// The width of a token (2 or 4 bytes) that a header's magic and version announce.
+int token_width(const std::string& path, int32_t magic, int32_t version) {
+  if (magic == kLlmcU32Magic) {
+    if (version != kLlmcU32Version)
+      fail(path, "unsupported version " + std::to_string(version) + " for magic " +
+                     std::to_string(kLlmcU32Magic) + " (expected " +
+                     std::to_string(kLlmcU32Version) + ", llm.c's uint32 tokens)");
+    return 4;
+  }
+  if (magic != kTokenFileMagic)
+    fail(path, "bad magic " + std::to_string(magic) + " (expected " +
+                   std::to_string(kTokenFileMagic) + "): not an llm.c token file");
+  if (version != kTokenFileVersion && version != kTokenFileVersionU32)
+    fail(path, "unsupported version " + std::to_string(version) + " (expected " +
+                   std::to_string(kTokenFileVersion) + ", uint16 tokens, or " +
+                   std::to_string(kTokenFileVersionU32) + ", uint32 tokens)");
+  return version == kTokenFileVersion ? 2 : 4;
+}
+
+struct Header {
+  int64_t tokens;
+  int width;
+};
+
+// Reads the header with pread and checks it against the file's size.
+Header check_header(int fd, const std::string& path, int64_t file_bytes) {
   if (file_bytes < kTokenFileHeaderBytes)
     fail(path, "truncated: " + std::to_string(file_bytes) + " bytes, shorter than the " +
                    std::to_string(kTokenFileHeaderBytes) + "-byte header");
   int32_t header[kTokenFileHeaderInts];
   if (::pread(fd, header, sizeof header, 0) != static_cast<ssize_t>(sizeof header))
     fail(path, "cannot read the header: " + errno_text());
-  if (header[0] != kTokenFileMagic)
-    fail(path, "bad magic " + std::to_string(header[0]) + " (expected " +
-                   std::to_string(kTokenFileMagic) + "): not an llm.c token file");
-  if (header[1] != kTokenFileVersion)
-    fail(path, "unsupported version " + std::to_string(header[1]) + " (expected " +
-                   std::to_string(kTokenFileVersion) + ", uint16 tokens)");
+  const int width = token_width(path, header[0], header[1]);
   const int64_t n = header[2];
   const int64_t payload = file_bytes - kTokenFileHeaderBytes;
-  if (n < 0 || payload != 2 * n)
-    fail(path, "header says " + std::to_string(n) + " tokens (" + std::to_string(2 * n) +
+  if (n < 0 || payload != width * n)
+    fail(path, "header says " + std::to_string(n) + " tokens (" + std::to_string(width * n) +
                    " bytes) but " + std::to_string(payload) + " bytes follow the header" +
-                   (payload < 2 * n ? " (truncated)" : ""));
-  return n;
+                   (payload < width * n ? " (truncated)" : ""));
+  return {n, width};
 }
 
 }  // namespace
@@ -85,11 +114,19 @@ int64_t check_header(int fd, const std::string& path, int64_t file_bytes) {
 struct TokenFile::Mapping {
   std::string path;
   int64_t tokens = 0;
+  int width = 2;         // bytes per token
   void* base = nullptr;  // the whole file, header included; null for an empty mapping
   size_t bytes = 0;
-  const uint16_t* data() const {
-    return reinterpret_cast<const uint16_t*>(static_cast<const char*>(base) +
-                                             kTokenFileHeaderBytes);
+  template <class T>
+  const T* data() const {
+    return reinterpret_cast<const T*>(static_cast<const char*>(base) + kTokenFileHeaderBytes);
+  }
+  // Tokens [begin, begin + n) widened to int64.
+  void copy(int64_t begin, int64_t n, int64_t* out) const {
+    if (width == 2)
+      std::copy(data<uint16_t>() + begin, data<uint16_t>() + begin + n, out);
+    else
+      std::copy(data<uint32_t>() + begin, data<uint32_t>() + begin + n, out);
   }
   ~Mapping() {
     if (base) ::munmap(base, bytes);
@@ -106,7 +143,9 @@ TokenFile TokenFile::open(const std::string& path) {
   if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
   auto m = std::make_shared<Mapping>();
   m->path = path;
-  m->tokens = check_header(f.fd, path, st.st_size);
+  const Header h = check_header(f.fd, path, st.st_size);
+  m->tokens = h.tokens;
+  m->width = h.width;
   m->bytes = static_cast<size_t>(st.st_size);
   void* base = ::mmap(nullptr, m->bytes, PROT_READ, MAP_SHARED, f.fd, 0);
   if (base == MAP_FAILED) fail(path, "cannot map: " + errno_text());
@@ -116,14 +155,14 @@ TokenFile TokenFile::open(const std::string& path) {
 
 const std::string& TokenFile::path() const { return m_->path; }
 int64_t TokenFile::size() const { return m_->tokens; }
+int TokenFile::token_bytes() const { return m_->width; }
 
 void TokenFile::read(int64_t begin, int64_t n, int64_t* out, int64_t vocab_size) const {
   if (begin < 0 || n < 0 || begin + n > m_->tokens)
     throw std::out_of_range("token file " + m_->path + ": tokens [" + std::to_string(begin) + ", " +
                             std::to_string(begin + n) + ") outside its " +
                             std::to_string(m_->tokens) + " tokens");
-  const uint16_t* src = m_->data() + begin;
-  for (int64_t i = 0; i < n; ++i) out[i] = src[i];
+  m_->copy(begin, n, out);
   if (vocab_size <= 0) return;
   for (int64_t i = 0; i < n; ++i) {
     if (out[i] >= vocab_size)
@@ -147,25 +186,33 @@ void TokenFile::check_vocab(int64_t vocab_size) const {
     read(at, std::min(kChunk, m_->tokens - at), buf.data(), vocab_size);
 }
 
+namespace {
+template <class T>
+int64_t max_of(const T* p, int64_t n) {
+  T most = 0;
+  for (int64_t i = 0; i < n; ++i) most = std::max(most, p[i]);  // vectorizes
+  return n == 0 ? -1 : static_cast<int64_t>(most);
+}
+}  // namespace
+
 int64_t TokenFile::max_token() const {
-  const uint16_t* p = m_->data();
-  uint16_t most = 0;
-  for (int64_t i = 0; i < m_->tokens; ++i) most = std::max(most, p[i]);  // vectorizes
-  return m_->tokens == 0 ? -1 : most;
+  return m_->width == 2 ? max_of(m_->data<uint16_t>(), m_->tokens)
+                        : max_of(m_->data<uint32_t>(), m_->tokens);
 }
 
 void write_token_file(const std::string& path, const std::vector<int32_t>& tokens) {
-  const std::vector<uint16_t> narrow_tokens = narrow(path, tokens);
+  int32_t version = kTokenFileVersion;
+  const std::string payload = encode_tokens(path, tokens, version);
   if (tokens.size() > static_cast<size_t>(INT32_MAX))
     fail(path, std::to_string(tokens.size()) + " tokens do not fit the header's int32 count");
-  int32_t header[kTokenFileHeaderInts] = {kTokenFileMagic, kTokenFileVersion,
+  int32_t header[kTokenFileHeaderInts] = {kTokenFileMagic, version,
                                           static_cast<int32_t>(tokens.size())};
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   try {
     Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
     if (f.fd < 0) fail(tmp, "cannot create: " + errno_text());
     write_all(f.fd, header, sizeof header, tmp);
-    write_all(f.fd, narrow_tokens.data(), narrow_tokens.size() * 2, tmp);
+    write_all(f.fd, payload.data(), payload.size(), tmp);
     if (::fsync(f.fd) != 0) fail(tmp, "fsync failed: " + errno_text());
     if (::rename(tmp.c_str(), path.c_str()) != 0)
       fail(path, "cannot rename " + tmp + " over it: " + errno_text());

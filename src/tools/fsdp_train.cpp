@@ -1,8 +1,9 @@
 // fsdp-train: the trainer's command line. Parses the arguments (fsdp/train/config.h), joins the
-// ranks the launcher started (or runs alone as one rank), and runs `train` or `sample`.
+// ranks the launcher started (or runs alone as one rank), and runs `train`, `sample` or `eval`.
 //
 //   fsdp-run --nproc-per-node 2 build/bin/fsdp-train --config configs/default.yaml
 //   build/bin/fsdp-train sample --checkpoint build/checkpoints --prompt "My fellow citizens"
+//   build/bin/fsdp-train eval --model.pretrained path/to/hf_folder
 //
 // Exit codes: 0 done, 1 a failure during the run, 2 a bad command line or config.
 #include <malloc.h>
@@ -71,6 +72,8 @@ int main(int argc, char** argv) {
     rank = world->rank();
     if (args.command == fsdp::TrainCommand::kSample) {
       fsdp::sample(args.config, args.sample, world, std::cout);
+    } else if (args.command == fsdp::TrainCommand::kEval) {
+      fsdp::evaluate_model(args.config, args.eval, world, std::cout);
     } else {
       const fsdp::TrainSummary s = fsdp::train(args.config, world, std::cout);
       if (rank == 0 && s.first_val_loss >= 0) {

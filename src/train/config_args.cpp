@@ -19,7 +19,7 @@ struct ArgsState {
   bool has_config = false;
 };
 
-enum Commands { kForTrain = 1, kForSample = 2, kForBoth = 3 };
+enum Commands { kForTrain = 1, kForSample = 2, kForEval = 4, kForModel = 6, kForAll = 7 };
 
 struct Flag {
   const char* name;
@@ -55,15 +55,14 @@ constexpr int64_t kMaxCount = int64_t{1} << 20;  // tokens or samples one run ge
 const SampleOptions kSampleDefaults;
 
 const Flag kFlags[] = {
-    {"--config", "FILE", false, kForBoth,
+    {"--config", "FILE", false, kForAll,
      "YAML config: ours, or an Accelerate config file (defaults < FILE < --KEY VALUE)", nullptr,
      [](ArgsState& s, const std::string& flag, const std::string* v) {
        if (s.has_config) throw ConfigError("", 0, flag, "given twice");
        s.has_config = true;
        s.out.config_file = *v;
      }},
-    {"--print-config", nullptr, false, kForBoth, "print the merged config as YAML and exit",
-     nullptr,
+    {"--print-config", nullptr, false, kForAll, "print the merged config as YAML and exit", nullptr,
      [](ArgsState& s, const std::string&, const std::string*) { s.out.print_config = true; }},
     {"--resume", "DIR", true, kForTrain,
      "resume from the newest checkpoint in train.checkpoint_dir (if any), or from DIR: "
@@ -72,11 +71,13 @@ const Flag kFlags[] = {
      [](ArgsState& s, const std::string&, const std::string* v) {
        s.overrides.push_back({"train.resume", v ? *v : "auto"});
      }},
-    {"--help", nullptr, false, kForBoth, "print this text and exit (also -h)", nullptr,
+    {"--help", nullptr, false, kForAll, "print this text and exit (also -h)", nullptr,
      [](ArgsState& s, const std::string&, const std::string*) { s.out.help = true; }},
-    {"--checkpoint", "DIR", false, kForSample, "checkpoint step folder, or a root with `latest`",
-     [] { return std::string("train.checkpoint_dir"); },
-     [](ArgsState& s, const std::string&, const std::string* v) { s.out.sample.checkpoint = *v; }},
+    {"--checkpoint", "DIR", false, kForModel, "checkpoint step folder, or a root with `latest`",
+     [] { return std::string("model.pretrained if set, else train.checkpoint_dir"); },
+     [](ArgsState& s, const std::string&, const std::string* v) {
+       s.out.sample.checkpoint = s.out.eval.checkpoint = *v;
+     }},
     {"--prompt", "TEXT", false, kForSample, "text to continue; empty: GPT-2's <|endoftext|>",
      [] { return std::string("\"\""); },
      [](ArgsState& s, const std::string&, const std::string* v) { s.out.sample.prompt = *v; }},
@@ -107,8 +108,12 @@ const Flag kFlags[] = {
      }},
 };
 
-int command_bit(TrainCommand c) { return c == TrainCommand::kTrain ? kForTrain : kForSample; }
-const char* command_name(TrainCommand c) { return c == TrainCommand::kTrain ? "train" : "sample"; }
+int command_bit(TrainCommand c) {
+  return c == TrainCommand::kTrain ? kForTrain : c == TrainCommand::kSample ? kForSample : kForEval;
+}
+const char* command_name(TrainCommand c) {
+  return c == TrainCommand::kTrain ? "train" : c == TrainCommand::kSample ? "sample" : "eval";
+}
 
 // "--max_new_tokens" -> "--max-new-tokens"; "-h" -> "--help". Config keys keep underscores.
 std::string flag_name(std::string name) {
@@ -272,9 +277,11 @@ void write_keys(std::ostream& out, ConfigKey::Kind kind, const std::string& titl
 ParsedArgs parse_train_args(const std::vector<std::string>& args, MachineChecks machine) {
   ArgsState s;
   size_t i = 0;
-  if (!args.empty() && (args[0] == "train" || args[0] == "sample")) {
-    s.out.command = args[0] == "train" ? TrainCommand::kTrain : TrainCommand::kSample;
-    i = 1;
+  for (TrainCommand c : {TrainCommand::kTrain, TrainCommand::kSample, TrainCommand::kEval}) {
+    if (!args.empty() && args[0] == command_name(c)) {
+      s.out.command = c;
+      i = 1;
+    }
   }
   if (asks_for_help(args)) {
     s.out.help = true;  // nothing else is read: the rest may be what the user needs help with
@@ -282,7 +289,11 @@ ParsedArgs parse_train_args(const std::vector<std::string>& args, MachineChecks 
   }
   for (; i < args.size(); ++i) parse_one(s, args, i);
   s.out.config = load_config(s.out.config_file, s.overrides, machine);
-  if (s.out.sample.checkpoint.empty()) s.out.sample.checkpoint = s.out.config.train.checkpoint_dir;
+  // Without --checkpoint a model folder is the model (sample and eval take it), else the run's
+  // checkpoints.
+  if (s.out.sample.checkpoint.empty() && s.out.config.model.pretrained.empty()) {
+    s.out.sample.checkpoint = s.out.eval.checkpoint = s.out.config.train.checkpoint_dir;
+  }
   return s.out;
 }
 
@@ -297,7 +308,8 @@ std::string train_usage(TrainCommand command) {
   if (command == TrainCommand::kTrain) {
     out << "usage: fsdp-train [train] [--config FILE] [--print-config] [--resume[=DIR]] "
            "[--KEY VALUE]...\n"
-           "       fsdp-train sample [--checkpoint DIR] [--prompt TEXT] ... (sample --help)\n\n"
+           "       fsdp-train sample [--checkpoint DIR] [--prompt TEXT] ... (sample --help)\n"
+           "       fsdp-train eval [--checkpoint DIR] [--KEY VALUE]... (eval --help)\n\n"
         << wrap(
                "Trains a GPT-2 or Llama model with fully sharded data parallelism on the ranks "
                "fsdp-run starts. Settings come from the defaults, then --config FILE, then "
@@ -306,18 +318,30 @@ std::string train_usage(TrainCommand command) {
                "comma-separated, and a bool key alone means true. See docs/config.md.",
                0)
         << "\n";
+  } else if (command == TrainCommand::kEval) {
+    out << "usage: fsdp-train eval [--checkpoint DIR] [--config FILE] [--KEY VALUE]...\n\n"
+        << wrap(
+               "Prints the loss and perplexity of a model on held-out data: the last "
+               "data.val_split of data.dataset, or data.val_dataset, read with the model's "
+               "tokenizer; at most train.eval_batches batches of train.micro_batch_size "
+               "sequences of data.seq_len tokens per rank (0: all). The model is a checkpoint "
+               "(--checkpoint), or a Hugging Face folder (--model.pretrained DIR). Any number of "
+               "ranks; no optimizer state is built.",
+               0)
+        << "\n";
   } else {
     out << "usage: fsdp-train sample [--checkpoint DIR] [--prompt TEXT] [--max-new-tokens N]\n"
            "                         [--temperature T] [--top-k K] [--num-samples N] [--seed S]\n"
            "                         [--config FILE] [--KEY VALUE]...\n\n"
         << wrap(
-               "Generates text from a checkpoint. --config and --KEY VALUE are read as for "
+               "Generates text from a checkpoint, or from a Hugging Face folder "
+               "(--model.pretrained DIR). --config and --KEY VALUE are read as for "
                "training (fsdp-train --help lists the keys).",
                0)
         << "\n";
   }
   write_flags(out, command);
-  if (command == TrainCommand::kSample) return out.str();
+  if (command != TrainCommand::kTrain) return out.str();
   write_keys(out, ConfigKey::Kind::kSetting,
              "settings (--KEY VALUE on the command line, KEY: VALUE in the file):");
   write_keys(out, ConfigKey::Kind::kAlias, "other spellings of settings (Accelerate, TorchAcc):");

@@ -389,6 +389,12 @@ std::vector<std::string> apply_pretrained(TrainConfig& config, config::Origins& 
     option->set(config, config::RawValue::scalar(value.text));
     origins[key] = config::Origin{path, 0, "config.json's " + value.field, 0};
   }
+  // A GPT-2 shorter than the default sequence length: its context, unless the user chose one.
+  if (!origins.count("data.seq_len") && config.model.n_positions > 0 &&
+      config.data.seq_len > config.model.n_positions) {
+    config.data.seq_len = config.model.n_positions;
+    origins["data.seq_len"] = config::Origin{path, 0, "config.json's n_positions", 0};
+  }
   if (!origins.count("data.tokenizer_dir") && has_tokenizer_files(dir)) {
     config.data.tokenizer_dir = dir;
     origins["data.tokenizer_dir"] = config::Origin{path, 0, "model.pretrained's tokenizer", 0};
@@ -416,7 +422,8 @@ TensorNameMap weight_name_map(ModelType type, const std::string& dir) {
 bool has_tokenizer_files(const std::string& dir) {
   const fs::path d(dir);
   return fs::is_regular_file(d / "tokenizer.json") ||
-         (fs::is_regular_file(d / "encoder.json") && fs::is_regular_file(d / "vocab.bpe"));
+         (fs::is_regular_file(d / "encoder.json") && fs::is_regular_file(d / "vocab.bpe")) ||
+         (fs::is_regular_file(d / "vocab.json") && fs::is_regular_file(d / "merges.txt"));
 }
 
 }  // namespace hf

@@ -38,8 +38,9 @@ struct FolderSettings {
 // refused). Throws ConfigError naming the file and the field.
 FolderSettings read_folder_settings(const std::string& dir, int64_t context_length);
 
-// When config.model.pretrained is set: sets the model.* keys config.json determines and, when the
-// folder has a tokenizer and data.tokenizer_dir was not set, data.tokenizer_dir; the folder is
+// When config.model.pretrained is set: sets the model.* keys config.json determines, data.seq_len
+// to a GPT-2's n_positions when the default is longer, and, when the folder has a tokenizer and
+// data.tokenizer_dir was not set, data.tokenizer_dir (each only when not set); the folder is
 // made absolute (a checkpoint's saved config then finds it from anywhere). `origins` says which
 // keys were set by the user: a value that contradicts config.json is a ConfigError naming both.
 // The values set are recorded in `origins` as coming from config.json. Returns the notes.
@@ -50,7 +51,8 @@ std::vector<std::string> apply_pretrained(TrainConfig& config, config::Origins& 
 // "h.N.attn.bias" / "h.N.attn.masked_bias", which transformers ignores too); none otherwise.
 TensorNameMap weight_name_map(ModelType type, const std::string& dir);
 
-// Whether `dir` holds a tokenizer: tokenizer.json, or GPT-2's encoder.json and vocab.bpe.
+// Whether `dir` holds a tokenizer: tokenizer.json, or GPT-2's encoder.json and vocab.bpe (vocab.json
+// and merges.txt under transformers' names).
 bool has_tokenizer_files(const std::string& dir);
 
 }  // namespace hf

@@ -31,6 +31,7 @@
 #include "fsdp/optim.h"
 #include "train/hf_folder.h"
 #include "train/model_factory.h"
+#include "train/run_data.h"
 #include "train/run_log.h"
 
 namespace fsdp {
@@ -57,64 +58,6 @@ void check_world(const TrainConfig& c, const Comm& world) {
         "started " +
         std::to_string(world.size()) + " ranks, " + std::to_string(local) + " per node");
   }
-}
-
-struct Data {
-  data::Corpus corpus;
-  std::vector<data::TokenRange> val;
-};
-
-// Every token below model.vocab_size, checked before the first step rather than when a bad
-// token's window is drawn (each file is scanned once; data.cache_dir remembers the result).
-void check_tokens(const TrainConfig& c, const Data& d) {
-  std::vector<data::TokenRange> all = d.corpus.train;
-  all.insert(all.end(), d.val.begin(), d.val.end());
-  try {
-    data::check_vocabulary(all, c.model.vocab_size, c.data.cache_dir);
-  } catch (const std::runtime_error& e) {
-    throw std::invalid_argument(std::string("data: ") + e.what() +
-                                " (model.vocab_size; checked before the first step)");
-  }
-}
-
-Data prepare_data(const TrainConfig& c, RunLog& log) {
-  data::CorpusOptions options;
-  options.cache_dir = c.data.cache_dir;
-  options.tokenizer_dir = c.data.tokenizer_dir;
-  options.val_fraction = c.data.val_dataset.empty() ? c.data.val_split : 0.0;
-  Data d{data::prepare_corpus(c.data.dataset, options), {}};
-  d.val = d.corpus.val;
-  if (!c.data.val_dataset.empty()) {
-    data::Corpus held_out = data::prepare_corpus(c.data.val_dataset, options);
-    d.val = held_out.train;
-  }
-  check_tokens(c, d);
-  // Token files are read where they lie; only text is tokenized into (or found in) the cache.
-  const bool token_files = d.corpus.cache_entry.empty();
-  log.info("data: " +
-           (token_files ? "token file(s) '" + c.data.dataset + "'" : "'" + d.corpus.name + "'") +
-           ": " + std::to_string(d.corpus.train_tokens) + " training tokens, " +
-           std::to_string(d.corpus.val_tokens) + " validation (" + d.corpus.split + ")" +
-           (token_files      ? ", read in place"
-            : d.corpus.built ? ", tokenized now"
-                             : ", from the cache"));
-  if (c.train.eval_every > 0 && d.val.empty()) {
-    throw std::invalid_argument("train.eval_every: data.dataset '" + c.data.dataset +
-                                "' has no validation data; set data.val_split or "
-                                "data.val_dataset, or train.eval_every: 0");
-  }
-  return d;
-}
-
-data::LoaderOptions loader_options(const TrainConfig& c, const Comm& world) {
-  data::LoaderOptions o;
-  o.seq_len = c.data.seq_len;
-  o.batch_size = c.train.micro_batch_size;
-  o.rank = world.rank();
-  o.world_size = world.size();
-  o.seed = static_cast<uint64_t>(c.train.seed);
-  o.vocab_size = c.model.vocab_size;
-  return o;
 }
 
 int64_t max_over_ranks(Comm& world, int64_t mine) {
@@ -346,24 +289,6 @@ std::string save(const TrainConfig& c, int64_t step, FullyShardedModel& model, c
 
 // --- the loop -----------------------------------------------------------------------------------
 
-double average_over_ranks(double value, Comm& world) {
-  float v = static_cast<float>(value);
-  world.all_reduce(&v, 1, DType::kFloat32, ReduceOp::kAvg);
-  return v;
-}
-
-double evaluate(const CausalLM& lm, const data::EvalLoader& loader, Comm& world,
-                c10::Device device) {
-  at::NoGradGuard no_grad;
-  const int64_t T = loader.windows().seq_len();
-  double sum = 0;
-  for (int64_t i = 0; i < loader.num_batches(); ++i) {
-    at::Tensor b = loader.batch(i).to(device);
-    sum += gpt2_loss(lm.forward(b.narrow(1, 0, T)), b.narrow(1, 1, T)).item<double>();
-  }
-  return average_over_ranks(sum / static_cast<double>(loader.num_batches()), world);
-}
-
 // What one step's forward and backward left for the optimizer.
 struct StepGradients {
   double local_loss = 0;  // this rank's mean loss over its micro-batches
@@ -448,7 +373,7 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
   if (!plan.note.empty()) log.info(plan.note);
 
   // 2. Data: the corpus is tokenized once (cached), then each rank reads its windows.
-  Data d = prepare_data(c, log);
+  RunData d = prepare_data(c, log);
   data::TrainLoader loader(d.corpus.train, loader_options(c, *world));
   std::optional<data::EvalLoader> eval_loader;
   if (c.train.eval_every > 0) {
@@ -478,7 +403,8 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
              (c.fsdp.cpu_ram_efficient_loading ? " (read by rank 0, broadcast unit by unit)" : ""));
   }
   if (!c.model.pretrained.empty() && std::filesystem::is_directory(c.model.pretrained)) {
-    for (const auto& note : hf::read_folder_settings(c.model.pretrained, c.context_length()).notes) {
+    for (const auto& note :
+         hf::read_folder_settings(c.model.pretrained, c.context_length()).notes) {
       log.info(note);
     }
   }
@@ -565,88 +491,8 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
   return summary;
 }
 
-// --- sampling -----------------------------------------------------------------------------------
-
-namespace {
-
-// A step folder, or the newest checkpoint under a root.
-std::string checkpoint_folder(const std::string& path) {
-  if (auto latest = latest_checkpoint(path)) return *latest;
-  return path;
-}
-
-// The next token after `logits` [V] (fp32): greedy when temperature is 0, else drawn from the
-// top-k tokens' softmax at that temperature.
-int64_t next_token(at::Tensor logits, const SampleOptions& o, at::Generator& gen) {
-  if (o.temperature <= 0) return logits.argmax().item<int64_t>();
-  logits = logits / o.temperature;
-  if (o.top_k > 0 && o.top_k < logits.numel()) {
-    const double kth = std::get<0>(logits.topk(o.top_k)).min().item<double>();
-    logits = logits.masked_fill(logits < kth, -std::numeric_limits<float>::infinity());
-  }
-  return at::multinomial(logits.softmax(0), 1, false, gen).item<int64_t>();
-}
-
-std::vector<int64_t> generate(const CausalLM& lm, std::vector<int64_t> ids, const SampleOptions& o,
-                              uint64_t seed, Comm& world, c10::Device device) {
-  at::NoGradGuard no_grad;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  for (int64_t i = 0; i < o.max_new_tokens; ++i) {
-    const int64_t n = std::min<int64_t>(static_cast<int64_t>(ids.size()), lm.context_length);
-    at::Tensor idx = at::tensor(std::vector<int64_t>(ids.end() - n, ids.end()), at::kLong);
-    at::Tensor logits = lm.forward(idx.unsqueeze(0).to(device)).select(0, 0).select(0, n - 1);
-    int64_t token = next_token(logits.to(at::kFloat).to(at::kCPU), o, gen);  // a CPU generator
-    // Rank 0 decides, so that every rank feeds the same sequence to the next (collective) forward.
-    world.broadcast(&token, 1, DType::kInt64, 0);
-    ids.push_back(token);
-  }
-  return ids;
-}
-
-}  // namespace
-
 TrainConfig checkpoint_config(const std::string& dir) {
   return saved_config(read_checkpoint_metadata(dir).train_state, dir);
-}
-
-std::vector<std::string> sample(const TrainConfig& config, const SampleOptions& options,
-                                CommPtr world, std::ostream& out) {
-  if (config.train.num_threads > 0) at::set_num_threads(config.train.num_threads);
-  const std::string dir = checkpoint_folder(options.checkpoint.empty() ? config.train.checkpoint_dir
-                                                                       : options.checkpoint);
-  const CheckpointMetadata meta = read_checkpoint_metadata(dir);
-  TrainConfig saved = saved_config(meta.train_state, dir);
-  saved.train.seed = options.seed;
-
-  CausalLM lm = build_model(saved);
-  // Any world size can sample: one shard group over every rank started.
-  ShardingOptions sharding = saved.sharding_options().param_init(lm.param_init);
-  // Where this run samples, whichever device the checkpoint was trained on.
-  sharding.strategy(ShardingStrategy::kFullShard)
-      .shard_group_size(0)
-      .device(to_string(config.train.device));
-  auto model = fully_shard(lm.module, world, sharding);
-  load_checkpoint(dir, *model, nullptr);
-
-  const auto tokenizer = data::GPT2Tokenizer::load(saved.data.tokenizer_dir + "/encoder.json",
-                                                   saved.data.tokenizer_dir + "/vocab.bpe");
-  std::vector<int64_t> prompt;
-  for (int32_t id : tokenizer.encode(options.prompt)) prompt.push_back(id);
-  if (prompt.empty()) prompt.push_back(tokenizer.eot());
-
-  std::vector<std::string> texts;
-  for (int64_t s = 0; s < options.num_samples; ++s) {
-    const auto ids = generate(lm, prompt, options, static_cast<uint64_t>(options.seed + s), *world,
-                              model->device());
-    std::vector<int32_t> narrow(ids.begin(), ids.end());
-    texts.push_back(tokenizer.decode(narrow));
-    if (world->rank() == 0) {
-      out << "--- sample " << s + 1 << " of " << options.num_samples << " (" << dir << ", step "
-          << meta.step << ")\n"
-          << texts.back() << "\n";
-    }
-  }
-  return texts;
 }
 
 }  // namespace fsdp

@@ -1,6 +1,7 @@
 // Corpora: from a source a user names to the train and validation token ranges the loaders read.
-// Text is tokenized once with GPT-2's tokenizer into a cache entry and read from there afterwards;
-// token files are used where they lie. Sources (docs/data.md has the details):
+// Text is tokenized once, with the tokenizer in CorpusOptions::tokenizer_dir (either family of
+// fsdp/data/tokenizer.h), into a cache entry and read from there afterwards; token files are used
+// where they lie. Sources (docs/data.md has the details):
 //  - "sotu": the State of the Union addresses in CorpusOptions::sotu_dir (scripts/fetch_assets.sh
 //    puts them there), one file per address named <year>_<president>_<party>.txt; the addresses
 //    from sotu_val_from_year on are validation.
@@ -9,16 +10,19 @@
 //  - one text file: one document; the last val_fraction of its tokens are validation.
 //  - a .bin token file: used as it is; its last val_fraction of tokens are validation.
 //  - a folder of llm.c shards: *_train*.bin files are training data, *_val*.bin validation.
-// In tokenized text every document is preceded by <|endoftext|> (50256), as llm.c's data scripts
-// write it, so the model sees a document boundary before each document's first token.
+// In tokenized text every document is preceded by the tokenizer's BOS token, or its EOS token when
+// it has no BOS (GPT-2: <|endoftext|>, 50256, as llm.c's data scripts write it; Qwen2: its EOS),
+// so the model sees a document boundary before each document's first token. Documents are
+// encoded without the post-processor's special tokens.
 //
 // The cache. A text corpus lives in <cache_dir>/<name>-<key>/ as train.bin, val.bin and
 // manifest.txt. The key is a 64-bit hash of what the tokens depend on: the file names and contents
-// of the documents, the tokenizer files' contents, the split rule and the cache format, so a
-// changed input or rule makes a new entry. Token files are written atomically and the manifest
-// last, and an entry without a manifest is never read: a build killed midway is redone by the next
-// call. Processes that prepare the same corpus at once (the ranks of one host) take turns on a
-// file lock (<entry>/.lock, flock), so the corpus is tokenized once. Old entries are not removed.
+// of the documents, the tokenizer's fingerprint (its files' contents), the split rule and the cache
+// format, so a changed input or rule makes a new entry. Token files are written atomically (uint16
+// or, for ids past 65,535, uint32: token_file.h) and the manifest last, and an entry without a
+// manifest is never read: a build killed midway is redone by the next call. Processes that prepare
+// the same corpus at once (the ranks of one host) take turns on a file lock (<entry>/.lock, flock),
+// so the corpus is tokenized once. Old entries are not removed.
 //
 // Errors are exceptions naming the source, file or value at fault: std::invalid_argument for a
 // source or option that cannot be honoured, std::runtime_error for unreadable or malformed files.
@@ -35,7 +39,8 @@ namespace fsdp::data {
 struct CorpusOptions {
   // Where tokenized text corpora are kept (created if missing).
   std::string cache_dir = ".cache/data";
-  // GPT-2's encoder.json and vocab.bpe (scripts/fetch_assets.sh fetches them).
+  // The tokenizer's folder: a Hugging Face tokenizer.json (+ tokenizer_config.json), or GPT-2's
+  // encoder.json and vocab.bpe (scripts/fetch_assets.sh fetches those to the default).
   std::string tokenizer_dir = "assets/gpt2";
   // The "sotu" corpus: <year>_<president>_<party>.txt files.
   std::string sotu_dir = "assets/sotu";

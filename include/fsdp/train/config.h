@@ -310,11 +310,12 @@ std::vector<ConfigKey> config_keys();
 
 // --- the trainer's command line -------------------------------------------------------------
 
-enum class TrainCommand { kTrain, kSample };
+enum class TrainCommand { kTrain, kSample, kEval };
 
 // `fsdp-train sample`: generate text from a checkpoint.
 struct SampleOptions {
-  // A step folder, or a checkpoint root with `latest`. Default: train.checkpoint_dir.
+  // A step folder, or a checkpoint root with `latest`. Default: the model.pretrained folder when
+  // that is set, else train.checkpoint_dir.
   std::string checkpoint;
   std::string prompt;            // text to continue; empty (default): GPT-2's <|endoftext|> token
   int64_t max_new_tokens = 100;  // tokens generated per sample
@@ -324,6 +325,13 @@ struct SampleOptions {
   int64_t seed = 1337;           // sampling RNG seed
 };
 
+// `fsdp-train eval`: loss and perplexity of a model on held-out data.
+struct EvalOptions {
+  // A step folder, or a checkpoint root with `latest`. Default: the model.pretrained folder when
+  // that is set, else train.checkpoint_dir.
+  std::string checkpoint;
+};
+
 struct ParsedArgs {
   TrainCommand command = TrainCommand::kTrain;
   std::string config_file;  // --config FILE; empty: defaults and overrides only
@@ -331,6 +339,7 @@ struct ParsedArgs {
   bool print_config = false;  // --print-config: print to_yaml(config) and exit
   TrainConfig config;         // defaults < --config FILE < --KEY VALUE overrides, validated
   SampleOptions sample;       // command == kSample
+  EvalOptions eval;           // command == kEval
 };
 
 // `fsdp-train [train|sample] [--config FILE] [--print-config] [--resume[=DIR]] [--KEY VALUE]...`

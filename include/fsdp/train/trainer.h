@@ -63,11 +63,26 @@ TrainSummary train(const TrainConfig& config, CommPtr world, std::ostream& out,
                    const StepCallback& after_step = {});
 
 // Generates options.num_samples continuations of options.prompt from the checkpoint at
-// options.checkpoint (a step folder, or a root with `latest`; empty: config.train.checkpoint_dir),
-// with the model the checkpoint's own config describes. Returns the texts (prompt included), also
-// printed to `out` on rank 0.
+// options.checkpoint (a step folder, or a root with `latest`; empty: the model.pretrained folder
+// when that is set, else config.train.checkpoint_dir), with the model the checkpoint's own config
+// (or the folder's config.json) describes. Returns the texts (prompt included), also printed to
+// `out` on rank 0. (src/train/inference.cpp)
 std::vector<std::string> sample(const TrainConfig& config, const SampleOptions& options,
                                 CommPtr world, std::ostream& out);
+
+struct EvalResult {
+  double loss = 0;        // mean next-token cross entropy over the evaluated tokens
+  double perplexity = 0;  // exp(loss)
+  int64_t tokens = 0;     // predictions scored, over every rank
+  std::string source;     // the checkpoint step or folder evaluated
+};
+
+// The loss and perplexity of the model from options.checkpoint (or model.pretrained, as sample
+// takes it) on the held-out part of config's data (data.val_dataset, or the last data.val_split
+// of data.dataset; at most train.eval_batches batches of train.micro_batch_size sequences per
+// rank, 0: all), read with the model's tokenizer. No optimizer state is built. Printed on rank 0.
+EvalResult evaluate_model(const TrainConfig& config, const EvalOptions& options, CommPtr world,
+                          std::ostream& out);
 
 // The config the checkpoint step folder `dir` was trained with (its train state's YAML). Throws
 // CheckpointError naming the folder when it holds none.

@@ -1,0 +1,38 @@
+// What a run reads and how a model is scored on it, shared by `fsdp-train` (train) and
+// `fsdp-train eval`: the corpus and its validation part prepared from data.*, the loaders'
+// options, and the validation loss averaged over ranks.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <vector>
+
+#include "fsdp/comm.h"
+#include "fsdp/data/corpus.h"
+#include "fsdp/data/loader.h"
+#include "fsdp/train/config.h"
+#include "train/model_factory.h"
+#include "train/run_log.h"
+
+namespace fsdp {
+
+struct RunData {
+  data::Corpus corpus;
+  std::vector<data::TokenRange> val;
+};
+
+// The corpus data.dataset names (tokenized into data.cache_dir, or token files read in place)
+// and its validation part (data.val_dataset, or the last data.val_split of it), every token
+// checked against model.vocab_size; logged. Throws std::invalid_argument naming the key.
+RunData prepare_data(const TrainConfig& c, RunLog& log);
+
+data::LoaderOptions loader_options(const TrainConfig& c, const Comm& world);
+
+// `value` averaged over the ranks of `world` (in fp32, as every rank reports it).
+double average_over_ranks(double value, Comm& world);
+
+// The mean next-token loss of `lm` over every batch of `loader`, averaged over ranks.
+double evaluate(const CausalLM& lm, const data::EvalLoader& loader, Comm& world,
+                c10::Device device);
+
+}  // namespace fsdp
