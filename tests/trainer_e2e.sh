@@ -7,7 +7,8 @@
 #    (micro_batch_size doubled), within 1e-4;
 #  - `sample` prints the prompt and its continuation, the same text twice for the same seed;
 #  - fsdp-ckpt export writes a Hugging Face folder; `eval` of it and of the checkpoint give the
-#    run's validation loss, `sample` from it the checkpoint's text, a fine-tune from it starts there;
+#    run's validation loss, `sample` from it the checkpoint's text, a fine-tune from it starts there and train.export_dir
+#    writes the tuned folder;
 #  - model.init_from a consolidated checkpoint reproduces its validation loss (every rank reading,
 #    or rank 0 alone with cpu_ram_efficient_loading);
 #  - fsdp-ckpt: inspect verifies the checksums (and names a damaged shard), consolidate writes the
@@ -166,10 +167,14 @@ from_hf=$(evaluate --model.pretrained "$WORK/hf")
 [[ $(sed 1d "$WORK/sample_hf.txt") == "$(sed 1d "$WORK/sample1.txt")" ]] ||
   fail "sample from the folder differs: $(cat "$WORK/sample_hf.txt")"
 out=$(train 2 "$WORK/finetune" --train.micro_batch_size 4 --optim.max_steps 1 \
-  --optim.warmup_steps 1 --train.checkpoint_every 0 --model.pretrained "$WORK/hf" 2>&1)
+  --optim.warmup_steps 1 --train.checkpoint_every 1 --model.pretrained "$WORK/hf" \
+  --train.export_dir "$WORK/hf_tuned" 2>&1)
 got=$(sed -nE 's/^eval  step     0 \| val loss ([0-9.]+).*/\1/p' <<<"$out")
 [[ $got == "$want" ]] && echo "ok: model.pretrained fine-tune starts at val loss $got" ||
   fail "model.pretrained: val loss '$got' before the first step, want '$want': $out"
+cmp -s "$WORK/hf/config.json" "$WORK/hf_tuned/config.json" && [[ -s $WORK/hf_tuned/model.safetensors ]] &&
+  echo "ok: train.export_dir wrote the fine-tuned folder, config.json as it came in" ||
+  fail "train.export_dir: $(ls "$WORK/hf_tuned" 2>&1)"
 
 # Bad input.
 out=$("$BIN/fsdp-train" --optim.lrr 1 2>&1)

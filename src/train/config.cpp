@@ -347,11 +347,11 @@ bool operator==(const TrainLoopConfig& a, const TrainLoopConfig& b) {
   return std::tie(a.micro_batch_size, a.gradient_accumulation_steps, a.seed, a.eval_every,
                   a.eval_batches, a.log_every, a.checkpoint_dir, a.checkpoint_every,
                   a.checkpoint_keep_last, a.resume, a.metrics_file, a.num_threads,
-                  a.process_group_timeout, a.device) ==
+                  a.process_group_timeout, a.device, a.export_dir) ==
          std::tie(b.micro_batch_size, b.gradient_accumulation_steps, b.seed, b.eval_every,
                   b.eval_batches, b.log_every, b.checkpoint_dir, b.checkpoint_every,
                   b.checkpoint_keep_last, b.resume, b.metrics_file, b.num_threads,
-                  b.process_group_timeout, b.device);
+                  b.process_group_timeout, b.device, b.export_dir);
 }
 
 const char* to_string(TrainDevice device) { return device == TrainDevice::kCuda ? "cuda" : "cpu"; }

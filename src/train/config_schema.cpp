@@ -537,6 +537,9 @@ std::vector<Option> train_section() {
                      "or a checkpoint's path"),
       string_setting("train.metrics_file", FIELD(train.metrics_file),
                      "append one JSON object per logged step here (JSONL); empty: none"),
+      string_setting("train.export_dir", FIELD(train.export_dir),
+                     "at the end, the last checkpoint as a Hugging Face model folder here "
+                     "(config.json, weights, tokenizer); needs train.checkpoint_every; empty: none"),
       int_setting("train.num_threads", FIELD(train.num_threads),
                   "intra-op threads per rank; 0: LibTorch's default"),
       number_setting("train.process_group_timeout", FIELD(train.process_group_timeout),

@@ -186,12 +186,19 @@ void check_fsdp(const Checks& k, const TrainConfig& c) {
   k.at_least("parallelism_config.parallelism_config_dp_shard_size", f.dp_shard_size, 0);
   k.at_least("parallelism_config.parallelism_config_dp_replicate_size", f.dp_replicate_size, 0);
   const int dp = std::max(f.dp_shard_size, 1) * std::max(f.dp_replicate_size, 1);
-  k.require(f.dp_shard_size + f.dp_replicate_size == 0 || c.num_processes == 0 ||
-                dp == c.num_processes,
-            {"parallelism_config.parallelism_config_dp_shard_size",
-             "parallelism_config.parallelism_config_dp_replicate_size", "num_processes"},
-            "dp_shard_size x dp_replicate_size (" + num(int64_t{dp}) +
-                ") must equal num_processes (" + num(int64_t{c.num_processes}) + ")");
+  k.require(
+      f.dp_shard_size + f.dp_replicate_size == 0 || c.num_processes == 0 || dp == c.num_processes,
+      {"parallelism_config.parallelism_config_dp_shard_size",
+       "parallelism_config.parallelism_config_dp_replicate_size", "num_processes"},
+      "dp_shard_size x dp_replicate_size (" + num(int64_t{dp}) + ") must equal num_processes (" +
+          num(int64_t{c.num_processes}) + ")");
+}
+
+void check_export(const Checks& k, const TrainLoopConfig& t) {
+  k.require(t.export_dir.empty() || t.checkpoint_every > 0,
+            {"train.export_dir", "train.checkpoint_every"},
+            "train.export_dir writes the last checkpoint as a model folder: set "
+            "train.checkpoint_every above 0");
 }
 
 void check_launch(const Checks& k, const TrainConfig& c) {
@@ -242,6 +249,7 @@ void validate(const TrainConfig& config, const Origins& origins, MachineChecks m
   check_train(k, config.train, config.data, machine);
   check_fsdp(k, config);
   check_launch(k, config);
+  check_export(k, config.train);
 }
 
 }  // namespace config

@@ -29,6 +29,7 @@
 #include "fsdp/grad_scaler.h"
 #include "fsdp/models/gpt2.h"
 #include "fsdp/optim.h"
+#include "train/hf_export.h"
 #include "train/hf_folder.h"
 #include "train/model_factory.h"
 #include "train/run_data.h"
@@ -287,6 +288,37 @@ std::string save(const TrainConfig& c, int64_t step, FullyShardedModel& model, c
   return dir;
 }
 
+// train.export_dir is written after the last step: refuse one in use before the first.
+void check_export_folder(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (!dir.empty() && fs::exists(dir) && !(fs::is_directory(dir) && fs::is_empty(dir))) {
+    throw std::invalid_argument("train.export_dir: '" + dir +
+                                "' exists and is not an empty folder (checked before the first "
+                                "step; the export writes a new folder)");
+  }
+}
+
+// Rank 0 writes the folder; every rank learns whether it did, and all throw together if not.
+void export_folder(const std::string& checkpoint, const std::string& dir, Comm& world,
+                   RunLog& log) {
+  std::string error;
+  if (world.rank() == 0) {
+    try {
+      hf::export_model_folder(checkpoint, dir);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  int64_t failed = error.empty() ? 0 : 1;
+  world.broadcast(&failed, 1, DType::kInt64, 0);
+  if (failed) {
+    throw std::runtime_error(
+        "train.export_dir: " +
+        (error.empty() ? "rank 0 failed to export; its error says why" : error));
+  }
+  log.info("exported " + checkpoint + " as a Hugging Face model folder: " + dir);
+}
+
 // --- the loop -----------------------------------------------------------------------------------
 
 // What one step's forward and backward left for the optimizer.
@@ -364,6 +396,7 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
   const ResumePlan plan = resume_plan(c.train);
   const std::optional<std::string> resume_from = plan.path;
   if (c.train.checkpoint_every > 0) check_checkpoint_folder(c.train.checkpoint_dir, *world);
+  check_export_folder(c.train.export_dir);
   if (c.train.num_threads > 0) at::set_num_threads(c.train.num_threads);
   const bool rank0 = world->rank() == 0;
   // A progress bar only when rank 0 writes straight to a terminal: mpirun gives its ranks a
@@ -488,6 +521,9 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
   }
   if (summary.steps == 0) summary.steps = summary.start_step;
   if (scaler) summary.loss_scale = scaler->get_scale();
+  if (!c.train.export_dir.empty() && !summary.last_checkpoint.empty()) {
+    export_folder(summary.last_checkpoint, c.train.export_dir, *world, log);
+  }
   return summary;
 }
 

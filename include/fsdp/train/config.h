@@ -144,6 +144,10 @@ struct TrainLoopConfig {
   // otherwise the path of a checkpoint (a step folder, or a root with `latest`).
   std::string resume;
   std::string metrics_file;  // one JSON object per logged step (JSONL); empty (default): none
+  // At the end of the run, the last checkpoint written as a Hugging Face model folder here
+  // (fsdp-ckpt export: config.json, weights, tokenizer), which from_pretrained loads. Needs
+  // checkpoint_every > 0; the folder must not exist or be empty. Default empty: none.
+  std::string export_dir;
   int num_threads = 1;       // intra-op threads per rank (at::set_num_threads); 0: LibTorch's
   // Seconds a rank waits for a collective (and for the rendezvous) before it gives up and names
   // the ranks that did not arrive: PyTorch's init_process_group(timeout=...). Default 300.
