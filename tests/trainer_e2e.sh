@@ -155,7 +155,7 @@ evaluate() {  # evaluate ARGS...: the loss eval prints
   PORT=$((PORT + 1))
   timeout 120 "$BIN/fsdp-run" --nproc-per-node 2 --backend "$BACKEND" --master-port "$PORT" \
     "$BIN/fsdp-train" eval "${COMMON[@]}" --train.micro_batch_size 4 "$@" 2>&1 |
-    sed -nE 's/^eval: loss ([0-9.]+).*/\1/p'
+    sed -nE 's/^eval: loss ([0-9.]+).*/\1/p' | awk '{ printf "%.4f", $1 }'
 }
 from_ckpt=$(evaluate --checkpoint "$WORK/straight/ckpt")
 from_hf=$(evaluate --model.pretrained "$WORK/hf")

@@ -324,7 +324,7 @@ std::string train_usage(TrainCommand command) {
                "Prints the loss and perplexity of a model on held-out data: the last "
                "data.val_split of data.dataset, or data.val_dataset, read with the model's "
                "tokenizer; at most train.eval_batches batches of train.micro_batch_size "
-               "sequences of data.seq_len tokens per rank (0: all). The model is a checkpoint "
+               "sequences of data.seq_len tokens per rank. The model is a checkpoint "
                "(--checkpoint), or a Hugging Face folder (--model.pretrained DIR). Any number of "
                "ranks; no optimizer state is built.",
                0)

@@ -157,7 +157,7 @@ EvalResult evaluate_model(const TrainConfig& config, const EvalOptions& options,
   r.source = m.source;
   if (world->rank() == 0) {
     char line[256];
-    std::snprintf(line, sizeof line, "eval: loss %.4f, perplexity %.2f over %lld tokens", r.loss,
+    std::snprintf(line, sizeof line, "eval: loss %.6f, perplexity %.3f over %lld tokens", r.loss,
                   r.perplexity, static_cast<long long>(r.tokens));
     out << line << " (" << r.source << ")\n";
   }

@@ -80,7 +80,7 @@ struct EvalResult {
 // The loss and perplexity of the model from options.checkpoint (or model.pretrained, as sample
 // takes it) on the held-out part of config's data (data.val_dataset, or the last data.val_split
 // of data.dataset; at most train.eval_batches batches of train.micro_batch_size sequences per
-// rank, 0: all), read with the model's tokenizer. No optimizer state is built. Printed on rank 0.
+// rank), read with the model's tokenizer. No optimizer state is built. Printed on rank 0.
 EvalResult evaluate_model(const TrainConfig& config, const EvalOptions& options, CommPtr world,
                           std::ostream& out);
 

@@ -1,0 +1,114 @@
+"""The live round trip against transformers (scripts/hf_roundtrip.sh runs it, by hand).
+
+make OUT: in the sid chroot, tiny random models of every family fsdp.cpp imports, saved with
+save_pretrained beside a tokenizer trained on our corpus (tests/data/hf/tokenizers), and for each a
+fixed batch of held-out tokens as an llm.c token file (batch.bin).
+check OUT: after fsdp-train fine-tuned each folder (2 ranks, 20 steps) and exported it
+(train.export_dir), and `fsdp-train eval` scored the exported folder on batch.bin (ours.txt):
+transformers loads each exported folder with no missing or unexpected keys, its tokenizer gives the
+input folder's ids, and its loss on batch.bin equals ours within 1e-5 relative.
+"""
+import json
+import os
+import shutil
+import struct
+import sys
+
+import torch
+import transformers
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOKENIZERS = os.path.join(REPO, "tests", "data", "hf", "tokenizers")
+SEQ, WINDOWS = 64, 8
+
+SMALL = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.1)
+MODELS = {
+    "gpt2": ("gpt2", "bytelevel", dict(n_embd=64, n_layer=2, n_head=4, n_positions=256,
+                                       initializer_range=0.1), torch.float32, None),
+    "llama": ("llama", "llama3", dict(SMALL, tie_word_embeddings=False, rope_theta=500000.0,
+                                      rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                                    "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                    "original_max_position_embeddings": 32}),
+              torch.bfloat16, "200KB"),
+    "llama-tied": ("llama", "llama2", dict(SMALL, tie_word_embeddings=True, rope_theta=10000.0),
+                   torch.float32, None),
+    "llama-linear": ("llama", "metaspace", dict(SMALL, rope_scaling={"rope_type": "linear",
+                                                                     "factor": 2.0}),
+                     torch.float32, None),
+    "qwen2": ("qwen2", "qwen2", dict(SMALL, tie_word_embeddings=True), torch.float32, None),
+    "mistral": ("mistral", "llama2", dict(SMALL, sliding_window=None), torch.float32, None),
+}
+
+
+def write_tokens(path, ids):
+    assert max(ids) < 65536
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, len(ids), *([0] * 253)))
+        f.write(struct.pack("<%dH" % len(ids), *ids))
+
+
+def make(out):
+    torch.manual_seed(0)
+    corpus = sorted(f for f in os.listdir(os.path.join(REPO, "assets", "sotu")) if f.endswith(".txt"))
+    held_out = "".join(open(os.path.join(REPO, "assets", "sotu", f), encoding="utf-8").read()
+                       for f in corpus[-3:])
+    for name, (model_type, tok_family, fields, dtype, shard) in MODELS.items():
+        folder = os.path.join(out, "in", name)
+        tok = AutoTokenizer.from_pretrained(os.path.join(TOKENIZERS, tok_family))
+        config = AutoConfig.for_model(model_type, vocab_size=len(tok), **fields)
+        model = AutoModelForCausalLM.from_config(config).to(dtype)
+        if model_type == "qwen2":  # non-zero q/k/v biases, so that a dropped bias shows
+            for layer in model.model.layers:
+                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                    torch.nn.init.normal_(proj.bias, std=0.1)
+        model.save_pretrained(folder, **({"max_shard_size": shard} if shard else {}))
+        tok.save_pretrained(folder)
+        ids = tok(held_out, add_special_tokens=False)["input_ids"][: SEQ * WINDOWS + 1]
+        assert len(ids) == SEQ * WINDOWS + 1, len(ids)
+        write_tokens(os.path.join(folder, "batch.bin"), ids)
+        print("made", folder, "vocab", len(tok), "files", sorted(os.listdir(folder)))
+
+
+def loss_on(model, ids):
+    windows = torch.stack([ids[i * SEQ:i * SEQ + SEQ + 1] for i in range(WINDOWS)])
+    with torch.no_grad():
+        logits = model(windows[:, :-1]).logits.float()
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)),
+                                             windows[:, 1:].reshape(-1)).item()
+
+
+def check(out):
+    failures = 0
+    report = {"transformers": transformers.__version__, "torch": torch.__version__, "models": {}}
+    for name in MODELS:
+        src, dst = os.path.join(out, "in", name), os.path.join(out, "out", name)
+        model, info = AutoModelForCausalLM.from_pretrained(dst, dtype=torch.float32,
+                                                           output_loading_info=True,
+                                                           attn_implementation="eager")
+        model.eval()
+        keys_ok = not info["missing_keys"] and not info["unexpected_keys"]
+        text = "Fellow citizens, 2026 — naïve café ☕ <|endoftext|>"
+        tok_ok = (AutoTokenizer.from_pretrained(dst)(text)["input_ids"] ==
+                  AutoTokenizer.from_pretrained(src)(text)["input_ids"])
+        raw = open(os.path.join(src, "batch.bin"), "rb").read()[1024:]
+        ids = torch.tensor(struct.unpack("<%dH" % (len(raw) // 2), raw), dtype=torch.long)
+        theirs = loss_on(model, ids)
+        ours = float(open(os.path.join(dst, "..", name + ".ours.txt")).read().split()[2].rstrip(","))
+        rel = abs(theirs - ours) / theirs
+        ok = keys_ok and tok_ok and rel < 1e-5
+        failures += not ok
+        report["models"][name] = dict(missing=sorted(info["missing_keys"]), unexpected=sorted(info["unexpected_keys"]),
+                                      tokenizer_ids_equal=tok_ok, loss_transformers=theirs,
+                                      loss_fsdp_cpp=ours, relative_difference=rel,
+                                      model_type=model.config.model_type,
+                                      files=sorted(os.listdir(dst)))
+        print("%-13s %s  keys %s  tokenizer %s  loss transformers %.6f fsdp.cpp %.6f (rel %.1e)" %
+              (name, "ok  " if ok else "FAIL", "ok" if keys_ok else info, tok_ok, theirs, ours, rel))
+    json.dump(report, open(os.path.join(out, "report.json"), "w"), indent=2)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    {"make": make, "check": check}[sys.argv[1]](sys.argv[2])
