@@ -25,6 +25,7 @@
 #include "train/hf_export.h"
 #include "train/hf_folder.h"
 #include "train/model_factory.h"
+#include "train/run_data.h"
 
 namespace fsdp {
 namespace {
@@ -116,6 +117,13 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, HfModel,
                            for (char& ch : s) ch = std::isalnum(ch) ? ch : '_';
                            return s;
                          });
+
+fs::path scratch(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() /
+                     ("fsdp_hf_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  return p;
+}
 
 // A folder copied to a temporary place, to be broken one way per test.
 class TempFolder {
@@ -220,6 +228,32 @@ std::string load_error(const fs::path& dir) {
   return "no error";
 }
 
+// A tokenizer whose ids run past the model's embedding (2001 tokens, 384 rows) is named before the
+// first step, not found at the first rare token.
+TEST(HfFolder, ATokenizerLargerThanTheEmbeddingIsNamed) {
+  const fs::path work = scratch("vocab");
+  fs::create_directories(work);
+  std::ofstream(work / "text.txt") << "Fellow citizens of the Senate and the House.\n";
+  const fs::path tokenizer = fs::path(FSDP_HF_FIXTURES) / "tokenizers" / "bytelevel";
+  const TrainConfig c = pretrained_config(
+      kModels / "gpt2", {{"data.tokenizer_dir", tokenizer.string()},
+                         {"data.dataset", (work / "text.txt").string()},
+                         {"data.cache_dir", (work / "cache").string()}, {"data.val_split", "0"},
+                         {"train.eval_every", "0"}});
+  std::ostringstream out;
+  RunLog log(out, false, false, "", 0);
+  try {
+    prepare_data(c, log);
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("has 2001 tokens, more than the model's embedding holds "
+                                         "(model.vocab_size 384)"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(work);
+}
+
 TEST(HfFolder, AMissingShardOrIndexEntryIsNamed) {
   {
     TempFolder f("llama");
@@ -256,12 +290,6 @@ std::string checkpoint_of(const TrainConfig& c, const fs::path& root) {
   return save_checkpoint(root.string(), 7, *m.sharded, nullptr, state.dump());
 }
 
-fs::path scratch(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() /
-                     ("fsdp_hf_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  return p;
-}
 
 // From a folder and back: config.json as it came in (every field, model_type and the rope
 // spelling included; a bf16 model comes back bf16), the tokenizer beside it, and weights that

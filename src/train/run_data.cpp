@@ -47,8 +47,8 @@ RunData prepare_data(const TrainConfig& c, RunLog& log) {
     data::Corpus held_out = data::prepare_corpus(c.data.val_dataset, options);
     d.val = held_out.train;
   }
-  check_tokens(c, d);
   if (!d.corpus.cache_entry.empty()) check_vocabulary_fits(c);
+  check_tokens(c, d);
   // Token files are read where they lie; only text is tokenized into (or found in) the cache.
   const bool token_files = d.corpus.cache_entry.empty();
   log.info("data: " +
