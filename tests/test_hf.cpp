@@ -1,7 +1,7 @@
 // Hugging Face model folders in (train/hf_folder.h): each fixture of tests/data/hf/models (tiny
-// random models transformers 5.12 saved, with its losses, logits and greedy tokens on a fixed batch:
-// scripts/hf_fixtures.sh) becomes our model through model.pretrained alone, loads its weights
-// (sharded files, bf16, Hub-style GPT-2 names) and computes what transformers computed.
+// random models transformers 5.12 saved, with its losses, logits and greedy tokens on a fixed
+// batch: scripts/hf_fixtures.sh) becomes our model through model.pretrained alone, loads its
+// weights (sharded files, bf16, Hub-style GPT-2 names) and computes what transformers computed.
 //
 // Tolerances. The fixtures ran transformers in fp32 on the CPU (eager attention); we run the same
 // operations in fp32, but kernels may sum in other orders (oneDNN or not, fused attention on
@@ -40,7 +40,11 @@ json read_json(const fs::path& p) {
 }
 
 TrainConfig pretrained_config(const fs::path& dir, std::vector<ConfigOverride> extra = {}) {
-  std::vector<ConfigOverride> o = {{"model.pretrained", dir.string()}, {"data.seq_len", "16"}};
+  // The model fixtures hold no tokenizer (the tokenizer fixtures are apart): name one.
+  const fs::path tokenizer = fs::path(FSDP_HF_FIXTURES) / "tokenizers" / "llama3";
+  std::vector<ConfigOverride> o = {{"model.pretrained", dir.string()},
+                                   {"data.seq_len", "16"},
+                                   {"data.tokenizer_dir", tokenizer.string()}};
   o.insert(o.end(), extra.begin(), extra.end());
   return load_config("", o);
 }
@@ -52,9 +56,9 @@ struct Loaded {
 
 Loaded load(const TrainConfig& c) {
   Loaded out{build_model(c), nullptr};
-  out.sharded = fully_shard(out.lm.module, make_local_comm(),
-                            c.sharding_options().param_init(
-                                [](const std::string&, at::Tensor& t) { t.zero_(); }));
+  out.sharded = fully_shard(
+      out.lm.module, make_local_comm(),
+      c.sharding_options().param_init([](const std::string&, at::Tensor& t) { t.zero_(); }));
   FullStateLoadOptions options;
   options.name_map(hf::weight_name_map(c.model.type, c.model.pretrained));
   load_full_safetensors(*out.sharded, c.model.pretrained, options);
@@ -119,8 +123,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, HfModel,
                          });
 
 fs::path scratch(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() /
-                     ("fsdp_hf_" + name + "_" + std::to_string(::getpid()));
+  const fs::path p =
+      fs::temp_directory_path() / ("fsdp_hf_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(p);
   return p;
 }
@@ -129,9 +133,8 @@ fs::path scratch(const std::string& name) {
 class TempFolder {
  public:
   explicit TempFolder(const std::string& fixture) {
-    path_ = fs::temp_directory_path() /
-            ("fsdp_hf_" + fixture + "_" + std::to_string(::getpid()) + "_" +
-             std::to_string(counter_++));
+    path_ = fs::temp_directory_path() / ("fsdp_hf_" + fixture + "_" + std::to_string(::getpid()) +
+                                         "_" + std::to_string(counter_++));
     fs::remove_all(path_);
     fs::copy(kModels / fixture, path_, fs::copy_options::recursive);
   }
@@ -188,12 +191,23 @@ std::string config_error(const std::function<void()>& f) {
 }
 
 TEST(HfFolder, AValueThatContradictsConfigJsonNamesBoth) {
-  const std::string e = config_error(
-      [] { pretrained_config(kModels / "gpt2", {{"model.n_layer", "3"}}); });
+  const std::string e = config_error([] {
+    pretrained_config(kModels / "gpt2", {{"model.n_layer", "3"}});
+  });
   EXPECT_NE(e.find("--model.n_layer"), std::string::npos) << e;
   EXPECT_NE(e.find("n_layer gives 2"), std::string::npos) << e;
   // The same value is no contradiction.
   EXPECT_EQ(pretrained_config(kModels / "gpt2", {{"model.n_layer", "2"}}).model.n_layer, 2);
+}
+
+// A Llama-family folder brings its tokenizer, or data.tokenizer_dir names one: GPT-2's default
+// files would tokenize its data silently wrong. "model/" is the folder "model".
+TEST(HfFolder, ALlamaFolderWithoutATokenizerNeedsOneNamed) {
+  const std::string e = config_error(
+      [] { load_config("", {{"model.pretrained", (kModels / "llama").string()}}); });
+  EXPECT_NE(e.find("holds no tokenizer"), std::string::npos) << e;
+  const TrainConfig c = pretrained_config(kModels / "llama" / "");
+  EXPECT_EQ(c.model.pretrained, (kModels / "llama").string());
 }
 
 TEST(HfFolder, WhatWeDoNotBuildIsRefusedByName) {
@@ -213,6 +227,12 @@ TEST(HfFolder, WhatWeDoNotBuildIsRefusedByName) {
   EXPECT_NE(refused("llama", [](json& j) { j["hidden_act"] = "gelu"; }).find("hidden_act"),
             std::string::npos);
   EXPECT_NE(refused("mistral", [](json& j) { j["sliding_window"] = 8; }).find("sliding_window"),
+            std::string::npos);
+  EXPECT_NE(refused("llama", [](json& j) { j["rope_parameters"]["attention_factor"] = 2.0; })
+                .find("rope_parameters.attention_factor"),
+            std::string::npos);
+  EXPECT_NE(refused("llama", [](json& j) { j["rope_parameters"]["rope_theta"] = "5e5"; })
+                .find("rope_parameters.rope_theta"),
             std::string::npos);
   EXPECT_NE(refused("gpt2", [](json& j) { j["architectures"] = {"GPT2ForSequenceClassification"}; })
                 .find("architectures"),
@@ -235,11 +255,12 @@ TEST(HfFolder, ATokenizerLargerThanTheEmbeddingIsNamed) {
   fs::create_directories(work);
   std::ofstream(work / "text.txt") << "Fellow citizens of the Senate and the House.\n";
   const fs::path tokenizer = fs::path(FSDP_HF_FIXTURES) / "tokenizers" / "bytelevel";
-  const TrainConfig c = pretrained_config(
-      kModels / "gpt2", {{"data.tokenizer_dir", tokenizer.string()},
-                         {"data.dataset", (work / "text.txt").string()},
-                         {"data.cache_dir", (work / "cache").string()}, {"data.val_split", "0"},
-                         {"train.eval_every", "0"}});
+  const TrainConfig c =
+      pretrained_config(kModels / "gpt2", {{"data.tokenizer_dir", tokenizer.string()},
+                                           {"data.dataset", (work / "text.txt").string()},
+                                           {"data.cache_dir", (work / "cache").string()},
+                                           {"data.val_split", "0"},
+                                           {"train.eval_every", "0"}});
   std::ostringstream out;
   RunLog log(out, false, false, "", 0);
   try {
@@ -290,7 +311,6 @@ std::string checkpoint_of(const TrainConfig& c, const fs::path& root) {
   return save_checkpoint(root.string(), 7, *m.sharded, nullptr, state.dump());
 }
 
-
 // From a folder and back: config.json as it came in (every field, model_type and the rope
 // spelling included; a bf16 model comes back bf16), the tokenizer beside it, and weights that
 // compute transformers' numbers again, in one file or split with an index.
@@ -298,8 +318,8 @@ TEST(HfExport, AFolderComesBackAsItCameIn) {
   const fs::path tokenizer = fs::path(FSDP_HF_FIXTURES) / "tokenizers" / "llama3";
   for (int64_t shard_bytes : {int64_t{50000000000}, int64_t{40000}}) {
     const fs::path root = scratch("export_ckpt"), out = scratch("export_out");
-    const TrainConfig c = pretrained_config(kModels / "llama",
-                                            {{"data.tokenizer_dir", tokenizer.string()}});
+    const TrainConfig c =
+        pretrained_config(kModels / "llama", {{"data.tokenizer_dir", tokenizer.string()}});
     const std::string step = checkpoint_of(c, root);
     hf::ExportOptions options;
     options.max_shard_bytes = shard_bytes;
@@ -321,22 +341,25 @@ TEST(HfExport, AFolderComesBackAsItCameIn) {
 // files are renamed as transformers' GPT2Tokenizer reads them.
 TEST(HfExport, AConfigIsWrittenForARunWithoutAFolder) {
   const json ref = read_json(kModels / "gpt2" / "config.json");
-  TrainConfig c = load_config(
-      "", {{"model.n_embd", "32"}, {"model.n_layer", "2"}, {"model.n_head", "4"},
-           {"model.vocab_size", "384"}, {"model.n_positions", "64"}, {"data.seq_len", "16"},
-           {"model.init_from", (kModels / "gpt2" / "model.safetensors").string()}});
+  TrainConfig c =
+      load_config("", {{"model.n_embd", "32"},
+                       {"model.n_layer", "2"},
+                       {"model.n_head", "4"},
+                       {"model.vocab_size", "384"},
+                       {"model.n_positions", "64"},
+                       {"data.seq_len", "16"},
+                       {"model.init_from", (kModels / "gpt2" / "model.safetensors").string()}});
   c.data.tokenizer_dir = (fs::path(FSDP_SOURCE_DIR) / "assets" / "gpt2").string();
   if (!fs::exists(fs::path(c.data.tokenizer_dir) / "encoder.json")) {
     GTEST_SKIP() << "no " << c.data.tokenizer_dir << " (scripts/fetch_assets.sh fetches it)";
   }
   const fs::path root = scratch("export_gpt2_ckpt"), out = scratch("export_gpt2_out");
   Loaded m{build_model(c), nullptr};
-  m.sharded = fully_shard(m.lm.module, make_local_comm(),
-                          c.sharding_options().param_init(m.lm.param_init));
+  m.sharded =
+      fully_shard(m.lm.module, make_local_comm(), c.sharding_options().param_init(m.lm.param_init));
   load_full_safetensors(*m.sharded, c.model.init_from);
-  const std::string step =
-      save_checkpoint(root.string(), 3, *m.sharded, nullptr,
-                      nlohmann::json({{"config", to_yaml(c)}}).dump());
+  const std::string step = save_checkpoint(root.string(), 3, *m.sharded, nullptr,
+                                           nlohmann::json({{"config", to_yaml(c)}}).dump());
   hf::export_model_folder(step, out.string());
   const json back = read_json(out / "config.json");
   for (const char* k : {"model_type", "n_embd", "n_layer", "n_head", "n_positions", "vocab_size",

@@ -95,10 +95,10 @@ SafetensorsSet::SafetensorsSet(const std::string& path, TensorNameMap name_map)
   if (fs::is_directory(path)) {
     const fs::path index = fs::path(path) / kSafetensorsIndexName;
     const fs::path single = fs::path(path) / kSafetensorsSingleName;
-    if (fs::exists(index)) {
-      target = index.string();
-    } else if (fs::exists(single)) {
+    if (fs::exists(single)) {
       target = single.string();
+    } else if (fs::exists(index)) {
+      target = index.string();
     } else {
       fail(path, std::string("a folder with neither ") + kSafetensorsIndexName + " nor " +
                      kSafetensorsSingleName);

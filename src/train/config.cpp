@@ -85,7 +85,8 @@ void apply_parallelism(FsdpConfig& f) {
   }
   const bool zero2 = f.sharding_strategy == ShardingStrategy::kShardGradOp ||
                      f.sharding_strategy == ShardingStrategy::kHybridShardZero2;
-  f.sharding_strategy = zero2 ? ShardingStrategy::kHybridShardZero2 : ShardingStrategy::kHybridShard;
+  f.sharding_strategy =
+      zero2 ? ShardingStrategy::kHybridShardZero2 : ShardingStrategy::kHybridShard;
   f.shard_group_size = f.dp_shard_size;
 }
 
@@ -95,7 +96,15 @@ class Builder {
   void apply_yaml(const std::string& text, const std::string& source);
   void apply_override(const ConfigOverride& o);
   // model.pretrained: the folder's config.json fills the model keys the user left unset.
-  void take_pretrained() { hf::apply_pretrained(config_, origins_); }
+  void take_pretrained() {
+    try {
+      hf::apply_pretrained(config_, origins_);
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const std::exception& e) {  // a filesystem error, a JSON value of another type
+      throw config::error_at(origins_, {"model.pretrained"}, e.what());
+    }
+  }
   TrainConfig finish(MachineChecks machine = {}) {
     apply_parallelism(config_.fsdp);
     config::validate(config_, origins_, machine);

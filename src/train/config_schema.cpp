@@ -380,8 +380,9 @@ std::vector<Option> parallelism_section() {
   auto only_one = [](const char* what) {
     return [what](const RawValue& v) {
       if (v.kind != RawValue::Kind::kNull && to_int(v) > 1) {
-        throw ValueError(std::string(what) + " is not supported (fsdp.cpp is data parallel: "
-                                             "FSDP and HSDP); set it to 1");
+        throw ValueError(std::string(what) +
+                         " is not supported (fsdp.cpp is data parallel: "
+                         "FSDP and HSDP); set it to 1");
       }
     };
   };
@@ -537,9 +538,10 @@ std::vector<Option> train_section() {
                      "or a checkpoint's path"),
       string_setting("train.metrics_file", FIELD(train.metrics_file),
                      "append one JSON object per logged step here (JSONL); empty: none"),
-      string_setting("train.export_dir", FIELD(train.export_dir),
-                     "at the end, the last checkpoint as a Hugging Face model folder here "
-                     "(config.json, weights, tokenizer); needs train.checkpoint_every; empty: none"),
+      string_setting(
+          "train.export_dir", FIELD(train.export_dir),
+          "at the end, the last checkpoint as a Hugging Face model folder here "
+          "(config.json, weights, tokenizer); needs train.checkpoint_every; empty: none"),
       int_setting("train.num_threads", FIELD(train.num_threads),
                   "intra-op threads per rank; 0: LibTorch's default"),
       number_setting("train.process_group_timeout", FIELD(train.process_group_timeout),
@@ -635,9 +637,9 @@ std::vector<Option> foreign_sections() {
 
 std::vector<Option> build_options() {
   std::vector<Option> all;
-  for (auto part :
-       {accelerate_top_level(), fsdp_section(), parallelism_section(), model_section(), data_section(), optim_section(),
-        grad_scaler_section(), train_section(), torchacc_section(), foreign_sections()}) {
+  for (auto part : {accelerate_top_level(), fsdp_section(), parallelism_section(), model_section(),
+                    data_section(), optim_section(), grad_scaler_section(), train_section(),
+                    torchacc_section(), foreign_sections()}) {
     for (auto& o : part) all.push_back(std::move(o));
   }
   return all;

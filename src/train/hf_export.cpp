@@ -54,8 +54,13 @@ const char* hf_dtype(DType d) {
   }
 }
 
+std::string string_field(const ojson& j, const char* key) {
+  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+}
+
 std::optional<DType> from_hf_dtype(const ojson& config) {
-  const std::string name = config.value("dtype", config.value("torch_dtype", std::string()));
+  std::string name = string_field(config, "dtype");
+  if (name.empty()) name = string_field(config, "torch_dtype");
   if (name == "bfloat16") return DType::kBFloat16;
   if (name == "float16") return DType::kFloat16;
   if (name == "float32") return DType::kFloat32;
@@ -161,8 +166,10 @@ ojson llama_config(const TrainConfig& t, ojson c) {
 // The ids of the tokenizer's BOS and EOS tokens, for a generated generation_config.json.
 ojson special_ids(const fs::path& tok) {
   ojson ids = ojson::object();
-  if (fs::is_regular_file(tok / "encoder.json")) {
-    const ojson enc = read_json(tok / "encoder.json");
+  const fs::path vocab =
+      fs::is_regular_file(tok / "encoder.json") ? tok / "encoder.json" : tok / "vocab.json";
+  if (fs::is_regular_file(vocab) && !fs::is_regular_file(tok / "tokenizer.json")) {
+    const ojson enc = read_json(vocab);
     if (enc.contains("<|endoftext|>"))
       ids["bos_token_id"] = ids["eos_token_id"] = enc["<|endoftext|>"];
     return ids;
@@ -176,10 +183,9 @@ ojson special_ids(const fs::path& tok) {
   for (const char* which : {"bos", "eos"}) {
     const ojson token = config.value(std::string(which) + "_token", ojson());
     const std::string content =
-        token.is_string() ? token.get<std::string>()
-                          : (token.is_object() ? token.value("content", std::string()) : "");
+        token.is_string() ? token.get<std::string>() : string_field(token, "content");
     for (const auto& a : added) {
-      if (!content.empty() && a.value("content", std::string()) == content) {
+      if (!content.empty() && string_field(a, "content") == content) {
         ids[std::string(which) + "_token_id"] = a["id"];
       }
     }
@@ -204,9 +210,17 @@ std::vector<std::string> copy_tokenizer(const fs::path& from, const fs::path& to
     }
     return written;
   }
-  if (fs::is_regular_file(from / "encoder.json") && fs::is_regular_file(from / "vocab.bpe")) {
-    copy("encoder.json", "vocab.json");
-    copy("vocab.bpe", "merges.txt");
+  const bool hf_names =
+      fs::is_regular_file(from / "vocab.json") && fs::is_regular_file(from / "merges.txt");
+  if (hf_names ||
+      (fs::is_regular_file(from / "encoder.json") && fs::is_regular_file(from / "vocab.bpe"))) {
+    copy(hf_names ? "vocab.json" : "encoder.json", "vocab.json");
+    copy(hf_names ? "merges.txt" : "vocab.bpe", "merges.txt");
+    copy("special_tokens_map.json", "special_tokens_map.json");
+    if (fs::is_regular_file(from / "tokenizer_config.json")) {
+      copy("tokenizer_config.json", "tokenizer_config.json");
+      return written;
+    }
     write_json(to / "tokenizer_config.json", {{"tokenizer_class", "GPT2Tokenizer"},
                                               {"bos_token", "<|endoftext|>"},
                                               {"eos_token", "<|endoftext|>"},
@@ -217,12 +231,13 @@ std::vector<std::string> copy_tokenizer(const fs::path& from, const fs::path& to
     return written;
   }
   fail(from.string(),
-       "holds no tokenizer (tokenizer.json, or encoder.json and vocab.bpe); give the folder that "
-       "does with --tokenizer");
+       "holds no tokenizer (tokenizer.json, or GPT-2's vocab.json and merges.txt, or encoder.json "
+       "and vocab.bpe); export with fsdp-ckpt export --tokenizer DIR");
 }
 
 // `out` may not hold anything yet, nor lie inside the checkpoint it is made from.
 void check_destination(const fs::path& out, const fs::path& step_dir) {
+  if (fs::is_symlink(out)) fail(out.string(), "is a symbolic link; give the folder itself");
   if (fs::exists(out) && !(fs::is_directory(out) && fs::is_empty(out))) {
     fail(out.string(), "exists and is not an empty folder; export writes a new folder");
   }
@@ -236,7 +251,8 @@ void check_destination(const fs::path& out, const fs::path& step_dir) {
 std::vector<std::string> export_model_folder(const std::string& step_dir,
                                              const std::string& out_dir,
                                              const ExportOptions& options) {
-  const fs::path out = fs::path(out_dir).lexically_normal();
+  fs::path out = fs::path(out_dir).lexically_normal();
+  if (!out.has_filename()) out = out.parent_path();  // "out/" is "out"
   check_destination(out, step_dir);
   const TrainConfig t = checkpoint_config(step_dir);
   const ojson base = source_config(t.model);
@@ -262,12 +278,12 @@ std::vector<std::string> export_model_folder(const std::string& step_dir,
     }
     copy_tokenizer(tok, tmp, t.context_length());
     consolidate_checkpoint_files(step_dir, tmp.string(), dtype, options.max_shard_bytes);
+    if (fs::exists(out)) fs::remove(out);  // empty, checked above
+    fs::rename(tmp, out);
   } catch (...) {
     fs::remove_all(tmp);
     throw;
   }
-  if (fs::exists(out)) fs::remove(out);  // empty, checked above
-  fs::rename(tmp, out);
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(out)) files.push_back(e.path().string());
   std::sort(files.begin(), files.end());

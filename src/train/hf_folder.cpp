@@ -205,6 +205,23 @@ void read_gpt2(Reader& r) {
   note_dropout(r, {"attn_pdrop", "embd_pdrop", "resid_pdrop"});
 }
 
+// A key of the RoPE object that its type does not use may change the model (a per-layer-type
+// form, attention_factor): refused, as unknown fields are.
+void check_rope_keys(const Reader& r, const json& rope, const std::string& field,
+                     const std::string& type) {
+  if (!rope.is_object()) return;
+  std::set<std::string> known = {"rope_type", "type", "rope_theta"};
+  if (type == "linear" || type == "llama3") known.insert("factor");
+  if (type == "llama3") {
+    known.insert({"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+  }
+  for (const auto& [key, value] : rope.items()) {
+    if (!known.count(key)) {
+      r.fail(field + "." + key, "not one fsdp.cpp implements for rope_type '" + type + "'");
+    }
+  }
+}
+
 // rope_parameters (transformers 5) or rope_theta and rope_scaling (4.x and most Hub files).
 void read_rope(Reader& r) {
   const bool v5 = r.has("rope_parameters");
@@ -212,18 +229,23 @@ void read_rope(Reader& r) {
   json rope =
       v5 ? r.at("rope_parameters") : (r.has("rope_scaling") ? r.at("rope_scaling") : json());
   if (!rope.is_null() && !rope.is_object()) r.fail(field, "expected an object");
-  const double theta = v5 && rope.contains("rope_theta") ? rope["rope_theta"].get<double>()
-                                                         : r.number("rope_theta", 10000.0);
-  r.set_number("model.rope_theta", theta, v5 ? "rope_parameters.rope_theta" : "rope_theta");
-  std::string type = "default";
-  if (rope.is_object()) {
-    type = rope.value("rope_type", rope.value("type", std::string("default")));
+  if (v5 && r.has("rope_scaling")) {
+    r.fail("rope_scaling", "given beside rope_parameters: keep one spelling");
   }
   auto get = [&](const char* name, double fallback) {
     if (!rope.is_object() || !rope.contains(name)) return fallback;
     if (!rope[name].is_number()) r.fail(field + "." + name, "expected a number");
     return rope[name].get<double>();
   };
+  const double theta = v5 ? get("rope_theta", 10000.0) : r.number("rope_theta", 10000.0);
+  r.set_number("model.rope_theta", theta, v5 ? "rope_parameters.rope_theta" : "rope_theta");
+  std::string type = "default";
+  for (const char* key : {"rope_type", "type"}) {
+    if (rope.is_object() && rope.contains(key)) {
+      if (!rope[key].is_string()) r.fail(field + "." + key, "expected a string");
+      type = rope[key].get<std::string>();
+    }
+  }
   if (type == "default") {
     r.set("model.rope_scaling", "none", field);
   } else if (type == "linear" || type == "llama3") {
@@ -234,6 +256,7 @@ void read_rope(Reader& r) {
                                      "' is not implemented; fsdp.cpp has default, linear and "
                                      "llama3 rotary embeddings");
   }
+  check_rope_keys(r, rope, field, type);
   if (type == "llama3") {
     r.set_number("model.rope_low_freq_factor", get("low_freq_factor", 1.0),
                  field + ".low_freq_factor");
@@ -363,7 +386,9 @@ void agree_or_fail(const TrainConfig& config, const config::Origins& origins,
 
 std::vector<std::string> apply_pretrained(TrainConfig& config, config::Origins& origins) {
   if (config.model.pretrained.empty()) return {};
-  const std::string dir = fs::absolute(config.model.pretrained).lexically_normal().string();
+  fs::path normal = fs::absolute(config.model.pretrained).lexically_normal();
+  if (!normal.has_filename()) normal = normal.parent_path();  // "model/" is "model"
+  const std::string dir = normal.string();
   if (!fs::is_directory(dir)) {
     throw config::error_at(origins, {"model.pretrained"},
                            "'" + config.model.pretrained + "' is not a folder");
@@ -395,9 +420,16 @@ std::vector<std::string> apply_pretrained(TrainConfig& config, config::Origins& 
     config.data.seq_len = config.model.n_positions;
     origins["data.seq_len"] = config::Origin{path, 0, "config.json's n_positions", 0};
   }
-  if (!origins.count("data.tokenizer_dir") && has_tokenizer_files(dir)) {
-    config.data.tokenizer_dir = dir;
-    origins["data.tokenizer_dir"] = config::Origin{path, 0, "model.pretrained's tokenizer", 0};
+  if (!origins.count("data.tokenizer_dir")) {
+    if (has_tokenizer_files(dir)) {
+      config.data.tokenizer_dir = dir;
+      origins["data.tokenizer_dir"] = config::Origin{path, 0, "model.pretrained's tokenizer", 0};
+    } else if (config.model.type != ModelType::kGPT2) {  // GPT-2's own files are the default
+      throw config::error_at(origins, {"model.pretrained"},
+                             dir +
+                                 " holds no tokenizer (tokenizer.json): set data.tokenizer_dir "
+                                 "to the folder of the model's tokenizer");
+    }
   }
   return folder.notes;
 }

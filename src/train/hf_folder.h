@@ -51,8 +51,8 @@ std::vector<std::string> apply_pretrained(TrainConfig& config, config::Origins& 
 // "h.N.attn.bias" / "h.N.attn.masked_bias", which transformers ignores too); none otherwise.
 TensorNameMap weight_name_map(ModelType type, const std::string& dir);
 
-// Whether `dir` holds a tokenizer: tokenizer.json, or GPT-2's encoder.json and vocab.bpe (vocab.json
-// and merges.txt under transformers' names).
+// Whether `dir` holds a tokenizer: tokenizer.json, or GPT-2's encoder.json and vocab.bpe
+// (vocab.json and merges.txt under transformers' names).
 bool has_tokenizer_files(const std::string& dir);
 
 }  // namespace hf

@@ -143,6 +143,12 @@ EvalResult evaluate_model(const TrainConfig& config, const EvalOptions& options,
   c.model = m.config.model;
   c.data.tokenizer_dir = m.config.data.tokenizer_dir;
   RunLog log(out, world->rank() == 0, /*progress_bar=*/false, /*metrics_file=*/"", 0);
+  if (c.data.seq_len > m.config.context_length()) {
+    log.info("eval: data.seq_len " + std::to_string(c.data.seq_len) +
+             " is longer than the model's context; windows of " +
+             std::to_string(m.config.context_length()) + " tokens");
+    c.data.seq_len = m.config.context_length();
+  }
   const RunData d = prepare_data(c, log);
   if (d.val.empty()) {
     throw std::invalid_argument("data: '" + c.data.dataset +

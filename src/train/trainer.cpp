@@ -248,7 +248,8 @@ int64_t resume(const std::string& path, const TrainConfig& c, FullyShardedModel&
   // The architecture must match; where the first run's parameters came from, and which attention
   // kernel computes the same function, need not.
   ModelConfig saved_model = saved.model, model_now = c.model;
-  saved_model.init_from = model_now.init_from = "";
+  saved_model.init_from = model_now.init_from = "";  // where a fresh run took its weights from
+  saved_model.pretrained = model_now.pretrained = "";
   saved_model.attention = model_now.attention = AttentionKernel::kAuto;
   if (!(saved_model == model_now)) {
     throw CheckpointError("train.resume: checkpoint '" + loaded.path +
@@ -288,13 +289,22 @@ std::string save(const TrainConfig& c, int64_t step, FullyShardedModel& model, c
   return dir;
 }
 
-// train.export_dir is written after the last step: refuse one in use before the first.
-void check_export_folder(const std::string& dir) {
+// train.export_dir is written after the last step: refuse one in use, or inside the checkpoints,
+// before the first.
+void check_export_folder(const TrainConfig& c) {
   namespace fs = std::filesystem;
-  if (!dir.empty() && fs::exists(dir) && !(fs::is_directory(dir) && fs::is_empty(dir))) {
+  const std::string& dir = c.train.export_dir;
+  if (dir.empty()) return;
+  if (fs::exists(dir) && !(fs::is_directory(dir) && fs::is_empty(dir))) {
     throw std::invalid_argument("train.export_dir: '" + dir +
                                 "' exists and is not an empty folder (checked before the first "
                                 "step; the export writes a new folder)");
+  }
+  const std::string out = fs::weakly_canonical(dir).string() + "/";
+  const std::string root = fs::weakly_canonical(c.train.checkpoint_dir).string() + "/";
+  if (out.rfind(root, 0) == 0) {
+    throw std::invalid_argument("train.export_dir: '" + dir +
+                                "' lies inside train.checkpoint_dir, which the run owns");
   }
 }
 
@@ -310,7 +320,12 @@ void export_folder(const std::string& checkpoint, const std::string& dir, Comm& 
     }
   }
   int64_t failed = error.empty() ? 0 : 1;
+  // The others wait for rank 0's export, which can take longer than a collective's timeout: a
+  // large model is read and written whole.
+  const std::chrono::milliseconds timeout = world.timeout();
+  world.set_timeout(std::max(timeout, std::chrono::milliseconds(std::chrono::hours(6))));
   world.broadcast(&failed, 1, DType::kInt64, 0);
+  world.set_timeout(timeout);
   if (failed) {
     throw std::runtime_error(
         "train.export_dir: " +
@@ -396,7 +411,7 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
   const ResumePlan plan = resume_plan(c.train);
   const std::optional<std::string> resume_from = plan.path;
   if (c.train.checkpoint_every > 0) check_checkpoint_folder(c.train.checkpoint_dir, *world);
-  check_export_folder(c.train.export_dir);
+  check_export_folder(c);
   if (c.train.num_threads > 0) at::set_num_threads(c.train.num_threads);
   const bool rank0 = world->rank() == 0;
   // A progress bar only when rank 0 writes straight to a terminal: mpirun gives its ranks a
@@ -430,7 +445,10 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
   if (from_file) {
     FullStateLoadOptions load;
     load.from_rank0(c.fsdp.cpu_ram_efficient_loading);
-    if (!c.model.pretrained.empty()) load.name_map(hf::weight_name_map(c.model.type, weights));
+    // Only ranks that read the files probe them (cpu_ram_efficient_loading: rank 0 alone).
+    if (!c.model.pretrained.empty() && (!c.fsdp.cpu_ram_efficient_loading || world->rank() == 0)) {
+      load.name_map(hf::weight_name_map(c.model.type, weights));
+    }
     load_full_safetensors(*model, weights, load);
     log.info("parameters from " + weights +
              (c.fsdp.cpu_ram_efficient_loading ? " (read by rank 0, broadcast unit by unit)" : ""));
@@ -521,8 +539,16 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
   }
   if (summary.steps == 0) summary.steps = summary.start_step;
   if (scaler) summary.loss_scale = scaler->get_scale();
-  if (!c.train.export_dir.empty() && !summary.last_checkpoint.empty()) {
-    export_folder(summary.last_checkpoint, c.train.export_dir, *world, log);
+  if (!c.train.export_dir.empty()) {
+    // A resumed run that had no step left to take wrote no checkpoint: its newest is the model.
+    const std::string from = !summary.last_checkpoint.empty()
+                                 ? summary.last_checkpoint
+                                 : latest_checkpoint(c.train.checkpoint_dir).value_or("");
+    if (from.empty()) {
+      log.info("train.export_dir: no checkpoint to export");
+    } else {
+      export_folder(from, c.train.export_dir, *world, log);
+    }
   }
   return summary;
 }

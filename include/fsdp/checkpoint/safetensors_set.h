@@ -31,11 +31,11 @@ using TensorNameMap = std::function<std::string(const std::string& file_name)>;
 class SafetensorsSet {
  public:
   // `path`: a .safetensors file, an index (.json), or a folder holding model.safetensors.index.json
-  // or model.safetensors (the index first, as transformers looks). Every file is opened and checked
-  // (SafetensorsReader) before this returns. Throws SafetensorsError naming the file at fault: a
-  // folder with neither file, an index that is not JSON with a "weight_map" object of file names,
-  // a file name with a folder part, an index naming a file that is missing or lacks the tensor the
-  // index puts there, and two tensors that map to one name.
+  // or model.safetensors (the single file first, as transformers looks). Every file is opened and
+  // checked (SafetensorsReader) before this returns. Throws SafetensorsError naming the file at
+  // fault: a folder with neither file, an index that is not JSON with a "weight_map" object of file
+  // names, a file name with a folder part, an index naming a file that is missing or lacks the
+  // tensor the index puts there, and two tensors that map to one name.
   explicit SafetensorsSet(const std::string& path, TensorNameMap name_map = {});
   ~SafetensorsSet();
   SafetensorsSet(SafetensorsSet&&) noexcept;
