@@ -18,5 +18,5 @@ if(TARGET fsdp-demo)
   target_compile_definitions(test_launch PRIVATE FSDP_DEMO_EXE="$<TARGET_FILE:fsdp-demo>")
   add_dependencies(test_launch fsdp-demo)
 endif()
-gtest_discover_tests(test_launch TEST_PREFIX launch. PROPERTIES TIMEOUT 120
+gtest_discover_tests(test_launch TEST_PREFIX launch. PROPERTIES TIMEOUT 120 LABELS quick
                      DISCOVERY_TIMEOUT 30)
