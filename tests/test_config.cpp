@@ -263,17 +263,17 @@ TEST(ConfigAccelerate, RamEfficientLoadingUnderFsdp2NeedsNoSync) {
 // and context parallelism are refused by name; the sizes must multiply to num_processes.
 TEST(ConfigAccelerate, ParallelismConfigMapsToStrategies) {
   const std::string p = "parallelism_config:\n  parallelism_config_";
-  const TrainConfig hybrid =
-      parse("num_processes: 4\n" + p + "dp_shard_size: 2\n  parallelism_config_dp_replicate_size: 2\n");
+  const TrainConfig hybrid = parse("num_processes: 4\n" + p +
+                                   "dp_shard_size: 2\n  parallelism_config_dp_replicate_size: 2\n");
   EXPECT_EQ(hybrid.fsdp.sharding_strategy, ShardingStrategy::kHybridShard);
   EXPECT_EQ(hybrid.fsdp.shard_group_size, 2);
   EXPECT_EQ(parse(fsdp::to_yaml(hybrid)), hybrid);  // a saved config reads back the same
-  const TrainConfig zero2 = parse(
-      "num_processes: 4\nfsdp_config:\n  fsdp_reshard_after_forward: false\n" + p +
-      "dp_shard_size: 2\n  parallelism_config_dp_replicate_size: 2\n");
+  const TrainConfig zero2 =
+      parse("num_processes: 4\nfsdp_config:\n  fsdp_reshard_after_forward: false\n" + p +
+            "dp_shard_size: 2\n  parallelism_config_dp_replicate_size: 2\n");
   EXPECT_EQ(zero2.fsdp.sharding_strategy, ShardingStrategy::kHybridShardZero2);
-  const TrainConfig ddp =
-      parse("num_processes: 2\n" + p + "dp_shard_size: 1\n  parallelism_config_dp_replicate_size: 2\n");
+  const TrainConfig ddp = parse("num_processes: 2\n" + p +
+                                "dp_shard_size: 1\n  parallelism_config_dp_replicate_size: 2\n");
   EXPECT_EQ(ddp.fsdp.sharding_strategy, ShardingStrategy::kNoShard);
   EXPECT_EQ(parse("num_processes: 2\n" + p + "dp_shard_size: 2\n").fsdp.sharding_strategy,
             ShardingStrategy::kFullShard);
@@ -975,6 +975,26 @@ TEST(ConfigArgs, Resume) {
             "build/ck/step_00000100");
   EXPECT_EQ(args({"--resume", "--train.seed", "3"}).config.train.resume, "auto");
   EXPECT_TRUE(contains(args_error({"sample", "--resume"}), "not a flag of `fsdp-train sample`"));
+}
+
+// `--config ""` names no file: an error, not a silent run on the defaults. A number too large
+// for an integer says so.
+TEST(ConfigArgs, EmptyConfigAndOverflowingNumbersAreNamed) {
+  EXPECT_TRUE(contains(args_error({"--config", ""}), "--config: is empty"));
+  EXPECT_TRUE(contains(args_error({"--config="}), "--config: is empty"));
+  EXPECT_TRUE(
+      contains(args_error({"--optim.max_steps", "99999999999999999999"}), "is out of range"));
+}
+
+// eval: a subcommand of its own, taking --checkpoint; a folder given as model.pretrained is the
+// model when --checkpoint is not.
+TEST(ConfigArgs, Eval) {
+  const fsdp::ParsedArgs p = args({"eval", "--checkpoint", "ck", "--train.eval_batches", "3"});
+  EXPECT_EQ(p.command, fsdp::TrainCommand::kEval);
+  EXPECT_EQ(p.eval.checkpoint, "ck");
+  EXPECT_EQ(p.config.train.eval_batches, 3);
+  EXPECT_EQ(args({"eval"}).eval.checkpoint, TrainConfig{}.train.checkpoint_dir);
+  EXPECT_TRUE(contains(args_error({"eval", "--prompt", "x"}), "not a flag of `fsdp-train eval`"));
 }
 
 TEST(ConfigArgs, HelpReadsNothingElse) {

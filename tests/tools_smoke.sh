@@ -104,6 +104,8 @@ grep -Eq 'a GPU: (not known, none is visible here|[0-9]+ MiB, from cuda:0 here)'
 for bad in 3abc 99999999999; do
   expect_error "ckpt reshard --world-size $bad" "fsdp-ckpt: --world-size: .*$bad" \
     "$BIN/fsdp-ckpt" reshard "$WORK/no-checkpoint" "$WORK/resharded" --world-size "$bad"
+  expect_error "ckpt reshard --world-size=$bad" "fsdp-ckpt: --world-size: .*$bad" \
+    "$BIN/fsdp-ckpt" reshard "$WORK/no-checkpoint" "$WORK/resharded" "--world-size=$bad"
   [[ ! -e $WORK/resharded ]] || fail "reshard --world-size $bad wrote $WORK/resharded"
   expect_error "demo --nproc $bad" "--nproc: .*$bad" "$BIN/fsdp-demo" --nproc "$bad"
   expect_error "demo --steps $bad" "--steps: .*$bad" "$BIN/fsdp-demo" --steps "$bad"

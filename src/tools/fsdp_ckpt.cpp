@@ -56,9 +56,16 @@ Args parse(int argc, char** argv, const std::vector<std::string>& allowed) {
       a.positional.push_back(arg);
       continue;
     }
+    // --flag value, or --flag=value as the other tools take it.
+    const size_t eq = arg.find('=');
+    const std::string flag = arg.substr(0, eq);
     bool known = false;
-    for (const auto& f : allowed) known |= f == arg;
-    if (!known) throw UsageError("unknown option " + arg + " for '" + argv[1] + "'");
+    for (const auto& f : allowed) known |= f == flag;
+    if (!known) throw UsageError("unknown option " + flag + " for '" + argv[1] + "'");
+    if (eq != std::string::npos) {
+      a.flags[flag] = arg.substr(eq + 1);
+      continue;
+    }
     if (i + 1 >= argc) throw UsageError(arg + " needs a value");
     a.flags[arg] = argv[++i];
   }

@@ -59,6 +59,10 @@ const Flag kFlags[] = {
      "YAML config: ours, or an Accelerate config file (defaults < FILE < --KEY VALUE)", nullptr,
      [](ArgsState& s, const std::string& flag, const std::string* v) {
        if (s.has_config) throw ConfigError("", 0, flag, "given twice");
+       if (v->empty()) {
+         throw ConfigError("", 0, flag,
+                           "is empty: name a YAML file (leave --config out for the defaults)");
+       }
        s.has_config = true;
        s.out.config_file = *v;
      }},

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 namespace fsdp {
@@ -72,6 +73,10 @@ int64_t to_int(const RawValue& v) {
   errno = 0;
   const long long i = std::strtoll(t.c_str(), &end, 10);
   if (!t.empty() && *end == '\0' && errno == 0) return i;
+  if (!t.empty() && *end == '\0' && errno == ERANGE) {  // digits alone, too many of them
+    throw ValueError("'" + text + "' is out of range (at most " +
+                     std::to_string(std::numeric_limits<int64_t>::max()) + ")");
+  }
   // Scientific notation ("1e8", common for fsdp_min_num_params) when it names an integer exactly.
   errno = 0;
   const double x = std::strtod(t.c_str(), &end);
