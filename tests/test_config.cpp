@@ -16,6 +16,7 @@
 
 #include "compat.h"
 #include "fsdp/train/config.h"
+#include "train/run_log.h"
 
 namespace {
 
@@ -995,6 +996,17 @@ TEST(ConfigArgs, Eval) {
   EXPECT_EQ(p.config.train.eval_batches, 3);
   EXPECT_EQ(args({"eval"}).eval.checkpoint, TrainConfig{}.train.checkpoint_dir);
   EXPECT_TRUE(contains(args_error({"eval", "--prompt", "x"}), "not a flag of `fsdp-train eval`"));
+}
+
+// A metrics file whose folder cannot be made is named by its key, not a raw filesystem error.
+TEST(ConfigRunLog, AMetricsFileThatCannotBeWrittenNamesTheKey) {
+  std::ostringstream out;
+  try {
+    fsdp::RunLog log(out, true, false, "/proc/1/no-such-folder/metrics.jsonl", 1);
+    ADD_FAILURE() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_TRUE(contains(e.what(), "train.metrics_file: cannot create the folder")) << e.what();
+  }
 }
 
 TEST(ConfigArgs, HelpReadsNothingElse) {

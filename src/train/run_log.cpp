@@ -47,7 +47,12 @@ RunLog::RunLog(std::ostream& out, bool active, bool progress_bar, const std::str
     : out_(out), active_(active), bar_(active && progress_bar), max_steps_(max_steps) {
   if (!active_ || metrics_file.empty()) return;
   const auto parent = std::filesystem::path(metrics_file).parent_path();
-  if (!parent.empty()) std::filesystem::create_directories(parent);
+  std::error_code error;
+  if (!parent.empty()) std::filesystem::create_directories(parent, error);
+  if (error) {
+    throw std::runtime_error("train.metrics_file: cannot create the folder '" + parent.string() +
+                             "' for '" + metrics_file + "': " + error.message());
+  }
   metrics_.open(metrics_file, std::ios::app);
   if (!metrics_) {
     throw std::runtime_error("train.metrics_file: cannot open '" + metrics_file +
