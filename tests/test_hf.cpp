@@ -60,7 +60,7 @@ Loaded load(const TrainConfig& c) {
       out.lm.module, make_local_comm(),
       c.sharding_options().param_init([](const std::string&, at::Tensor& t) { t.zero_(); }));
   FullStateLoadOptions options;
-  options.name_map(hf::weight_name_map(c.model.type, c.model.pretrained));
+  options.name_map(hf::weight_name_map(c.model.type));
   load_full_safetensors(*out.sharded, c.model.pretrained, options);
   return out;
 }

@@ -2,6 +2,7 @@
 // belong to, and their fingerprint without parsing them.
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -21,15 +22,22 @@ struct TokenizerFiles {
   std::string first, second;
 };
 
-TokenizerFiles find_files(const std::string& dir) {
+// The files, or nullopt when the folder has neither kind.
+std::optional<TokenizerFiles> files_in(const std::string& dir) {
   const std::string d = fs::path(dir).lexically_normal().string();
   if (fs::is_regular_file(d + "/tokenizer.json"))
-    return {true, d + "/tokenizer.json", d + "/tokenizer_config.json"};
+    return TokenizerFiles{true, d + "/tokenizer.json", d + "/tokenizer_config.json"};
   if (fs::is_regular_file(d + "/encoder.json") && fs::is_regular_file(d + "/vocab.bpe"))
-    return {false, d + "/encoder.json", d + "/vocab.bpe"};
+    return TokenizerFiles{false, d + "/encoder.json", d + "/vocab.bpe"};
   // The same two files under the names transformers' GPT2Tokenizer gives them.
   if (fs::is_regular_file(d + "/vocab.json") && fs::is_regular_file(d + "/merges.txt"))
-    return {false, d + "/vocab.json", d + "/merges.txt"};
+    return TokenizerFiles{false, d + "/vocab.json", d + "/merges.txt"};
+  return std::nullopt;
+}
+
+TokenizerFiles find_files(const std::string& dir) {
+  if (auto f = files_in(dir)) return *f;
+  const std::string d = fs::path(dir).lexically_normal().string();
   throw std::runtime_error("tokenizer folder " + dir +
                            (fs::is_directory(d) ? "" : " (no such folder)") + ": found neither " +
                            d + "/tokenizer.json nor GPT-2's " + d + "/encoder.json + " + d +
@@ -50,6 +58,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir) {
   if (f.tokenizer_json) return std::make_unique<HFTokenizer>(HFTokenizer::load(dir));
   return std::make_unique<GPT2Tokenizer>(GPT2Tokenizer::load(f.first, f.second));
 }
+
+bool has_tokenizer(const std::string& dir) { return files_in(dir).has_value(); }
 
 uint64_t tokenizer_fingerprint(const std::string& dir) {
   const TokenizerFiles f = find_files(dir);

@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "fsdp/checkpoint/full_state.h"
+#include "fsdp/data/tokenizer.h"
 #include "fsdp/train/trainer.h"
 
 namespace fsdp {
@@ -164,33 +165,14 @@ ojson llama_config(const TrainConfig& t, ojson c) {
   return c;
 }
 
-// The ids of the tokenizer's BOS and EOS tokens, for a generated generation_config.json.
+// The ids of the tokenizer's BOS and EOS tokens (the tokenizer's own reading of its files), for
+// a generated generation_config.json and a config.json that lacks them.
 ojson special_ids(const fs::path& tok) {
   ojson ids = ojson::object();
-  const fs::path vocab =
-      fs::is_regular_file(tok / "encoder.json") ? tok / "encoder.json" : tok / "vocab.json";
-  if (fs::is_regular_file(vocab) && !fs::is_regular_file(tok / "tokenizer.json")) {
-    const ojson enc = read_json(vocab);
-    if (enc.contains("<|endoftext|>"))
-      ids["bos_token_id"] = ids["eos_token_id"] = enc["<|endoftext|>"];
-    return ids;
-  }
-  if (!fs::is_regular_file(tok / "tokenizer.json") ||
-      !fs::is_regular_file(tok / "tokenizer_config.json")) {
-    return ids;
-  }
-  const ojson added = read_json(tok / "tokenizer.json").value("added_tokens", ojson::array());
-  const ojson config = read_json(tok / "tokenizer_config.json");
-  for (const char* which : {"bos", "eos"}) {
-    const ojson token = config.value(std::string(which) + "_token", ojson());
-    const std::string content =
-        token.is_string() ? token.get<std::string>() : string_field(token, "content");
-    for (const auto& a : added) {
-      if (!content.empty() && string_field(a, "content") == content) {
-        ids[std::string(which) + "_token_id"] = a["id"];
-      }
-    }
-  }
+  if (!data::has_tokenizer(tok.string())) return ids;  // copy_tokenizer says so, naming the folder
+  const std::unique_ptr<data::Tokenizer> t = data::load_tokenizer(tok.string());
+  if (t->bos_id()) ids["bos_token_id"] = *t->bos_id();
+  if (t->eos_id()) ids["eos_token_id"] = *t->eos_id();
   return ids;
 }
 
@@ -236,25 +218,27 @@ std::vector<std::string> copy_tokenizer(const fs::path& from, const fs::path& to
        "and vocab.bpe); export with fsdp-ckpt export --tokenizer DIR");
 }
 
-// `out` may not hold anything yet, nor lie inside the checkpoint it is made from.
-void check_destination(const fs::path& out, const fs::path& step_dir) {
+}  // namespace
+
+void check_export_destination(const std::string& out_dir, const std::string& owner,
+                              const std::string& owner_name) {
+  fs::path out = fs::path(out_dir).lexically_normal();
+  if (!out.has_filename()) out = out.parent_path();
   if (fs::is_symlink(out)) fail(out.string(), "is a symbolic link; give the folder itself");
   if (fs::exists(out) && !(fs::is_directory(out) && fs::is_empty(out))) {
     fail(out.string(), "exists and is not an empty folder; export writes a new folder");
   }
   const std::string o = fs::weakly_canonical(out).string() + "/";
-  const std::string s = fs::weakly_canonical(step_dir).string() + "/";
-  if (o.rfind(s, 0) == 0) fail(out.string(), "lies inside the checkpoint it is exported from");
+  const std::string s = fs::weakly_canonical(owner).string() + "/";
+  if (o.rfind(s, 0) == 0) fail(out.string(), "lies inside " + owner_name);
 }
-
-}  // namespace
 
 std::vector<std::string> export_model_folder(const std::string& step_dir,
                                              const std::string& out_dir,
                                              const ExportOptions& options) {
   fs::path out = fs::path(out_dir).lexically_normal();
   if (!out.has_filename()) out = out.parent_path();  // "out/" is "out"
-  check_destination(out, step_dir);
+  check_export_destination(out.string(), step_dir, "the checkpoint it is exported from");
   const TrainConfig t = checkpoint_config(step_dir);
   const ojson base = source_config(t.model);
   const DType dtype = options.dtype.value_or(from_hf_dtype(base).value_or(DType::kFloat32));

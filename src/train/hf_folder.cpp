@@ -12,6 +12,8 @@
 #include <set>
 #include <sstream>
 
+#include "fsdp/data/tokenizer.h"
+
 namespace fsdp {
 namespace hf {
 namespace fs = std::filesystem;
@@ -421,7 +423,7 @@ std::vector<std::string> apply_pretrained(TrainConfig& config, config::Origins& 
     origins["data.seq_len"] = config::Origin{path, 0, "config.json's n_positions", 0};
   }
   if (!origins.count("data.tokenizer_dir")) {
-    if (has_tokenizer_files(dir)) {
+    if (data::has_tokenizer(dir)) {
       config.data.tokenizer_dir = dir;
       origins["data.tokenizer_dir"] = config::Origin{path, 0, "model.pretrained's tokenizer", 0};
     } else if (config.model.type != ModelType::kGPT2) {  // GPT-2's own files are the default
@@ -434,28 +436,20 @@ std::vector<std::string> apply_pretrained(TrainConfig& config, config::Origins& 
   return folder.notes;
 }
 
-TensorNameMap weight_name_map(ModelType type, const std::string& dir) {
+TensorNameMap weight_name_map(ModelType type) {
   if (type != ModelType::kGPT2) return {};
-  // Hub-style when no tensor has our prefix: probe the files the set would open.
-  const SafetensorsSet probe(dir);
-  for (const auto& name : probe.names()) {
-    if (name.rfind("transformer.", 0) == 0 || name == "lm_head.weight") return {};
-  }
+  // Per name, so that no file is opened to decide: ours pass as they are, Hub-style ones gain the
+  // prefix, and the causal-mask buffers (either spelling) are dropped, as transformers drops them.
   return [](const std::string& name) -> std::string {
     const auto dot = name.rfind('.');
     const std::string tail = dot == std::string::npos ? name : name.substr(dot + 1);
     const bool mask =
         name.find(".attn.") != std::string::npos && (tail == "bias" || tail == "masked_bias") &&
         name.find(".c_attn.") == std::string::npos && name.find(".c_proj.") == std::string::npos;
-    return mask ? std::string() : "transformer." + name;
+    if (mask) return std::string();
+    const bool ours = name.rfind("transformer.", 0) == 0 || name == "lm_head.weight";
+    return ours ? name : "transformer." + name;
   };
-}
-
-bool has_tokenizer_files(const std::string& dir) {
-  const fs::path d(dir);
-  return fs::is_regular_file(d / "tokenizer.json") ||
-         (fs::is_regular_file(d / "encoder.json") && fs::is_regular_file(d / "vocab.bpe")) ||
-         (fs::is_regular_file(d / "vocab.json") && fs::is_regular_file(d / "merges.txt"));
 }
 
 }  // namespace hf

@@ -46,14 +46,10 @@ FolderSettings read_folder_settings(const std::string& dir, int64_t context_leng
 // The values set are recorded in `origins` as coming from config.json. Returns the notes.
 std::vector<std::string> apply_pretrained(TrainConfig& config, config::Origins& origins);
 
-// The map from the folder's tensor names to ours, for FullStateLoadOptions::name_map: Hub-style
+// The map from a folder's tensor names to ours, for FullStateLoadOptions::name_map: Hub-style
 // GPT-2 files (openai-community/gpt2: no "transformer." prefix, and the causal-mask buffers
 // "h.N.attn.bias" / "h.N.attn.masked_bias", which transformers ignores too); none otherwise.
-TensorNameMap weight_name_map(ModelType type, const std::string& dir);
-
-// Whether `dir` holds a tokenizer: tokenizer.json, or GPT-2's encoder.json and vocab.bpe
-// (vocab.json and merges.txt under transformers' names).
-bool has_tokenizer_files(const std::string& dir);
+TensorNameMap weight_name_map(ModelType type);
 
 }  // namespace hf
 }  // namespace fsdp

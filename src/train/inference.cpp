@@ -91,7 +91,7 @@ LoadedModel load_model(const TrainConfig& config, const std::string& checkpoint,
   m.sharded = fully_shard(m.lm.module, world, sharding);
   if (from_folder) {
     FullStateLoadOptions load;
-    load.name_map(hf::weight_name_map(m.config.model.type, m.config.model.pretrained));
+    load.name_map(hf::weight_name_map(m.config.model.type));
     load_full_safetensors(*m.sharded, m.config.model.pretrained, load);
   } else {
     load_checkpoint(dir, *m.sharded, nullptr);

@@ -289,22 +289,16 @@ std::string save(const TrainConfig& c, int64_t step, FullyShardedModel& model, c
   return dir;
 }
 
-// train.export_dir is written after the last step: refuse one in use, or inside the checkpoints,
-// before the first.
+// train.export_dir is written after the last step: refuse one export would refuse then, or one
+// inside the checkpoints, before the first.
 void check_export_folder(const TrainConfig& c) {
-  namespace fs = std::filesystem;
-  const std::string& dir = c.train.export_dir;
-  if (dir.empty()) return;
-  if (fs::exists(dir) && !(fs::is_directory(dir) && fs::is_empty(dir))) {
-    throw std::invalid_argument("train.export_dir: '" + dir +
-                                "' exists and is not an empty folder (checked before the first "
-                                "step; the export writes a new folder)");
-  }
-  const std::string out = fs::weakly_canonical(dir).string() + "/";
-  const std::string root = fs::weakly_canonical(c.train.checkpoint_dir).string() + "/";
-  if (out.rfind(root, 0) == 0) {
-    throw std::invalid_argument("train.export_dir: '" + dir +
-                                "' lies inside train.checkpoint_dir, which the run owns");
+  if (c.train.export_dir.empty()) return;
+  try {
+    hf::check_export_destination(c.train.export_dir, c.train.checkpoint_dir,
+                                 "train.checkpoint_dir, which the run owns");
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(std::string("train.export_dir: ") + e.what() +
+                                " (checked before the first step)");
   }
 }
 
@@ -445,10 +439,7 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
   if (from_file) {
     FullStateLoadOptions load;
     load.from_rank0(c.fsdp.cpu_ram_efficient_loading);
-    // Only ranks that read the files probe them (cpu_ram_efficient_loading: rank 0 alone).
-    if (!c.model.pretrained.empty() && (!c.fsdp.cpu_ram_efficient_loading || world->rank() == 0)) {
-      load.name_map(hf::weight_name_map(c.model.type, weights));
-    }
+    if (!c.model.pretrained.empty()) load.name_map(hf::weight_name_map(c.model.type));
     load_full_safetensors(*model, weights, load);
     log.info("parameters from " + weights +
              (c.fsdp.cpu_ram_efficient_loading ? " (read by rank 0, broadcast unit by unit)" : ""));

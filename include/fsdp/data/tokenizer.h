@@ -61,6 +61,10 @@ class Tokenizer {
 // asks for something unsupported.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& dir);
 
+// Whether `dir` holds the files load_tokenizer reads (tokenizer.json, or GPT-2's two files under
+// either pair of names); nothing is parsed.
+bool has_tokenizer(const std::string& dir);
+
 // load_tokenizer(dir)->fingerprint() from the files' bytes alone, without parsing them (a cache
 // lookup needs no tokenizer). Throws like load_tokenizer for a folder with neither kind of files.
 uint64_t tokenizer_fingerprint(const std::string& dir);
