@@ -536,6 +536,7 @@ void print_table(const Args& a, const std::vector<Result>& results) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  fsdp::tools::write_whole_lines();
   try {
     const Args a = parse_args(argc, argv);
     fsdp::HostAllocatorOptions host;

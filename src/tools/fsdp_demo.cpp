@@ -48,6 +48,7 @@ at::Tensor copy_task_batch(int64_t batch, int64_t seq, int64_t vocab, at::Genera
 }  // namespace
 
 int main(int argc, char** argv) {
+  fsdp::tools::write_whole_lines();
   try {
     const Args a = parse_args(argc, argv);
     fsdp::CommPtr world = fsdp::tools::start_ranks(argc, argv, a.nproc);

@@ -18,6 +18,7 @@
 #include "fsdp/host_memory.h"
 #include "fsdp/train/config.h"
 #include "fsdp/train/trainer.h"
+#include "tools/tool_util.h"
 
 namespace {
 
@@ -39,6 +40,7 @@ void wait_for_peers_after(const std::exception& e, fsdp::Comm* world) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  fsdp::tools::write_whole_lines();
   fsdp::ParsedArgs args;
   try {
     args = fsdp::parse_train_args(argc, argv);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,6 +16,18 @@
 
 namespace fsdp {
 namespace tools {
+
+// Open MPI 5's mpirun tags a rank's output only where a line begins in what it has read so far,
+// so a partial line of one rank runs on into the next rank's text under one tag: fsdp-run then
+// shows rank 1's words as rank 0's, or cuts the start off rank 0's error. Each rank therefore
+// writes whole lines: stdout and stderr line-buffered, std::cerr not flushed per insertion.
+// Called first thing in main, before anything is written.
+inline void write_whole_lines() {
+  constexpr size_t kBuffer = 1 << 16;  // a longer line is still cut, at this size
+  std::setvbuf(stdout, nullptr, _IOLBF, kBuffer);
+  std::setvbuf(stderr, nullptr, _IOLBF, kBuffer);
+  std::cerr.unsetf(std::ios_base::unitbuf);
+}
 
 // Replaces this process with `mpirun -np nproc <this executable> args...`. Used by tools that
 // need several ranks when a user starts them directly (the launcher fsdp-run will supersede it).
