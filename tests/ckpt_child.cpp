@@ -5,8 +5,8 @@
 //
 //   ckpt_child --root DIR --steps N [--save-every K] [--resume] [--kill-rank R --kill-at POINT]
 //
-// Rank 0 prints "step <s> loss <hexfloat> <decimal>" per step (hex: exact, for bitwise comparison) and
-// "resumed from step <s>" when it loaded a checkpoint. --kill-at names a save's fault point
+// Rank 0 prints "step <s> loss <hexfloat> <decimal>" per step (hex: exact, for bitwise comparison)
+// and "resumed from step <s>" when it loaded a checkpoint. --kill-at names a save's fault point
 // ("shard_partial", "shard_written", "before_commit") at which rank R SIGKILLs itself during the
 // first save of this run.
 #include <csignal>
@@ -40,11 +40,16 @@ Args parse(int argc, char** argv) {
       a.resume = true;
       continue;
     }
-    if (k == "--root") a.root = v;
-    else if (k == "--steps") a.steps = std::atoi(v);
-    else if (k == "--save-every") a.save_every = std::atoi(v);
-    else if (k == "--kill-rank") a.kill_rank = std::atoi(v);
-    else if (k == "--kill-at") a.kill_at = v;
+    if (k == "--root")
+      a.root = v;
+    else if (k == "--steps")
+      a.steps = std::atoi(v);
+    else if (k == "--save-every")
+      a.save_every = std::atoi(v);
+    else if (k == "--kill-rank")
+      a.kill_rank = std::atoi(v);
+    else if (k == "--kill-at")
+      a.kill_at = v;
     else {
       std::fprintf(stderr, "ckpt_child: unknown argument %s\n", k.c_str());
       std::exit(2);
@@ -83,8 +88,8 @@ int main(int argc, char** argv) {
   CommPtr world = init_comm();
   GPT2 model(config());
   init_gpt2_weights(*model, 42);
-  auto sharded = fully_shard(model.ptr(), world,
-                             ShardingOptions().wrap(WrapPolicy::by_type({"GPT2Block"})));
+  auto sharded =
+      fully_shard(model.ptr(), world, ShardingOptions().wrap(WrapPolicy::by_type({"GPT2Block"})));
   AdamWOptions o;
   o.lr = 1e-2;
   AdamW opt(sharded_params(*sharded), o);

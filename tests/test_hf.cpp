@@ -203,8 +203,9 @@ TEST(HfFolder, AValueThatContradictsConfigJsonNamesBoth) {
 // A Llama-family folder brings its tokenizer, or data.tokenizer_dir names one: GPT-2's default
 // files would tokenize its data silently wrong. "model/" is the folder "model".
 TEST(HfFolder, ALlamaFolderWithoutATokenizerNeedsOneNamed) {
-  const std::string e = config_error(
-      [] { load_config("", {{"model.pretrained", (kModels / "llama").string()}}); });
+  const std::string e = config_error([] {
+    load_config("", {{"model.pretrained", (kModels / "llama").string()}});
+  });
   EXPECT_NE(e.find("holds no tokenizer"), std::string::npos) << e;
   const TrainConfig c = pretrained_config(kModels / "llama" / "");
   EXPECT_EQ(c.model.pretrained, (kModels / "llama").string());

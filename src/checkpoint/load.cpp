@@ -94,7 +94,8 @@ void load_shard(CheckpointReader& reader, const UnitInfo& u, const std::string& 
               "unit '", u.name, "': shard tensor is not a contiguous fp32 tensor of ",
               u.shard_numel, " elements");
   // Device shards are read through the host (a copy of one shard at a time).
-  const at::Tensor host = t.device().is_cpu() ? t : at::empty(t.sizes(), t.options().device(at::kCPU));
+  const at::Tensor host =
+      t.device().is_cpu() ? t : at::empty(t.sizes(), t.options().device(at::kCPU));
   read_flat_range(reader, target_params(u), kind, u.shard_rank * u.shard_numel, u.shard_numel,
                   host.data_ptr<float>());
   if (!host.is_same(t)) t.copy_(host);

@@ -28,7 +28,8 @@ struct BufferPool::State {
   BufferPoolStats stats;
 
   void put(void* ptr, size_t nbytes) {
-    ASAN_POISON_MEMORY_REGION(ptr, nbytes);  // a stale tensor's access to a pooled block is an error
+    ASAN_POISON_MEMORY_REGION(ptr,
+                              nbytes);  // a stale tensor's access to a pooled block is an error
     std::lock_guard<std::mutex> lock(mutex);
     free_blocks.emplace(nbytes, ptr);
   }

@@ -144,12 +144,12 @@ int run(int argc, char** argv) {
     fsdp::hf::ExportOptions options;
     if (a.flags.count("--dtype")) options.dtype = parse_dtype(a.flags.at("--dtype"));
     if (a.flags.count("--max-shard-size")) {
-      options.max_shard_bytes = fsdp::flags::parse_int("--max-shard-size",
-                                                       a.flags.at("--max-shard-size"), 1, INT64_MAX);
+      options.max_shard_bytes =
+          fsdp::flags::parse_int("--max-shard-size", a.flags.at("--max-shard-size"), 1, INT64_MAX);
     }
     if (a.flags.count("--tokenizer")) options.tokenizer_dir = a.flags.at("--tokenizer");
-    const auto files = fsdp::hf::export_model_folder(step_folder(a.positional[0]),
-                                                     a.positional[1], options);
+    const auto files =
+        fsdp::hf::export_model_folder(step_folder(a.positional[0]), a.positional[1], options);
     std::printf("wrote %s: %zu files\n", a.positional[1].c_str(), files.size());
     return 0;
   }

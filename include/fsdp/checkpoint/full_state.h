@@ -108,7 +108,8 @@ void consolidate_checkpoint(const std::string& dir, const std::string& out_path,
 
 // consolidate_checkpoint into the folder `out_dir` (which must exist), split as transformers'
 // save_pretrained splits a model: model.safetensors when the parameters' bytes fit in
-// `max_shard_bytes` (default 50 GB, transformers 5's default), else model-00001-of-0000N.safetensors
+// `max_shard_bytes` (default 50 GB, transformers 5's default), else
+// model-00001-of-0000N.safetensors
 // ... (parameters in checkpoint order, a new file when the next one would overflow the current;
 // one larger than the limit gets a file of its own) with model.safetensors.index.json
 // ({"metadata": {"total_size": bytes}, "weight_map": {name: file}}). Returns the files written.

@@ -148,7 +148,7 @@ struct TrainLoopConfig {
   // (fsdp-ckpt export: config.json, weights, tokenizer), which from_pretrained loads. Needs
   // checkpoint_every > 0; the folder must not exist or be empty. Default empty: none.
   std::string export_dir;
-  int num_threads = 1;       // intra-op threads per rank (at::set_num_threads); 0: LibTorch's
+  int num_threads = 1;  // intra-op threads per rank (at::set_num_threads); 0: LibTorch's
   // Seconds a rank waits for a collective (and for the rendezvous) before it gives up and names
   // the ranks that did not arrive: PyTorch's init_process_group(timeout=...). Default 300.
   double process_group_timeout = 300;
