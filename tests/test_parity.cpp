@@ -12,8 +12,10 @@
 #include <cmath>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "comm/scalar_type.h"
 #include "fsdp/fsdp.h"
@@ -168,6 +170,18 @@ RunResult train_reference(const ShardedRun& run) {
   return r;
 }
 
+// The reference depends on the dtypes and the micro-batches only (and on the world size), never on
+// the strategy, wrapping, prefetch, offload or checkpointing under test, and it is most of a
+// parity test's time: every rank computes every rank's gradients. So each one is trained once per
+// process and shared by the tests that compare against it.
+const RunResult& reference(const ShardedRun& run) {
+  static std::map<std::tuple<DType, DType, int>, RunResult> trained;
+  const auto key = std::make_tuple(run.param_dtype, run.reduce_dtype, run.micro_batches);
+  auto it = trained.find(key);
+  if (it == trained.end()) it = trained.emplace(key, train_reference(run)).first;
+  return it->second;
+}
+
 // --- the sharded run ----------------------------------------------------------------------------
 
 RunResult train_sharded(const ShardedRun& run) {
@@ -282,14 +296,14 @@ class Parity : public ::testing::TestWithParam<ShardingStrategy> {};
 TEST_P(Parity, Fp32MatchesSingleProcess) {
   ShardedRun run;
   run.strategy = GetParam();
-  expect_parity(train_reference(run), train_sharded(run), kFp32);
+  expect_parity(reference(run), train_sharded(run), kFp32);
 }
 
 TEST_P(Parity, SizeWrapPolicyMatchesSingleProcess) {
   ShardedRun run;
   run.strategy = GetParam();
   run.wrap = WrapPolicy::by_size(10000);  // each block (12704), not its MLP (8352)
-  expect_parity(train_reference(run), train_sharded(run), kFp32);
+  expect_parity(reference(run), train_sharded(run), kFp32);
 }
 
 // Gradient accumulation: 4 micro-batches, the first three under no_sync, with loss / 4, give the
@@ -298,7 +312,7 @@ TEST_P(Parity, NoSyncAccumulationMatchesLargeBatch) {
   ShardedRun run;
   run.strategy = GetParam();
   run.micro_batches = 4;
-  expect_parity(train_reference(run), train_sharded(run), kFp32);
+  expect_parity(reference(run), train_sharded(run), kFp32);
 }
 
 // Prefetch changes when parameters are gathered, never their values: the fp32 tolerances. Every
@@ -307,7 +321,7 @@ TEST_P(Parity, NoSyncAccumulationMatchesLargeBatch) {
 TEST_P(Parity, PrefetchAndReshardChoicesMatchSingleProcess) {
   ShardedRun run;
   run.strategy = GetParam();
-  const RunResult ref = train_reference(run);
+  const RunResult& ref = reference(run);
   run.tune = [](ShardingOptions& o) {
     o.forward_prefetch(true).backward_prefetch(BackwardPrefetch::kBackwardPost).prefetch_depth(2);
   };
@@ -328,9 +342,9 @@ TEST_P(Parity, ActivationCheckpointingMatchesSingleProcess) {
   ShardedRun run;
   run.strategy = GetParam();
   run.tune = [](ShardingOptions& o) { o.checkpoint_units({"*"}).forward_prefetch(true); };
-  expect_parity(train_reference(run), train_sharded(run), kFp32);
+  expect_parity(reference(run), train_sharded(run), kFp32);
   run.micro_batches = 4;
-  expect_parity(train_reference(run), train_sharded(run), kFp32);
+  expect_parity(reference(run), train_sharded(run), kFp32);
 }
 
 // bf16 mixed precision against a single-process bf16 run (bf16 compute, fp32 master weights and
@@ -354,7 +368,7 @@ TEST_P(Parity, Bf16MatchesSingleProcessBf16) {
   ShardedRun run;
   run.strategy = GetParam();
   run.param_dtype = DType::kBFloat16;
-  expect_parity(train_reference(run), train_sharded(run), kBf16, /*keep_key_bias=*/false);
+  expect_parity(reference(run), train_sharded(run), kBf16, /*keep_key_bias=*/false);
 }
 
 // Gradients reduced in bf16 as well: both runs round each partial sum over ranks to bf16, in
@@ -371,7 +385,7 @@ TEST_P(Parity, Bf16ReduceMatchesSingleProcessBf16) {
   run.strategy = GetParam();
   run.param_dtype = DType::kBFloat16;
   run.reduce_dtype = DType::kBFloat16;
-  expect_parity(train_reference(run), train_sharded(run), kBf16Reduce, /*keep_key_bias=*/false);
+  expect_parity(reference(run), train_sharded(run), kBf16Reduce, /*keep_key_bias=*/false);
 }
 
 // fp16 mixed precision with loss scaling (Accelerate's `mixed_precision: fp16`): fp16 compute
@@ -397,9 +411,9 @@ TEST_P(Parity, Fp16MatchesSingleProcessFp16) {
   run.strategy = GetParam();
   run.param_dtype = DType::kFloat16;
   run.reduce_dtype = DType::kFloat16;
-  expect_parity(train_reference(run), train_sharded(run), kFp16, /*keep_key_bias=*/false);
+  expect_parity(reference(run), train_sharded(run), kFp16, /*keep_key_bias=*/false);
   run.micro_batches = 4;
-  expect_parity(train_reference(run), train_sharded(run), kFp16, /*keep_key_bias=*/false);
+  expect_parity(reference(run), train_sharded(run), kFp16, /*keep_key_bias=*/false);
 }
 
 // CPU offload keeps the shards (and so the optimizer) in host memory, copies each unit's shard to
@@ -411,12 +425,12 @@ TEST_P(Parity, OffloadMatchesSingleProcess) {
   ShardedRun run;
   run.strategy = GetParam();
   run.tune = [](ShardingOptions& o) { o.offload_params(true).forward_prefetch(true); };
-  expect_parity(train_reference(run), train_sharded(run), kFp32);
+  expect_parity(reference(run), train_sharded(run), kFp32);
   run.micro_batches = 4;
-  expect_parity(train_reference(run), train_sharded(run), kFp32);
+  expect_parity(reference(run), train_sharded(run), kFp32);
   run.micro_batches = 1;
   run.param_dtype = DType::kBFloat16;
-  expect_parity(train_reference(run), train_sharded(run), kBf16, /*keep_key_bias=*/false);
+  expect_parity(reference(run), train_sharded(run), kBf16, /*keep_key_bias=*/false);
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, Parity,
@@ -439,9 +453,9 @@ TEST_P(HybridParity, Fp32MatchesSingleProcess) {
   if (run.shard_group_size > n || n % std::max(run.shard_group_size, 1) != 0) {
     GTEST_SKIP() << "shard group of " << run.shard_group_size << " does not fit " << n << " ranks";
   }
-  expect_parity(train_reference(run), train_sharded(run), kFp32);
+  expect_parity(reference(run), train_sharded(run), kFp32);
   run.micro_batches = 4;
-  expect_parity(train_reference(run), train_sharded(run), kFp32);
+  expect_parity(reference(run), train_sharded(run), kFp32);
 }
 
 // fp16 on the mesh: the replicate group's all-reduce adds the shard groups' fp16 sums.
@@ -456,7 +470,7 @@ TEST_P(HybridParity, Fp16MatchesSingleProcessFp16) {
   }
   run.param_dtype = DType::kFloat16;
   run.reduce_dtype = DType::kFloat16;
-  expect_parity(train_reference(run), train_sharded(run), kFp16, /*keep_key_bias=*/false);
+  expect_parity(reference(run), train_sharded(run), kFp16, /*keep_key_bias=*/false);
 }
 
 INSTANTIATE_TEST_SUITE_P(Meshes, HybridParity,
