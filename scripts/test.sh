@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: set-up (packages, configure, build), then every test under CTest.
-# Extra arguments go to ctest, e.g. scripts/test.sh -R parity
+# Extra arguments go to ctest, e.g. scripts/test.sh -R parity, or -L quick (docs/testing.md)
 #   scripts/test.sh --sanitize [ctest args]: the same suite built with AddressSanitizer and
 #   UndefinedBehaviorSanitizer into build-sanitize/ (multi-rank tests included); any report fails
 #   the test it came from. Leak checking is on, with tests/sanitize/lsan.supp for what OpenMPI (not
@@ -32,4 +32,7 @@ fi
 scripts/setup.sh
 BUILD_DIR=${BUILD_DIR:-build}
 source scripts/env.sh
+# One test per core (a -j argument wins): the multi-rank tests oversubscribe anyway, and the suite
+# is checked to pass at -j2 on 2 cores, under a second suite's load too (docs/testing.md).
+export CTEST_PARALLEL_LEVEL=${CTEST_PARALLEL_LEVEL:-$(nproc)}
 ctest --test-dir "$BUILD_DIR" --output-on-failure "$@"

@@ -226,7 +226,7 @@ done
 wait "$job"
 rc=$?
 [[ -n $stopped && $(cat "/proc/$stopped/comm" 2>/dev/null) == fsdp-train ]] && kill -KILL "$stopped"
-out=$(cat "$hung.txt")
+out=$(tr -d '\0' <"$hung.txt") # without bash's warning on a NUL byte in the log
 if [[ -z $stopped ]]; then
   fail "hung rank: rank 1 of the job was not found: $(tail -5 "$hung.txt")"
 elif [[ $rc == 0 || $rc == 124 ]]; then
