@@ -10,10 +10,13 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <optional>
 
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/checkpoint/full_state.h"
+#include "fsdp/checkpoint/ownership.h"
 #include "fsdp/fsdp.h"
 #include "test_util.h"
 
@@ -569,6 +572,103 @@ TEST(Checkpoint, KeepLastDeletesOlderCheckpoints) {
   EXPECT_FALSE(fs::exists(root + "/step_00000002"));
   EXPECT_TRUE(fs::exists(root + "/step_00000003/COMMITTED"));
   EXPECT_EQ(latest_checkpoint(root).value_or(""), root + "/step_00000004");
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(root);
+}
+
+// --- one owner per folder -------------------------------------------------------------------
+
+// A second hold on a held root is refused on every rank, naming the folder and the holder (rank 0's
+// host and process); once the first is released the root can be taken again.
+TEST(Ownership, ASecondHoldIsRefusedWhileTheFirstLives) {
+  CommPtr world = test::world();
+  const std::string root = shared_dir(*world, "lock");
+  int64_t pid = ::getpid();
+  world->broadcast(&pid, 1, DType::kInt64, 0);
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  {
+    CheckpointRootLock first(root, *world);
+    try {
+      CheckpointRootLock second(root, *world);
+      ADD_FAILURE() << "a second hold on " << root << " was granted";
+    } catch (const CheckpointError& e) {
+      const std::string what = e.what();
+      EXPECT_TRUE(e.collective());
+      EXPECT_NE(what.find("'" + root + "' is in use by another run"), std::string::npos) << what;
+      EXPECT_NE(what.find(std::string(host) + " " + std::to_string(pid)), std::string::npos)
+          << what;
+    }
+  }
+  EXPECT_NO_THROW(CheckpointRootLock again(root, *world));
+  world->barrier();
+  if (world->rank() == 0) fs::remove_all(root);
+}
+
+// Every file under `dir` with its bytes.
+std::map<std::string, std::string> contents(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    files[fs::relative(e.path(), dir).string()] = {std::istreambuf_iterator<char>(in), {}};
+  }
+  return files;
+}
+
+// consolidate and reshard refuse every output that would write over a checkpoint (the checkpoint
+// they read, another committed step, the root's latest and lock, the root itself, a path through
+// a symbolic link into a step), before writing a byte: the root is unchanged, byte for byte. Then
+// the same calls write where nothing is in the way.
+TEST(Ownership, NoWriterWritesOverACheckpoint) {
+  CommPtr world = test::world();
+  const std::string root = shared_dir(*world, "outputs");
+  Trained a = make(world, ShardingStrategy::kFullShard, 5);
+  const std::string s1 = save_checkpoint(root, 1, *a.sharded, a.opt.get(), "{}");
+  const std::string s2 = save_checkpoint(root, 2, *a.sharded, a.opt.get(), "{}");
+  std::optional<CheckpointRootLock> held;
+  held.emplace(root, *world);  // as a run holds it: the lock file is in the root
+  world->barrier();
+  if (world->rank() == 0) {
+    const fs::path elsewhere = root + "_elsewhere";
+    fs::create_directories(elsewhere);
+    fs::create_directory_symlink(s2, elsewhere / "to_step");
+    const auto before = contents(root);
+    auto refused = [&](const std::function<void()>& write, const std::string& out) {
+      try {
+        write();
+      } catch (const CheckpointError& e) {
+        EXPECT_NE(std::string(e.what()).find("nothing was written"), std::string::npos) << e.what();
+        return;
+      }
+      ADD_FAILURE() << "wrote " << out;
+    };
+    std::string shard;
+    for (const auto& e : fs::directory_iterator(s1)) {
+      if (e.path().filename().string().rfind("shard_", 0) == 0) shard = e.path().string();
+    }
+    ASSERT_FALSE(shard.empty());
+    for (const std::string& out :
+         {s1 + "/model.safetensors", s1 + "/metadata.json", s1 + "/COMMITTED", shard,
+          s2 + "/metadata.json", s2, root + "/latest", root + "/" + kCheckpointLockFile, root,
+          (elsewhere / "to_step" / "model.safetensors").string()}) {
+      refused([&] { consolidate_checkpoint(s1, out); }, out);
+    }
+    for (const std::string& out :
+         {s1, s1 + "/resharded", s2 + "/resharded", root, (elsewhere / "to_step").string()}) {
+      refused([&] { reshard_checkpoint(s1, out, 1); }, out);
+    }
+    std::ofstream(elsewhere / "note.txt") << "a user's file";
+    refused([&] { reshard_checkpoint(s1, elsewhere.string(), 1); }, elsewhere.string());
+    EXPECT_EQ(contents(root), before);
+
+    consolidate_checkpoint(s1, (elsewhere / "model.safetensors").string());
+    EXPECT_TRUE(fs::is_regular_file(elsewhere / "model.safetensors"));
+    reshard_checkpoint(s1, (elsewhere / "resharded").string(), 1);
+    EXPECT_TRUE(verify_checkpoint((elsewhere / "resharded").string()).empty());
+    fs::remove_all(elsewhere);
+  }
+  held.reset();
   world->barrier();
   if (world->rank() == 0) fs::remove_all(root);
 }

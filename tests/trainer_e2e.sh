@@ -20,7 +20,10 @@
 #    --log-dir; consolidate refuses an uncommitted checkpoint; a resume says what it found (the
 #    newest committed step when `latest` is missing, or why there is none); an unwritable
 #    checkpoint folder and tokens outside the vocabulary fail before the first step; a token file's
-#    data line names it once and does not claim a cache.
+#    data line names it once and does not claim a cache;
+#  - one owner per checkpoint folder (issue 28): a second run into a folder in use is refused, with
+#    --resume or without, and the holder's checkpoints verify clean; consolidate into its own input
+#    is refused.
 # Usage: trainer_e2e.sh BUILD_BIN_DIR BACKEND PORT SOURCE_DIR
 # Exits 77 (skipped) without the assets of scripts/fetch_assets.sh.
 set -uo pipefail
@@ -266,7 +269,7 @@ out=$(train 2 "$WORK/no_latest" --train.micro_batch_size 4 --optim.max_steps 21 
   fail "resume without latest: $(tail -6 <<<"$out")"
 ONE=(--optim.max_steps 2 --optim.warmup_steps 1 --train.eval_every 0 --train.micro_batch_size 2)
 out=$(train 1 "$WORK/nothing" "${ONE[@]}" --resume 2>&1)
-[[ $? == 0 && $out == *"train.resume: no checkpoint under '$WORK/nothing/ckpt' (no such folder); starting a fresh run"* ]] &&
+[[ $? == 0 && $out == *"train.resume: no checkpoint under '$WORK/nothing/ckpt' (it was empty or did not exist); starting a fresh run"* ]] &&
   echo "ok: resume that finds nothing says so" || fail "resume finding nothing: $(head -4 <<<"$out")"
 
 # Fail before the first step: a checkpoint folder that cannot be made (a file is in the way, which
@@ -308,6 +311,47 @@ out=$(timeout 300 "$BIN/fsdp-train" "${COMMON[@]}" "${ONE[@]}" --data.dataset "$
 line=$(grep -m1 '^data: ' <<<"$out")
 [[ $line == "data: token file(s) '$WORK/bin/data.bin': "*", read in place" && $line != *"data: data:"* &&
   $line != *"from the cache"* ]] && echo "ok: $line" || fail "the data line of a token file: '$line'"
+
+# One owner per checkpoint folder (issue 28), in the MPI run only (rank 0's lock does not depend on
+# the backend). Run A is stopped (SIGSTOP) right after its first checkpoint, still holding its
+# folder; run B into the same folder, and run C with --resume, are refused naming the folder and
+# A's host and PID. A then finishes, and every checkpoint it wrote verifies clean. And fsdp-ckpt
+# consolidate into its own input is refused, the checkpoint unchanged byte for byte.
+if [[ $BACKEND == mpi ]]; then
+  own=$WORK/owned
+  "$BIN/fsdp-train" "${COMMON[@]}" "${ONE[@]}" --optim.max_steps 12 --train.checkpoint_every 4 \
+    --train.checkpoint_dir "$own/ckpt" --train.metrics_file "$own.jsonl" >"$own.txt" 2>&1 &
+  a=$!
+  for _ in $(seq 600); do # until A's first checkpoint is committed (at most 60 s)
+    [[ -s $own/ckpt/latest ]] && break
+    sleep 0.1
+  done
+  kill -STOP "$a"
+  holder="'$own/ckpt' is in use by another run (host and PID: $(hostname) $a)"
+  for resume in "" --resume; do
+    out=$(timeout 120 "$BIN/fsdp-train" "${COMMON[@]}" "${ONE[@]}" --train.checkpoint_dir "$own/ckpt" \
+      --train.metrics_file "$own.b.jsonl" $resume 2>&1)
+    [[ $? != 0 && $out == *"train.checkpoint_dir: $holder"* && ! -e $own.b.jsonl ]] &&
+      echo "ok: a second run${resume:+ with $resume} into a folder in use is refused, naming the holder" ||
+      fail "a second run${resume:+ with $resume} into a folder in use: $(tail -3 <<<"$out")"
+  done
+  kill -CONT "$a"
+  wait "$a" || fail "run A exited $?: $(tail -3 "$own.txt")"
+  steps=("$own"/ckpt/step_*)
+  clean=0
+  for step in "${steps[@]}"; do
+    "$CK" inspect "$step" 2>&1 | grep -q "checksums: all verified" && clean=$((clean + 1))
+  done
+  ((${#steps[@]} == 3 && clean == 3)) && echo "ok: the holder's 3 checkpoints verify clean" ||
+    fail "the holder's checkpoints: $clean of ${#steps[@]} verify (expected 3 of 3)"
+  before=$(cd "$own/ckpt" && find . -type f -exec md5sum {} + | sort)
+  out=$("$CK" consolidate "$own/ckpt" "$own/ckpt/step_00000012/metadata.json" 2>&1)
+  rc=$?
+  after=$(cd "$own/ckpt" && find . -type f -exec md5sum {} + | sort)
+  [[ $rc != 0 && $out == *"lies inside the checkpoint it reads; nothing was written"* && $before == "$after" ]] &&
+    echo "ok: consolidate into its own input is refused, the checkpoint unchanged" ||
+    fail "consolidate into its own input: $out"
+fi
 
 # fp16 (issue 27), over Gloo only (the MPI run checks the rest; the parity tests check fp16's
 # reductions on both backends). With LibTorch 2.x: a 2-rank run with the loss scaler trains as the

@@ -18,6 +18,7 @@
 
 #include "checkpoint/file_io.h"
 #include "core/collectives.h"
+#include "fsdp/checkpoint/ownership.h"
 #include "fsdp/checkpoint/safetensors.h"
 #include "fsdp/checkpoint/safetensors_set.h"
 
@@ -361,6 +362,7 @@ std::string shard_file_name(size_t i, size_t n) {
 void consolidate_checkpoint(const std::string& dir, const std::string& out_path, DType dtype,
                             int64_t chunk_elements) {
   check_chunk(chunk_elements);
+  check_checkpoint_output(out_path, dir, "the checkpoint it reads", OutputKind::kFile);
   CheckpointReader reader(dir);
   write_consolidated(reader, all_params(reader), out_path, dtype, chunk_elements);
 }
@@ -373,6 +375,8 @@ std::vector<std::string> consolidate_checkpoint_files(const std::string& dir,
   if (max_shard_bytes <= 0) {
     throw std::invalid_argument("consolidate_checkpoint_files: max_shard_bytes <= 0");
   }
+  check_checkpoint_output(out_dir.empty() ? "." : out_dir, dir, "the checkpoint it reads",
+                          OutputKind::kIntoFolder);
   CheckpointReader reader(dir);
   const int64_t esize = static_cast<int64_t>(c10::elementSize(*to_scalar_type(file_dtype(dtype))));
   std::vector<std::vector<const CheckpointParam*>> shards(1);

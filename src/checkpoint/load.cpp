@@ -10,6 +10,7 @@
 #include "checkpoint/errors.h"
 #include "checkpoint/format.h"
 #include "fsdp/checkpoint/checkpoint.h"
+#include "fsdp/checkpoint/ownership.h"
 #include "fsdp/optim.h"
 
 namespace fsdp {
@@ -176,9 +177,7 @@ void reshard_checkpoint(const std::string& dir, const std::string& out_dir, int 
   const std::string src = resolve(dir);
   CheckpointReader reader(src);
   CheckpointMetadata meta = reader.metadata();
-  if (exists(join(out_dir, kCommitMarker))) {
-    throw CheckpointError("reshard: '" + out_dir + "' already holds a checkpoint");
-  }
+  check_checkpoint_output(out_dir, dir, "the checkpoint it reads", OutputKind::kNewFolder);
   fs::create_directories(out_dir);
   lay_out_regions(meta.units, meta.tensor_kinds.size(), world_size);
   meta.world_size = world_size;

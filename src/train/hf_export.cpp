@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "fsdp/checkpoint/full_state.h"
+#include "fsdp/checkpoint/ownership.h"
 #include "fsdp/data/tokenizer.h"
 #include "fsdp/train/trainer.h"
 
@@ -220,25 +221,13 @@ std::vector<std::string> copy_tokenizer(const fs::path& from, const fs::path& to
 
 }  // namespace
 
-void check_export_destination(const std::string& out_dir, const std::string& owner,
-                              const std::string& owner_name) {
-  fs::path out = fs::path(out_dir).lexically_normal();
-  if (!out.has_filename()) out = out.parent_path();
-  if (fs::is_symlink(out)) fail(out.string(), "is a symbolic link; give the folder itself");
-  if (fs::exists(out) && !(fs::is_directory(out) && fs::is_empty(out))) {
-    fail(out.string(), "exists and is not an empty folder; export writes a new folder");
-  }
-  const std::string o = fs::weakly_canonical(out).string() + "/";
-  const std::string s = fs::weakly_canonical(owner).string() + "/";
-  if (o.rfind(s, 0) == 0) fail(out.string(), "lies inside " + owner_name);
-}
-
 std::vector<std::string> export_model_folder(const std::string& step_dir,
                                              const std::string& out_dir,
                                              const ExportOptions& options) {
   fs::path out = fs::path(out_dir).lexically_normal();
   if (!out.has_filename()) out = out.parent_path();  // "out/" is "out"
-  check_export_destination(out.string(), step_dir, "the checkpoint it is exported from");
+  check_checkpoint_output(out.string(), step_dir, "the checkpoint it is exported from",
+                          OutputKind::kNewFolder);
   const TrainConfig t = checkpoint_config(step_dir);
   const ojson base = source_config(t.model);
   const DType dtype = options.dtype.value_or(from_hf_dtype(base).value_or(DType::kFloat32));

@@ -29,16 +29,9 @@ struct ExportOptions {
 // from a folder that still exists (its model_type, architectures and fields we do not use come
 // back as they were) and takes every value of the run's model; otherwise it is written whole.
 // The folder appears complete or not at all: it is written beside `out_dir` and renamed into
-// place. Throws std::runtime_error naming the path at fault: `out_dir` exists and is not empty, or
-// lies inside the checkpoint; no tokenizer files in the tokenizer folder; a write fails. Returns
+// place. Throws std::runtime_error naming the path at fault: `out_dir` is refused by
+// check_checkpoint_output (it exists and is not empty, or lies inside a checkpoint); no tokenizer files in the tokenizer folder; a write fails. Returns
 // the files written, under `out_dir`.
-// What export refuses as its destination `out_dir`, checked before anything is read: a symbolic
-// link, a path that exists and is not an empty folder, and one inside `owner` (the checkpoint it
-// reads, or the run's checkpoint root), which the error calls `owner_name`. Throws
-// std::runtime_error naming the path.
-void check_export_destination(const std::string& out_dir, const std::string& owner,
-                              const std::string& owner_name);
-
 std::vector<std::string> export_model_folder(const std::string& step_dir,
                                              const std::string& out_dir,
                                              const ExportOptions& options = {});

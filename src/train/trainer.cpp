@@ -22,6 +22,7 @@
 #include "core/device_memory.h"
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/checkpoint/full_state.h"
+#include "fsdp/checkpoint/ownership.h"
 #include "fsdp/data/corpus.h"
 #include "fsdp/data/loader.h"
 #include "fsdp/data/tokenizer.h"
@@ -173,6 +174,14 @@ std::string name_of(const std::string& path) {
   return std::filesystem::path(path).filename().string();
 }
 
+bool holds_only_its_lock(const std::string& root) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
+    if (e.path().filename() != kCheckpointLockFile) return false;
+  }
+  return !ec;
+}
+
 // A root without `latest` (copied without it, say): its newest committed step folder, PyTorch
 // users' expectation, with a note saying which and why; or none, with a note saying why.
 ResumePlan without_latest(const std::string& key, const std::string& root) {
@@ -183,7 +192,9 @@ ResumePlan without_latest(const std::string& key, const std::string& root) {
                                   std::to_string(committed.size()) + " committed)"};
   }
   std::string why = "no such folder";
-  if (is_dir(root)) {
+  if (holds_only_its_lock(root)) {
+    why = "it was empty or did not exist";  // the run made it, and took its lock
+  } else if (is_dir(root)) {
     const std::vector<std::string> unfinished = unfinished_steps(root);
     why = unfinished.empty() ? "no `latest`, no committed step folder"
                              : "its step folders have no COMMITTED marker, saves that did not "
@@ -261,10 +272,13 @@ int64_t resume(const std::string& path, const TrainConfig& c, FullyShardedModel&
   return loaded.step;
 }
 
-// A folder the checkpoints cannot be written to fails the run now, not at the first save.
-void check_checkpoint_folder(const std::string& root, Comm& world) {
+// A folder the checkpoints cannot be written to fails the run now, not at the first save; one that
+// another run holds fails it too. `owner` then holds the folder for the rest of the run.
+void own_checkpoint_folder(const std::string& root, Comm& world,
+                           std::optional<CheckpointRootLock>& owner) {
   try {
     check_checkpoint_root_writable(root, world);
+    owner.emplace(root, world);
   } catch (const CheckpointError& e) {
     throw CheckpointError(
         std::string("train.checkpoint_dir: ") + e.what() + " (checked before the first step)",
@@ -294,8 +308,8 @@ std::string save(const TrainConfig& c, int64_t step, FullyShardedModel& model, c
 void check_export_folder(const TrainConfig& c) {
   if (c.train.export_dir.empty()) return;
   try {
-    hf::check_export_destination(c.train.export_dir, c.train.checkpoint_dir,
-                                 "train.checkpoint_dir, which the run owns");
+    check_checkpoint_output(c.train.export_dir, c.train.checkpoint_dir,
+                            "train.checkpoint_dir, which the run owns", OutputKind::kNewFolder);
   } catch (const std::runtime_error& e) {
     throw std::invalid_argument(std::string("train.export_dir: ") + e.what() +
                                 " (checked before the first step)");
@@ -402,9 +416,12 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
                    const StepCallback& after_step) {
   // 1. The world, threads, output, and where to resume from (checked before any work is done).
   check_world(c, *world);
+  // A run that saves owns its checkpoint folder until it ends: a second run into the folder, with
+  // or without --resume, is refused before it reads what the first is writing.
+  std::optional<CheckpointRootLock> owner;
+  if (c.train.checkpoint_every > 0) own_checkpoint_folder(c.train.checkpoint_dir, *world, owner);
   const ResumePlan plan = resume_plan(c.train);
   const std::optional<std::string> resume_from = plan.path;
-  if (c.train.checkpoint_every > 0) check_checkpoint_folder(c.train.checkpoint_dir, *world);
   check_export_folder(c);
   if (c.train.num_threads > 0) at::set_num_threads(c.train.num_threads);
   const bool rank0 = world->rank() == 0;

@@ -165,7 +165,8 @@ class CheckpointReader {
 
 // Rewrites a checkpoint for another world size (FULL_SHARD layout, shard count = world_size)
 // without a model or processes: one parameter range at a time, so memory stays bounded by the
-// largest unit's shard.
+// largest unit's shard. `out_dir` must not exist yet or be empty, and lie outside every checkpoint
+// (check_checkpoint_output in ownership.h): a CheckpointError before anything is written otherwise.
 void reshard_checkpoint(const std::string& dir, const std::string& out_dir, int world_size);
 
 }  // namespace fsdp

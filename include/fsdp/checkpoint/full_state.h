@@ -102,7 +102,8 @@ void load_full_safetensors(FullyShardedModel& model, const std::string& path,
 // under their first name). Streams `chunk_elements` elements at a time from the shard files
 // (checksums verified) to the file, so memory stays bounded by one chunk whatever the model's
 // size. `dtype`: kFloat32 (the master weights exactly) or kBFloat16 / kFloat16 (rounded). Throws
-// CheckpointError naming the file at fault.
+// CheckpointError naming the file at fault, and, before anything is written, for an output inside
+// a checkpoint (check_checkpoint_output in ownership.h).
 void consolidate_checkpoint(const std::string& dir, const std::string& out_path,
                             DType dtype = DType::kFloat32, int64_t chunk_elements = 1 << 22);
 

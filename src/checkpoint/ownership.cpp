@@ -1,0 +1,139 @@
+// The checkpoint root's lock and the output checks of every writer (see ownership.h). The lock is
+// flock, not a PID file: the kernel drops it with the process, so a run killed by SIGKILL or a
+// power cut never leaves a folder that looks owned.
+#include "fsdp/checkpoint/ownership.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <regex>
+
+#include "checkpoint/errors.h"
+#include "checkpoint/format.h"
+#include "fsdp/checkpoint/checkpoint.h"
+
+namespace fsdp {
+namespace fs = std::filesystem;
+using ckpt::kCommitMarker;
+using ckpt::kLatestFile;
+using ckpt::kMetadataFile;
+namespace {
+
+std::string holder_of(int fd) {
+  char text[256] = {};
+  const ssize_t n = ::pread(fd, text, sizeof(text) - 1, 0);
+  std::string s(text, n > 0 ? static_cast<size_t>(n) : 0);
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s.empty() ? "one that has not written its host and PID yet" : s;
+}
+
+// Rank 0's attempt: the open, locked file, or -1 and why not.
+int try_lock(const std::string& root, std::string* error) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  const std::string path = (fs::path(root) / kCheckpointLockFile).string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    *error = "cannot open the lock file '" + path + "': " + std::strerror(errno);
+    return -1;
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    *error = e == EWOULDBLOCK
+                 ? "'" + root + "' is in use by another run (host and PID: " + holder_of(fd) +
+                       "); wait for it to end, or choose another folder"
+                 : "cannot lock '" + path + "': " + std::strerror(e);
+    ::close(fd);
+    return -1;
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  const std::string me = std::string(host) + " " + std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) < 0) {
+    // The lock holds without its note; a refused run then says the holder is unknown.
+  }
+  return fd;
+}
+
+bool is_step_name(const std::string& name) {
+  static const std::regex step(R"(step_[0-9]+(\.partial)?)");
+  return std::regex_match(name, step);
+}
+
+// A folder a checkpoint lives in: its files, or a step folder's name.
+bool is_step_folder(const fs::path& p) {
+  std::error_code ec;
+  if (!fs::is_directory(p, ec)) return false;
+  return fs::exists(p / kMetadataFile, ec) || fs::exists(p / kCommitMarker, ec) ||
+         is_step_name(p.filename().string());
+}
+
+bool is_checkpoint_root(const fs::path& p) {
+  std::error_code ec;
+  if (!fs::is_directory(p, ec)) return false;
+  if (fs::exists(p / kLatestFile, ec) || fs::exists(p / kCheckpointLockFile, ec)) return true;
+  for (const auto& e : fs::directory_iterator(p, ec)) {
+    if (is_step_folder(e.path())) return true;
+  }
+  return false;
+}
+
+// `inner` is `outer` or below it (both canonical).
+bool within(const fs::path& inner, const fs::path& outer) {
+  auto i = inner.begin();
+  for (auto o = outer.begin(); o != outer.end(); ++o, ++i) {
+    if (i == inner.end() || *i != *o) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+CheckpointRootLock::CheckpointRootLock(const std::string& root, Comm& world) {
+  std::string error;
+  if (world.rank() == 0) fd_ = try_lock(root, &error);
+  try {
+    ckpt::agree_on_failure(world, error, "locking the checkpoint folder");
+  } catch (...) {
+    if (fd_ >= 0) ::close(fd_);
+    throw;
+  }
+}
+
+CheckpointRootLock::~CheckpointRootLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock; the file stays, as flock needs no cleanup
+}
+
+void check_checkpoint_output(const std::string& out_path, const std::string& input,
+                             const std::string& input_name, OutputKind kind) {
+  fs::path out = fs::path(out_path).lexically_normal();
+  if (!out.has_filename()) out = out.parent_path();  // "out/" is "out"
+  auto refuse = [&](const std::string& why) {
+    throw CheckpointError("output '" + out.string() + "' " + why + "; nothing was written");
+  };
+  std::error_code ec;
+  if (fs::is_symlink(out, ec)) refuse("is a symbolic link; give the file or folder itself");
+  const fs::path real = fs::weakly_canonical(out);
+  if (within(real, fs::weakly_canonical(input))) refuse("is or lies inside " + input_name);
+  for (fs::path p = real; p.has_relative_path(); p = p.parent_path()) {
+    if (is_step_folder(p)) refuse("lies inside the checkpoint '" + p.string() + "'");
+  }
+  const std::string name = real.filename().string();
+  if ((name == kLatestFile || name == kCheckpointLockFile) &&
+      is_checkpoint_root(real.parent_path())) {
+    refuse("is the checkpoint root's '" + name + "' file");
+  }
+  if (kind == OutputKind::kFile && fs::is_directory(real, ec)) {
+    refuse("is a folder; give the name of the file to write");
+  }
+  if (kind == OutputKind::kNewFolder && fs::exists(real, ec) &&
+      !(fs::is_directory(real, ec) && fs::is_empty(real, ec))) {
+    refuse("exists and is not an empty folder; give a new folder");
+  }
+}
+
+}  // namespace fsdp
