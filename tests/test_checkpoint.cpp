@@ -328,6 +328,39 @@ TEST_F(Damaged, UncommittedCheckpointIsNeverLoaded) {
 
 // One check for every reader: a folder whose save never finished is refused by loading, offline
 // resharding, consolidation into one file and the reader they share, each naming the marker.
+// Issue 28's wording: a `latest` naming a folder that is gone, a folder where a shard file belongs
+// and a checkpoint path that does not exist are each named for what they are, not as a missing
+// COMMITTED marker or a shard of 4096 bytes.
+TEST_F(Damaged, MissingAndMisplacedPathsAreNamedForWhatTheyAre) {
+  auto error = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const CheckpointError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string gone = root_ + "/gone";
+  EXPECT_NE(error([&] { CheckpointReader reader(gone); }).find("'" + gone + "': no such folder"),
+            std::string::npos);
+  world_->barrier();
+  if (world_->rank() == 0) {
+    std::ofstream(root_ + "/latest") << "step_00000099\n";
+  }
+  world_->barrier();
+  const std::string latest_error = error([&] { latest_checkpoint(root_); });
+  EXPECT_NE(latest_error.find("names '" + root_ + "/step_00000099', which does not exist"),
+            std::string::npos)
+      << latest_error;
+  const std::string shard_error = load_error([&] {
+    fs::remove(shard0_);
+    fs::create_directory(shard0_);
+  });
+  EXPECT_NE(shard_error.find("'" + shard0_ + "' is a folder where a file belongs"),
+            std::string::npos)
+      << shard_error;
+}
+
 TEST_F(Damaged, EveryReaderRefusesAnUncommittedCheckpoint) {
   if (world_->rank() == 0) fs::remove(path_ + "/COMMITTED");
   world_->barrier();

@@ -27,6 +27,11 @@ namespace {
 File File::open_read(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("cannot open", path);
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    ::close(fd);  // a folder opens for reading, and its size would read as a file's
+    throw CheckpointError("'" + path + "' is a folder where a file belongs");
+  }
   return File(fd, path);
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 namespace fsdp {
@@ -177,6 +178,10 @@ std::string join(const std::string& dir, const std::string& name) {
 bool is_committed(const std::string& dir) { return exists(join(dir, kCommitMarker)); }
 
 void require_committed(const std::string& dir) {
+  if (!std::filesystem::is_directory(dir)) {
+    throw CheckpointError("checkpoint '" + dir + "': " +
+                          (std::filesystem::exists(dir) ? "not a folder" : "no such folder"));
+  }
   if (!is_committed(dir)) {
     throw CheckpointError("checkpoint '" + dir + "' has no " + kCommitMarker +
                           " marker: its save did not finish; not reading it");

@@ -145,6 +145,12 @@ std::optional<std::string> latest_checkpoint(const std::string& root) {
     throw CheckpointError("'" + latest + "' does not name a step folder: '" + name + "'");
   }
   const std::string dir = join(root, name);
+  if (!fs::is_directory(dir)) {
+    throw CheckpointError("'" + latest + "' names '" + dir + "', which does not exist" +
+                          (fs::exists(dir) ? " as a folder" : "") +
+                          " (deleted or moved?); point latest at a step folder, or remove it to "
+                          "resume from the newest committed one");
+  }
   if (!is_committed(dir)) {
     throw CheckpointError("'" + latest + "' names '" + dir + "', which has no " + kCommitMarker +
                           " marker");
