@@ -23,7 +23,8 @@
 #    data line names it once and does not claim a cache;
 #  - one owner per checkpoint folder (issue 28): a second run into a folder in use is refused, with
 #    --resume or without, and the holder's checkpoints verify clean; consolidate into its own input
-#    is refused.
+#    is refused; sample from another folder resolves the run's relative paths, applies overrides
+#    and refuses one that changes the model.
 # Usage: trainer_e2e.sh BUILD_BIN_DIR BACKEND PORT SOURCE_DIR
 # Exits 77 (skipped) without the assets of scripts/fetch_assets.sh.
 set -uo pipefail
@@ -351,6 +352,24 @@ if [[ $BACKEND == mpi ]]; then
   [[ $rc != 0 && $out == *"lies inside the checkpoint it reads; nothing was written"* && $before == "$after" ]] &&
     echo "ok: consolidate into its own input is refused, the checkpoint unchanged" ||
     fail "consolidate into its own input: $out"
+
+  # sample and eval from any folder: a run started in here/ saves its tokenizer path relative
+  # (tok); from elsewhere/, sample of its checkpoint resolves it against here/, applies --KEY VALUE
+  # on top (and says so), and refuses an override that changes the model.
+  mkdir -p "$WORK/here" "$WORK/elsewhere"
+  ln -s "$SRC/assets/gpt2" "$WORK/here/tok"
+  (cd "$WORK/here" && timeout 120 "$BIN/fsdp-train" "${COMMON[@]}" "${ONE[@]}" --data.tokenizer_dir tok \
+    --train.checkpoint_dir ckpt >run.txt 2>&1) || fail "the run in here/ exited $?: $(tail -3 "$WORK/here/run.txt")"
+  out=$(cd "$WORK/elsewhere" && timeout 120 "$BIN/fsdp-train" sample --checkpoint "$WORK/here/ckpt" \
+    --prompt "The Congress" --max-new-tokens 4 --train.micro_batch_size 3 2>&1)
+  [[ $? == 0 && $out == *"sample: on the checkpoint's config: train.micro_batch_size = 3"* && $out == *$'\nThe Congress'* ]] &&
+    echo "ok: sample from another folder resolves the run's relative paths and applies overrides" ||
+    fail "sample from another folder: $(tail -3 <<<"$out")"
+  out=$(cd "$WORK/elsewhere" && timeout 120 "$BIN/fsdp-train" sample --checkpoint "$WORK/here/ckpt" \
+    --model.n_layer 3 2>&1)
+  [[ $? != 0 && $out == *"--model.n_layer: the checkpoint '$WORK/here/ckpt/step_00000002' holds a model this override would change"* ]] &&
+    echo "ok: sample refuses an override that changes the checkpoint's model" ||
+    fail "sample with --model.n_layer 3: $(tail -3 <<<"$out")"
 fi
 
 # fp16 (issue 27), over Gloo only (the MPI run checks the rest; the parity tests check fp16's

@@ -293,6 +293,7 @@ ParsedArgs parse_train_args(const std::vector<std::string>& args, MachineChecks 
   }
   for (; i < args.size(); ++i) parse_one(s, args, i);
   s.out.config = load_config(s.out.config_file, s.overrides, machine);
+  s.out.sample.overrides = s.out.eval.overrides = s.overrides;
   // Without --checkpoint a model folder is the model (sample and eval take it), else the run's
   // checkpoints.
   if (s.out.sample.checkpoint.empty() && s.out.config.model.pretrained.empty()) {

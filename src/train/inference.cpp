@@ -62,13 +62,52 @@ struct LoadedModel {
   TrainConfig config;
   CausalLM lm;
   std::shared_ptr<FullyShardedModel> sharded;
-  std::string source;  // what was loaded, for the output
+  std::string source;              // what was loaded, for the output
+  std::vector<std::string> notes;  // the overrides applied to a checkpoint's config
 };
+
+// Two models with the same architecture: where the weights come from and the attention kernel
+// do not count (resume compares the same way).
+bool same_architecture(ModelConfig a, ModelConfig b) {
+  a.init_from = b.init_from = a.pretrained = b.pretrained = "";
+  a.attention = b.attention = AttentionKernel::kAuto;
+  return a == b;
+}
+
+// A checkpoint's config for sample and eval: the saved one (its paths resolved against the folder
+// its run started in), with the command line's --KEY VALUE on top, each noted; the device and
+// threads are this machine's. An override that changes the model's architecture is refused: the
+// weights are the checkpoint's (a data.seq_len that sizes the position table counts).
+TrainConfig config_for_checkpoint(const std::string& dir, const TrainConfig& here,
+                                  const std::vector<ConfigOverride>& overrides,
+                                  std::vector<std::string>* notes) {
+  const TrainConfig saved = checkpoint_config(dir);
+  const std::string yaml = to_yaml(saved), source = dir + " (saved config)";
+  for (const ConfigOverride& o : overrides) {
+    const TrainConfig with = parse_config(yaml, source, {o});
+    if (!same_architecture(with.model, saved.model) ||
+        with.context_length() != saved.context_length()) {
+      throw ConfigError("", 0, "--" + o.key,
+                        "the checkpoint '" + dir +
+                            "' holds a model this override would change; sample and eval take "
+                            "the model as it was trained (drop --" +
+                            o.key + ")");
+    }
+  }
+  TrainConfig c = parse_config(yaml, source, overrides);
+  c.train.device = here.train.device;
+  c.train.num_threads = here.train.num_threads;
+  for (const ConfigOverride& o : overrides) {
+    notes->push_back("on the checkpoint's config: " + o.key + " = " + o.value);
+  }
+  return c;
+}
 
 // From `checkpoint` (a step folder or a root) when given or when no model.pretrained is set
 // (train.checkpoint_dir then), else from the model.pretrained folder. `seed` draws nothing the
 // load does not overwrite; it is the config's train.seed.
-LoadedModel load_model(const TrainConfig& config, const std::string& checkpoint, int64_t seed,
+LoadedModel load_model(const TrainConfig& config, const std::string& checkpoint,
+                       const std::vector<ConfigOverride>& overrides, int64_t seed,
                        const CommPtr& world) {
   const bool from_folder = checkpoint.empty() && !config.model.pretrained.empty();
   LoadedModel m;
@@ -78,7 +117,7 @@ LoadedModel load_model(const TrainConfig& config, const std::string& checkpoint,
     m.source = config.model.pretrained;
   } else {
     dir = checkpoint_folder(checkpoint.empty() ? config.train.checkpoint_dir : checkpoint);
-    m.config = checkpoint_config(dir);
+    m.config = config_for_checkpoint(dir, config, overrides, &m.notes);
     m.source = dir + ", step " + std::to_string(read_checkpoint_metadata(dir).step);
   }
   m.config.train.seed = seed;
@@ -104,7 +143,11 @@ LoadedModel load_model(const TrainConfig& config, const std::string& checkpoint,
 std::vector<std::string> sample(const TrainConfig& config, const SampleOptions& options,
                                 CommPtr world, std::ostream& out) {
   if (config.train.num_threads > 0) at::set_num_threads(config.train.num_threads);
-  const LoadedModel m = load_model(config, options.checkpoint, options.seed, world);
+  const LoadedModel m =
+      load_model(config, options.checkpoint, options.overrides, options.seed, world);
+  if (world->rank() == 0) {
+    for (const auto& note : m.notes) out << "sample: " << note << "\n";
+  }
   const CausalLM& lm = m.lm;
   const auto tokenizer = data::load_tokenizer(m.config.data.tokenizer_dir);
   std::vector<int64_t> prompt;
@@ -137,12 +180,13 @@ std::vector<std::string> sample(const TrainConfig& config, const SampleOptions& 
 EvalResult evaluate_model(const TrainConfig& config, const EvalOptions& options, CommPtr world,
                           std::ostream& out) {
   if (config.train.num_threads > 0) at::set_num_threads(config.train.num_threads);
-  const LoadedModel m = load_model(config, options.checkpoint, config.train.seed, world);
-  // The data this run names, read with the model's tokenizer and checked against its vocabulary.
-  TrainConfig c = config;
-  c.model = m.config.model;
-  c.data.tokenizer_dir = m.config.data.tokenizer_dir;
+  const LoadedModel m =
+      load_model(config, options.checkpoint, options.overrides, config.train.seed, world);
+  // The held-out data of the checkpoint's run (or of this config, for a model folder), read with
+  // the model's tokenizer and checked against its vocabulary.
+  TrainConfig c = m.config;
   RunLog log(out, world->rank() == 0, /*progress_bar=*/false, /*metrics_file=*/"", 0);
+  for (const auto& note : m.notes) log.info("eval: " + note);
   if (c.data.seq_len > m.config.context_length()) {
     log.info("eval: data.seq_len " + std::to_string(c.data.seq_len) +
              " is longer than the model's context; windows of " +

@@ -112,6 +112,8 @@ std::string train_state_json(const TrainConfig& c, const data::LoaderState& load
   nlohmann::json j;
   j["loader"] = {{"epoch", loader.epoch}, {"position", loader.position}};
   j["config"] = to_yaml(c);
+  // The config's relative paths mean this folder: readers elsewhere resolve them against it.
+  j["started_in"] = std::filesystem::current_path().string();
   if (scaler) {
     const GradScalerState g = scaler->state();
     j["grad_scaler"] = {{"scale", g.scale}, {"growth_tracker", g.growth_tracker}};
@@ -562,7 +564,27 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
 }
 
 TrainConfig checkpoint_config(const std::string& dir) {
-  return saved_config(read_checkpoint_metadata(dir).train_state, dir);
+  const std::string state = read_checkpoint_metadata(dir).train_state;
+  TrainConfig c = saved_config(state, dir);
+  const auto j = nlohmann::json::parse(state, nullptr, false);
+  if (j.is_object() && j.contains("started_in") && j["started_in"].is_string()) {
+    resolve_paths(c, j["started_in"].get<std::string>());
+  }
+  return c;
+}
+
+void resolve_paths(TrainConfig& c, const std::string& base) {
+  auto resolve = [&](std::string& path) {
+    if (!path.empty() && std::filesystem::path(path).is_relative()) {
+      path = (std::filesystem::path(base) / path).lexically_normal().string();
+    }
+  };
+  if (c.data.dataset != "sotu") resolve(c.data.dataset);  // the bundled corpus is a name
+  for (std::string* path :
+       {&c.data.val_dataset, &c.data.tokenizer_dir, &c.data.cache_dir, &c.model.init_from,
+        &c.model.pretrained, &c.train.checkpoint_dir, &c.train.metrics_file, &c.train.export_dir}) {
+    resolve(*path);
+  }
 }
 
 }  // namespace fsdp

@@ -327,6 +327,9 @@ struct SampleOptions {
   int64_t top_k = 200;           // sample among the k most likely tokens; 0: all
   int64_t num_samples = 1;       // independent samples printed
   int64_t seed = 1337;           // sampling RNG seed
+  // --KEY VALUE flags, applied on top of a checkpoint's saved config (a model folder's config is
+  // the caller's, which already has them). Keys of the model's architecture must not change it.
+  std::vector<ConfigOverride> overrides;
 };
 
 // `fsdp-train eval`: loss and perplexity of a model on held-out data.
@@ -334,6 +337,7 @@ struct EvalOptions {
   // A step folder, or a checkpoint root with `latest`. Default: the model.pretrained folder when
   // that is set, else train.checkpoint_dir.
   std::string checkpoint;
+  std::vector<ConfigOverride> overrides;  // as SampleOptions::overrides
 };
 
 struct ParsedArgs {

@@ -65,8 +65,10 @@ TrainSummary train(const TrainConfig& config, CommPtr world, std::ostream& out,
 // Generates options.num_samples continuations of options.prompt from the checkpoint at
 // options.checkpoint (a step folder, or a root with `latest`; empty: the model.pretrained folder
 // when that is set, else config.train.checkpoint_dir), with the model the checkpoint's own config
-// (or the folder's config.json) describes. Returns the texts (prompt included), also printed to
-// `out` on rank 0. (src/train/inference.cpp)
+// (or the folder's config.json) describes. A checkpoint's config has its relative paths resolved
+// against the folder its run started in and options.overrides on top (each printed; one that
+// changes the model is a ConfigError); device and threads are config's. Returns the texts (prompt
+// included), also printed to `out` on rank 0. (src/train/inference.cpp)
 std::vector<std::string> sample(const TrainConfig& config, const SampleOptions& options,
                                 CommPtr world, std::ostream& out);
 
@@ -78,14 +80,21 @@ struct EvalResult {
 };
 
 // The loss and perplexity of the model from options.checkpoint (or model.pretrained, as sample
-// takes it) on the held-out part of config's data (data.val_dataset, or the last data.val_split
-// of data.dataset; at most train.eval_batches batches of train.micro_batch_size sequences per
-// rank), read with the model's tokenizer. No optimizer state is built. Printed on rank 0.
+// takes it) on held-out data (data.val_dataset, or the last data.val_split of data.dataset; at
+// most train.eval_batches batches of train.micro_batch_size sequences per rank), read with the
+// model's tokenizer. The settings are the checkpoint's saved config with options.overrides on top
+// (config's own for a model folder). No optimizer state is built. Printed on rank 0.
 EvalResult evaluate_model(const TrainConfig& config, const EvalOptions& options, CommPtr world,
                           std::ostream& out);
 
-// The config the checkpoint step folder `dir` was trained with (its train state's YAML). Throws
-// CheckpointError naming the folder when it holds none.
+// The config the checkpoint step folder `dir` was trained with (its train state's YAML), its
+// relative paths resolved against the folder the run started in (recorded in the train state;
+// checkpoints written before it was recorded keep them as saved). Throws CheckpointError naming
+// the folder when it holds none.
 TrainConfig checkpoint_config(const std::string& dir);
+
+// Makes the config's relative paths (data sets, tokenizer, cache, model files, checkpoint, metrics
+// and export folders) absolute against `base`. data.dataset `sotu` names the bundled corpus.
+void resolve_paths(TrainConfig& config, const std::string& base);
 
 }  // namespace fsdp
