@@ -508,7 +508,10 @@ TEST(ConfigErrors, RelationsBetweenKeys) {
                        "must be even"));
   EXPECT_TRUE(contains(parse_error("model:\n  n_positions: 64\n").what(),
                        "data.seq_len (128) exceeds model.n_positions (64)"));
-  EXPECT_TRUE(contains(parse_error("data:\n  val_split: 0\n").what(), "evaluation needs"));
+  EXPECT_TRUE(contains(parse_error("data:\n  dataset: my.txt\n  val_split: 0\n").what(),
+                       "evaluation needs"));
+  EXPECT_TRUE(contains(parse_error("data:\n  val_split: 0.05\n").what(),
+                       "data.val_split (0.05) does not apply to the bundled corpus 'sotu'"));
   EXPECT_TRUE(contains(parse_error("fsdp_config:\n  shard_group_size: 2\n").what(),
                        "applies to HYBRID_SHARD and HYBRID_SHARD_ZERO2 only"));
 }
@@ -759,7 +762,10 @@ std::map<std::string, Change> changes() {
        {[](TrainConfig& c) { c.model.rope_original_max_positions = 4096; }, true}},
       {"data.dataset", {[](TrainConfig& c) { c.data.dataset = "my corpus: v2.txt"; }}},
       {"data.val_dataset", {[](TrainConfig& c) { c.data.val_dataset = "val.bin"; }}},
-      {"data.val_split", {[](TrainConfig& c) { c.data.val_split = 0.05; }}},
+      {"data.val_split", {[](TrainConfig& c) {
+         c.data.dataset = "my.txt";  // the bundled corpus splits by year instead
+         c.data.val_split = 0.05;
+       }}},
       {"data.seq_len", {[](TrainConfig& c) { c.data.seq_len = 64; }}},
       {"data.tokenizer_dir", {[](TrainConfig& c) { c.data.tokenizer_dir = "/opt/gpt2"; }}},
       {"data.cache_dir", {[](TrainConfig& c) { c.data.cache_dir = "123"; }}},

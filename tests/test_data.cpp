@@ -750,6 +750,8 @@ TEST(Corpus, SourcesAndOptionsThatCannotBeHonouredAreErrors) {
   o.cache_dir = dir + "/cache";
   o.tokenizer_dir = kAssets;
   expect_error([&] { prepare_corpus(dir + "/nothing", o); }, {dir + "/nothing", "no such file"});
+  expect_error([&] { prepare_corpus("/dev/zero", o); },
+               {"/dev/zero", "neither a regular file nor a folder"});
   fs::create_directories(dir + "/empty");
   expect_error([&] { prepare_corpus(dir + "/empty", o); }, {"empty", "no .txt or .bin"});
   o.val_fraction = 1.0;

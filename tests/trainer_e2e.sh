@@ -193,7 +193,8 @@ out=$(train 1 "$WORK/straight" 2>&1)
 [[ $? != 0 && $out == *"train.checkpoint_dir"*"already holds a run"* ]] ||
   fail "a fresh run into a used checkpoint folder: $out"
 out=$(train 1 "$WORK/straight" --resume --model.norm_eps 1e-6 2>&1)
-[[ $? != 0 && $out == *"holds another model"* ]] || fail "resuming another model: $out"
+[[ $? != 0 && $out == *"holds another model; what differs (the checkpoint's value, then this run's):"*"model.norm_eps: 1e-05 and 1e-06"* &&
+  $out != *"fsdp_config:"* ]] || fail "resuming another model: $out"
 
 # --- failures named where the user looks --------------------------------------------------------
 
@@ -370,6 +371,19 @@ if [[ $BACKEND == mpi ]]; then
   [[ $? != 0 && $out == *"--model.n_layer: the checkpoint '$WORK/here/ckpt/step_00000002' holds a model this override would change"* ]] &&
     echo "ok: sample refuses an override that changes the checkpoint's model" ||
     fail "sample with --model.n_layer 3: $(tail -3 <<<"$out")"
+
+  # Too little data for one batch is named by the user's file, not the cache's.
+  printf 'Fellow citizens' >"$WORK/tiny.txt"
+  out=$(timeout 120 "$BIN/fsdp-train" "${COMMON[@]}" "${ONE[@]}" --data.dataset "$WORK/tiny.txt" \
+    --train.checkpoint_every 0 2>&1)
+  [[ $? != 0 && $out == *"data.dataset '$WORK/tiny.txt': TrainLoader: "*"holds 0 windows"* ]] &&
+    echo "ok: too little data is named by the user's file" || fail "too little data: $(tail -2 <<<"$out")"
+  # With data.val_dataset the data line reports where validation comes from.
+  val=$(ls "$WORK"/corpus/*.txt | head -1)
+  out=$(timeout 120 "$BIN/fsdp-train" "${COMMON[@]}" "${ONE[@]}" --data.val_dataset "$val" \
+    --train.checkpoint_every 0 2>&1)
+  [[ $? == 0 && $(grep -m1 '^data: ' <<<"$out") == *" validation from data.val_dataset '$val', "* ]] &&
+    echo "ok: the data line names data.val_dataset" || fail "data line with data.val_dataset: $(grep -m1 '^data: ' <<<"$out")"
 fi
 
 # fp16 (issue 27), over Gloo only (the MPI run checks the rest; the parity tests check fp16's

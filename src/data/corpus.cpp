@@ -479,8 +479,13 @@ Corpus prepare_corpus(const std::string& source, const CorpusOptions& options) {
     if (ends_with(source, ".bin")) return prepare_bin_file(source, options);
     return prepare_text(plan_text_file(source, options), options);
   }
-  throw std::invalid_argument("corpus " + source +
-                              ": no such file or folder (a source is 'sotu', a text file, a "
+  std::error_code ec;
+  const std::string what =
+      !fs::exists(source, ec)
+          ? "no such file or folder"
+          : "neither a regular file nor a folder (a device, a pipe or a socket)";
+  throw std::invalid_argument("corpus " + source + ": " + what +
+                              " (a source is 'sotu', a text file, a "
                               "folder of .txt files, a .bin token file or a folder of llm.c "
                               "*_train*.bin/*_val*.bin shards)");
 }

@@ -465,6 +465,29 @@ std::string to_yaml(const TrainConfig& config) {
          std::string(out.c_str()) + "\n";
 }
 
+std::vector<std::string> architecture_differences(const TrainConfig& a, const TrainConfig& b) {
+  std::vector<std::string> out;
+  for (const Option& option : config::options()) {
+    if (option.kind != ConfigKey::Kind::kSetting || option.key.rfind("model.", 0) != 0) continue;
+    if (option.key == "model.init_from" || option.key == "model.pretrained" ||
+        option.key == "model.attention") {
+      continue;  // where the weights come from, and a kernel that computes the same function
+    }
+    if (option.type_specific &&
+        (option.model_type != a.model.type || option.model_type != b.model.type)) {
+      continue;  // model.type differs, and says so
+    }
+    const std::string x = option.get(a), y = option.get(b);
+    if (x != y) out.push_back(option.key + ": " + x + " and " + y);
+  }
+  if (a.context_length() != b.context_length()) {
+    out.push_back("context length (model.n_positions, or data.seq_len where that is 0): " +
+                  std::to_string(a.context_length()) + " and " +
+                  std::to_string(b.context_length()));
+  }
+  return out;
+}
+
 std::vector<ConfigKey> config_keys() {
   const TrainConfig defaults;
   std::vector<ConfigKey> keys;

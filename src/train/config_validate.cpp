@@ -92,6 +92,13 @@ void check_model(const Checks& k, const ModelConfig& m, const DataConfig& d) {
 void check_data(const Checks& k, const DataConfig& d) {
   k.not_empty("data.dataset", d.dataset);
   k.fraction("data.val_split", d.val_split);
+  // The bundled corpus holds out whole addresses by year (data::CorpusOptions); a fraction set for
+  // it would be ignored.
+  k.require(d.dataset != "sotu" || d.val_split == DataConfig{}.val_split,
+            {"data.val_split", "data.dataset"},
+            "data.val_split (" + num(d.val_split) +
+                ") does not apply to the bundled corpus 'sotu', which holds out the addresses "
+                "from 2000 on; it applies to your own data.dataset");
   k.at_least("data.seq_len", d.seq_len, 1);
   k.not_empty("data.tokenizer_dir", d.tokenizer_dir);
   k.not_empty("data.cache_dir", d.cache_dir);

@@ -66,14 +66,6 @@ struct LoadedModel {
   std::vector<std::string> notes;  // the overrides applied to a checkpoint's config
 };
 
-// Two models with the same architecture: where the weights come from and the attention kernel
-// do not count (resume compares the same way).
-bool same_architecture(ModelConfig a, ModelConfig b) {
-  a.init_from = b.init_from = a.pretrained = b.pretrained = "";
-  a.attention = b.attention = AttentionKernel::kAuto;
-  return a == b;
-}
-
 // A checkpoint's config for sample and eval: the saved one (its paths resolved against the folder
 // its run started in), with the command line's --KEY VALUE on top, each noted; the device and
 // threads are this machine's. An override that changes the model's architecture is refused: the
@@ -84,14 +76,13 @@ TrainConfig config_for_checkpoint(const std::string& dir, const TrainConfig& her
   const TrainConfig saved = checkpoint_config(dir);
   const std::string yaml = to_yaml(saved), source = dir + " (saved config)";
   for (const ConfigOverride& o : overrides) {
-    const TrainConfig with = parse_config(yaml, source, {o});
-    if (!same_architecture(with.model, saved.model) ||
-        with.context_length() != saved.context_length()) {
+    const auto differences = architecture_differences(saved, parse_config(yaml, source, {o}));
+    if (!differences.empty()) {
       throw ConfigError("", 0, "--" + o.key,
-                        "the checkpoint '" + dir +
-                            "' holds a model this override would change; sample and eval take "
-                            "the model as it was trained (drop --" +
-                            o.key + ")");
+                        "the checkpoint '" + dir + "' holds a model this override would change (" +
+                            differences.front() +
+                            "); sample and eval take the model as it was trained (drop --" + o.key +
+                            ")");
     }
   }
   TrainConfig c = parse_config(yaml, source, overrides);

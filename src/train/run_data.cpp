@@ -43,9 +43,13 @@ RunData prepare_data(const TrainConfig& c, RunLog& log) {
   options.val_fraction = c.data.val_dataset.empty() ? c.data.val_split : 0.0;
   RunData d{data::prepare_corpus(c.data.dataset, options), {}};
   d.val = d.corpus.val;
+  std::string validation =
+      std::to_string(d.corpus.val_tokens) + " validation (" + d.corpus.split + ")";
   if (!c.data.val_dataset.empty()) {
     data::Corpus held_out = data::prepare_corpus(c.data.val_dataset, options);
     d.val = held_out.train;
+    validation = std::to_string(held_out.train_tokens) + " validation from data.val_dataset '" +
+                 c.data.val_dataset + "'";
   }
   if (!d.corpus.cache_entry.empty()) check_vocabulary_fits(c);
   check_tokens(c, d);
@@ -53,8 +57,7 @@ RunData prepare_data(const TrainConfig& c, RunLog& log) {
   const bool token_files = d.corpus.cache_entry.empty();
   log.info("data: " +
            (token_files ? "token file(s) '" + c.data.dataset + "'" : "'" + d.corpus.name + "'") +
-           ": " + std::to_string(d.corpus.train_tokens) + " training tokens, " +
-           std::to_string(d.corpus.val_tokens) + " validation (" + d.corpus.split + ")" +
+           ": " + std::to_string(d.corpus.train_tokens) + " training tokens, " + validation +
            (token_files      ? ", read in place"
             : d.corpus.built ? ", tokenized now"
                              : ", from the cache"));

@@ -258,20 +258,29 @@ int64_t resume(const std::string& path, const TrainConfig& c, FullyShardedModel&
                data::TrainLoader& loader, ShardedGradScaler* scaler, RunLog& log) {
   LoadedCheckpoint loaded = load_checkpoint(path, model, &opt);
   const TrainConfig saved = saved_config(loaded.train_state, loaded.path);
-  // The architecture must match; where the first run's parameters came from, and which attention
-  // kernel computes the same function, need not.
-  ModelConfig saved_model = saved.model, model_now = c.model;
-  saved_model.init_from = model_now.init_from = "";  // where a fresh run took its weights from
-  saved_model.pretrained = model_now.pretrained = "";
-  saved_model.attention = model_now.attention = AttentionKernel::kAuto;
-  if (!(saved_model == model_now)) {
+  const std::vector<std::string> differences = architecture_differences(saved, c);
+  if (!differences.empty()) {
+    std::string list;
+    for (const auto& d : differences) list += "\n  " + d;
     throw CheckpointError("train.resume: checkpoint '" + loaded.path +
-                          "' holds another model; its config is:\n" + to_yaml(saved));
+                          "' holds another model; what differs (the checkpoint's value, then this "
+                          "run's):" +
+                          list);
   }
   loader.set_state(saved_loader_state(loaded.train_state, loaded.path));
   if (scaler) restore_scaler(loaded.train_state, loaded.path, *scaler, log);
   log.info("resumed from " + loaded.path + " at step " + std::to_string(loaded.step));
   return loaded.step;
+}
+
+// The loader's own error (too little data for one global batch) names the tokenized file in the
+// cache; the user knows the data set by the name they gave.
+data::TrainLoader train_loader(const TrainConfig& c, const RunData& d, const Comm& world) {
+  try {
+    return data::TrainLoader(d.corpus.train, loader_options(c, world));
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("data.dataset '" + c.data.dataset + "': " + e.what());
+  }
 }
 
 // A folder the checkpoints cannot be written to fails the run now, not at the first save; one that
@@ -435,7 +444,7 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
 
   // 2. Data: the corpus is tokenized once (cached), then each rank reads its windows.
   RunData d = prepare_data(c, log);
-  data::TrainLoader loader(d.corpus.train, loader_options(c, *world));
+  data::TrainLoader loader = train_loader(c, d, *world);
   std::optional<data::EvalLoader> eval_loader;
   if (c.train.eval_every > 0) {
     eval_loader.emplace(d.val, loader_options(c, *world), c.train.eval_batches);

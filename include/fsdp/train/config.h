@@ -294,6 +294,12 @@ void validate_config(const TrainConfig& config);
 // parse_config(to_yaml(c)) == c for any c that load_config returned.
 std::string to_yaml(const TrainConfig& config);
 
+// What makes the models of `a` and `b` differ, one line per setting ("model.n_head: 4 and 8", in
+// to_yaml's spelling, then the context length if it differs); empty when they build the same
+// architecture. Where the weights come from (model.init_from, model.pretrained) and the attention
+// kernel do not count.
+std::vector<std::string> architecture_differences(const TrainConfig& a, const TrainConfig& b);
+
 // One accepted key, as --help and docs/config.md list it.
 struct ConfigKey {
   enum class Kind {
