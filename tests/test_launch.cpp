@@ -567,6 +567,9 @@ TEST(Launch, MpiBackendGivesOpenMpiVariables) {
     EXPECT_TRUE(contains(l->out(), p + "RANK=<unset>\n")) << "RANK would select Gloo";
   }
   EXPECT_TRUE(contains(l->err(), "mpirun failed with exit code 5")) << l->err();
+  // mpirun's report, already on the terminal, names the rank; fsdp-run says which, once.
+  EXPECT_TRUE(contains(l->err(), "mpirun names rank 1 as the first to fail")) << l->err();
+  EXPECT_FALSE(contains(l->err(), "lines of mpirun's output")) << l->err();
 
   auto ok = run({"--backend", "mpi", "--nproc-per-node", "2"}, {"lines=1"});
   EXPECT_EQ(ok->exit_code(), 0) << ok->all();

@@ -43,6 +43,8 @@ class OutputSink : public OutputTarget {
   void log_note(const std::string& line);
 
   const std::string& label() const { return opt_.label; }
+  // Everything it printed went to the terminal as it came (its tail need not be shown again).
+  bool shown() const { return opt_.show[0] && opt_.show[1]; }
   // The last lines (stdout and stderr in the order they completed), oldest first.
   const std::deque<std::string>& tail() const { return tail_; }
 
