@@ -343,6 +343,8 @@ TEST_F(Damaged, MissingAndMisplacedPathsAreNamedForWhatTheyAre) {
   const std::string gone = root_ + "/gone";
   EXPECT_NE(error([&] { CheckpointReader reader(gone); }).find("'" + gone + "': no such folder"),
             std::string::npos);
+  EXPECT_NE(error([&] { read_checkpoint_metadata(gone); }).find("'" + gone + "': no such folder"),
+            std::string::npos);
   world_->barrier();
   if (world_->rank() == 0) {
     std::ofstream(root_ + "/latest") << "step_00000099\n";

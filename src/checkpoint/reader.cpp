@@ -98,6 +98,8 @@ struct CheckpointReader::Impl {
 
 CheckpointMetadata read_checkpoint_metadata(const std::string& dir) {
   const std::string path = join(dir, kMetadataFile);
+  if (!std::filesystem::exists(dir))
+    throw CheckpointError("checkpoint '" + dir + "': no such folder");
   if (!exists(path)) throw CheckpointError("checkpoint metadata '" + path + "' is missing");
   return metadata_from_json(read_small_file(path), path);
 }
