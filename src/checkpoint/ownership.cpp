@@ -53,9 +53,10 @@ int try_lock(const std::string& root, std::string* error) {
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
   const std::string me = std::string(host) + " " + std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) < 0) {
-    // The lock holds without its note; a refused run then says the holder is unknown.
-  }
+  // Only a note for the message a refused run prints: the lock holds without it.
+  const bool noted = ::ftruncate(fd, 0) == 0 &&
+                     ::pwrite(fd, me.data(), me.size(), 0) == static_cast<ssize_t>(me.size());
+  static_cast<void>(noted);
   return fd;
 }
 
