@@ -10,8 +10,10 @@
 // parameters into one safetensors file with Hugging Face's names (memory bounded by a 16 MiB
 // chunk); reshard rewrites the checkpoint, optimizer state included, for N ranks; export writes a
 // Hugging Face model folder (config.json, weights, tokenizer: train/hf_export.h) that
-// transformers' from_pretrained loads. Exit codes: 0
-// done (inspect: the checkpoint is intact), 1 a damaged checkpoint or a failure, 2 a bad command.
+// transformers' from_pretrained loads. No output may lie inside a checkpoint, or be a non-empty
+// folder for reshard and export: refused before anything is written (docs/checkpoint.md). Exit
+// codes: 0 done (inspect: the checkpoint is intact), 1 a damaged checkpoint, a refused output or
+// a failure, 2 a bad command.
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -32,7 +34,8 @@ const char* kUsage =
     "       fsdp-ckpt reshard DIR OUT --world-size N\n"
     "       fsdp-ckpt export DIR OUT_DIR [--dtype fp32|bf16|fp16] [--max-shard-size BYTES]\n"
     "                        [--tokenizer TOKENIZER_DIR]\n"
-    "DIR: a checkpoint step folder, or a root whose `latest` names one.\n";
+    "DIR: a checkpoint step folder, or a root whose `latest` names one. OUT lies outside every\n"
+    "checkpoint; reshard's and export's is a new or empty folder.\n";
 
 // The most ranks --world-size writes shard files for (fsdp-run's --nproc-per-node x --nnodes
 // bounds are far above any real job; this keeps a typo from writing millions of files).
