@@ -30,8 +30,8 @@ struct ExportOptions {
 // back as they were) and takes every value of the run's model; otherwise it is written whole.
 // The folder appears complete or not at all: it is written beside `out_dir` and renamed into
 // place. Throws std::runtime_error naming the path at fault: `out_dir` is refused by
-// check_checkpoint_output (it exists and is not empty, or lies inside a checkpoint); no tokenizer files in the tokenizer folder; a write fails. Returns
-// the files written, under `out_dir`.
+// check_checkpoint_output (it exists and is not empty, or lies inside a checkpoint); no tokenizer
+// files in the tokenizer folder; a write fails. Returns the files written, under `out_dir`.
 std::vector<std::string> export_model_folder(const std::string& step_dir,
                                              const std::string& out_dir,
                                              const ExportOptions& options = {});
