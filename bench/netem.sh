@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# An emulated cluster on one machine (issue 26): each "host" is a network namespace with its own
+# loopback, joined to the others through a bridge (in a namespace of its own) by a veth pair
+# shaped with tc at both ends: RATE in each direction (tbf), and DELAY one way between hosts (netem,
+# where the kernel has sch_netem; without it a non-zero --delay is an error that says so). Ranks on
+# one host talk over that host's loopback, unshaped, as on a real node. fsdp-bench then runs over
+# Gloo (TCP) with `fsdp-run --nnodes HOSTS` in every host, and host 0 prints its table.
+#
+# Usage (as root): bench/netem.sh [--hosts 2] [--ranks-per-host 1] [--rate 10gbit] [--delay 0]
+#                                 [--bin build/bin] [--json FILE] -- [fsdp-bench arguments]
+#   e.g. bench/netem.sh --rate 1gbit -- --model tiny --strategies FULL_SHARD
+# RATE: a number with kbit, mbit or gbit; DELAY: 0 or a number with us or ms.
+# Everything it makes (namespaces, links, addresses in 10.214.0.0/24) is named after this
+# process's id and removed at exit, also when a run fails or is interrupted.
+set -uo pipefail
+HOSTS=2 PER_HOST=1 RATE=10gbit DELAY=0 BIN=build/bin JSON=""
+while (($#)); do
+  case $1 in
+    --hosts) HOSTS=$2; shift 2 ;;
+    --ranks-per-host) PER_HOST=$2; shift 2 ;;
+    --rate) RATE=$2; shift 2 ;;
+    --delay) DELAY=$2; shift 2 ;;
+    --bin) BIN=$2; shift 2 ;;
+    --json) JSON=$2; shift 2 ;;
+    --) shift; break ;;
+    *) echo "netem.sh: unknown option $1 (see the usage at the top of $0)" >&2; exit 2 ;;
+  esac
+done
+BENCH_ARGS=("$@")
+[[ $HOSTS =~ ^[1-9]$ ]] || { echo "netem.sh: --hosts: 1 to 9, got '$HOSTS'" >&2; exit 2; }
+[[ $PER_HOST =~ ^[1-9][0-9]*$ ]] || { echo "netem.sh: --ranks-per-host: a positive integer, got '$PER_HOST'" >&2; exit 2; }
+BIN=$(cd "$BIN" && pwd) || exit 2
+for exe in fsdp-run fsdp-bench; do
+  [[ -x $BIN/$exe ]] || { echo "netem.sh: no $BIN/$exe (build first)" >&2; exit 2; }
+done
+command -v ip >/dev/null && command -v tc >/dev/null ||
+  { echo "netem.sh: needs ip and tc (iproute2)" >&2; exit 2; }
+# tbf's bucket holds 10 ms of traffic (at least 64 KiB), so that the kernel's timer granularity
+# does not cap the rate.
+if [[ $RATE =~ ^([0-9]+)(kbit|mbit|gbit)$ ]]; then
+  case ${BASH_REMATCH[2]} in kbit) scale=1000 ;; mbit) scale=1000000 ;; gbit) scale=1000000000 ;; esac
+  BURST=$((BASH_REMATCH[1] * scale / 8 / 100))
+  ((BURST < 65536)) && BURST=65536
+else
+  echo "netem.sh: --rate: a whole number with kbit, mbit or gbit (10gbit), got '$RATE'" >&2
+  exit 2
+fi
+[[ $DELAY == 0 || $DELAY =~ ^[0-9]+(us|ms)$ ]] ||
+  { echo "netem.sh: --delay: 0, or a whole number with us or ms (500us), got '$DELAY'" >&2; exit 2; }
+
+TAG=$$
+BR=fsdp_nb_$TAG
+host_ns() { echo "fsdp_nh$1_$TAG"; }
+host_if() { local n="fh$1_$TAG"; echo "${n:0:15}"; }  # interface names: at most 15 characters
+br_if() { local n="fb$1_$TAG"; echo "${n:0:15}"; }
+addr() { echo "10.214.0.$(($1 + 1))"; }
+PORT=$((29000 + TAG % 500))
+LOGS=$(mktemp -d /tmp/fsdp_netem.XXXXXX)
+
+cleanup() {
+  for ((h = 0; h < HOSTS; h++)); do
+    ip netns pids "$(host_ns "$h")" 2>/dev/null | xargs -r kill -9 2>/dev/null
+    ip netns del "$(host_ns "$h")" 2>/dev/null
+  done
+  ip netns del "$BR" 2>/dev/null # takes the bridge and the veth ends in it along
+  rm -rf "$LOGS"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# shape NAMESPACE DEVICE DELAY: tbf at RATE, under netem's delay when DELAY is not 0.
+shape() {
+  if [[ $3 == 0 ]]; then
+    tc -n "$1" qdisc add dev "$2" root tbf rate "$RATE" burst "$BURST" latency 100ms
+  else
+    tc -n "$1" qdisc add dev "$2" root handle 1: netem delay "$3" limit 100000 &&
+      tc -n "$1" qdisc add dev "$2" parent 1:1 handle 10: tbf rate "$RATE" burst "$BURST" latency 100ms
+  fi
+}
+
+if ! err=$(ip netns add "$BR" 2>&1); then
+  echo "netem.sh: cannot create network namespaces (needs root with CAP_SYS_ADMIN): $err" >&2
+  exit 2
+fi
+if [[ $DELAY != 0 ]] && ! tc -n "$BR" qdisc add dev lo root netem delay 1us 2>/dev/null; then
+  echo "netem.sh: --delay $DELAY needs the kernel's sch_netem, which this one ($(uname -r)) lacks" >&2
+  exit 2
+fi
+set -e
+ip -n "$BR" link add br0 type bridge
+ip -n "$BR" link set br0 up
+for ((h = 0; h < HOSTS; h++)); do
+  ns=$(host_ns "$h") hi=$(host_if "$h") bi=$(br_if "$h")
+  ip netns add "$ns"
+  ip link add "$hi" type veth peer name "$bi"
+  ip link set "$hi" netns "$ns"
+  ip link set "$bi" netns "$BR"
+  ip -n "$BR" link set "$bi" master br0 up
+  ip -n "$ns" addr add "$(addr "$h")/24" dev "$hi"
+  ip -n "$ns" link set lo up
+  ip -n "$ns" link set "$hi" up
+  # Each direction at RATE; the delay, where asked, on the way out of the host only (one way).
+  shape "$ns" "$hi" "$DELAY"
+  shape "$BR" "$bi" 0
+done
+set +e
+
+echo "netem: $HOSTS hosts x $PER_HOST ranks, links $RATE each way, $DELAY one way between hosts"
+pids=()
+for ((h = 0; h < HOSTS; h++)); do
+  json=()
+  [[ $h == 0 && -n $JSON ]] && json=(--json "$JSON")
+  ip netns exec "$(host_ns "$h")" env GLOO_SOCKET_IFNAME="$(host_if "$h")" OMP_NUM_THREADS=1 \
+    "$BIN/fsdp-run" --backend gloo --nnodes "$HOSTS" --node-rank "$h" \
+    --nproc-per-node "$PER_HOST" --master-addr "$(addr 0)" --master-port "$PORT" \
+    "$BIN/fsdp-bench" "${BENCH_ARGS[@]}" "${json[@]}" >"$LOGS/host$h.txt" 2>&1 &
+  pids+=($!)
+done
+rc=0
+for ((h = 0; h < HOSTS; h++)); do
+  wait "${pids[$h]}" || { echo "netem.sh: host $h exited $?; its last lines:"; tail -15 "$LOGS/host$h.txt"; rc=1; }
+done
+cat "$LOGS/host0.txt"
+exit $rc
