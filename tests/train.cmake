@@ -12,7 +12,7 @@ target_compile_definitions(test_config PRIVATE
 if(TARGET fsdp-train)
   foreach(backend mpi gloo)
     math(EXPR port "${FSDP_TEST_PORT} + 1")
-    math(EXPR next "${FSDP_TEST_PORT} + 10")  # the script takes one port per run
+    math(EXPR next "${FSDP_TEST_PORT} + 40")  # the script takes one port per run (about 25)
     set(FSDP_TEST_PORT ${next} CACHE INTERNAL "")
     fsdp_backend_test(BACKEND ${backend} NAME trainer_e2e_${backend}
              COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/trainer_e2e.sh $<TARGET_FILE_DIR:fsdp-train>

@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
+#include <regex>
 
 namespace fsdp {
 namespace launch {
@@ -117,6 +118,15 @@ size_t find_tag(const std::string& s, size_t from, MpiTagStyle style, size_t* le
 }
 
 }  // namespace
+
+int mpirun_first_failed_rank(const std::deque<std::string>& mpirun_lines) {
+  static const std::regex name(R"(Process name:\s*\[.*[,@](\d+)\]\s*$)");
+  for (const std::string& line : mpirun_lines) {
+    std::smatch m;
+    if (std::regex_search(line, m, name)) return std::stoi(m[1].str());
+  }
+  return -1;
+}
 
 MpiTagStyle mpi_tag_style(const std::string& version) {
   const std::string marker = "(Open MPI) ";

@@ -56,6 +56,11 @@ class OutputSink : public OutputTarget {
   std::deque<std::string> tail_;
 };
 
+// The rank mpirun's failure report names as the first to fail: the last number of its "Process
+// name:" line, "[[17708,1],0]" (Open MPI 4) or "[prterun-host-7712@1,0]" (5); -1 when the lines
+// hold none (Open MPI 5 prints no report when the failing rank is the last to end).
+int mpirun_first_failed_rank(const std::deque<std::string>& mpirun_lines);
+
 // How mpirun --tag-output marks a rank's text: Open MPI 4 writes "[1,R]<stdout>:text"; 5, whose
 // launcher is PRRTE, writes "[1,R]<stdout>: text", and that space belongs to the tag.
 enum class MpiTagStyle { kOpenMpi4, kOpenMpi5 };

@@ -19,7 +19,6 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
-#include <regex>
 #include <stdexcept>
 
 #include "launch/output.h"
@@ -443,23 +442,12 @@ void Attempt::reap_orphans() {
   }
 }
 
-// The rank mpirun's report names as the first to fail: the last number of its "Process name:"
-// line, "[[17708,1],0]" (Open MPI 4) or "[prterun-host-7712@1,0]" (5); -1 when there is none.
-int first_failed_rank(const std::deque<std::string>& mpirun_tail) {
-  static const std::regex name(R"(Process name:\s*\[.*[,@](\d+)\]\s*$)");
-  for (const std::string& line : mpirun_tail) {
-    std::smatch m;
-    if (std::regex_search(line, m, name)) return std::stoi(m[1].str());
-  }
-  return -1;
-}
-
 void Attempt::report_failure() const {
   const Proc& proc = procs_[failed_];
   say(proc.label + " failed with " + describe_status(proc.status) + ".");
   const auto& tail = proc.sink->tail();
   if (proc.label == "mpirun") {
-    const int rank = first_failed_rank(tail);
+    const int rank = mpirun_first_failed_rank(tail);
     say((rank >= 0 ? "mpirun names rank " + std::to_string(rank) + " as the first to fail"
                    : std::string("mpirun does not say which rank failed")) +
         "; --prefix or --log-dir show every rank's output.");
