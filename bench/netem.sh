@@ -58,6 +58,7 @@ PORT=$((29000 + TAG % 500))
 LOGS=$(mktemp -d /tmp/fsdp_netem.XXXXXX)
 
 cleanup() {
+  set +e # a host the set-up never made is not an error here
   for ((h = 0; h < HOSTS; h++)); do
     ip netns pids "$(host_ns "$h")" 2>/dev/null | xargs -r kill -9 2>/dev/null
     ip netns del "$(host_ns "$h")" 2>/dev/null
