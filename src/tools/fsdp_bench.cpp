@@ -343,7 +343,7 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
   Result r;
   r.strategy = strategy;
   r.variant = variant;
-  r.plan = fsdp::plan_training(c, n, n);
+  r.plan = fsdp::plan_training(c, n, world->local_size());  // HYBRID: a shard group per host
   fsdp::release_cached_host_memory();  // the previous run's blocks
   reset_peak_rss();
   const int64_t baseline_kib = read_status_kib("VmRSS:");
