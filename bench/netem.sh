@@ -9,6 +9,10 @@
 # Usage (as root): bench/netem.sh [--hosts 2] [--ranks-per-host 1] [--rate 10gbit] [--delay 0]
 #                                 [--bin build/bin] [--json FILE] -- [fsdp-bench arguments]
 #   e.g. bench/netem.sh --rate 1gbit -- --model tiny --strategies FULL_SHARD
+# fsdp-bench also predicts each step with the time model (fsdp/train/step_time.h): the script
+# gives it the link it made (--inter-gbit: RATE times 0.95, what TCP carries of an Ethernet
+# link's bytes, 1448 of every 1514) and this machine's defaults for the rest (--intra-gbit 8.6,
+# --intra-us 30, --comm-cpu-gbit 8.6 and --contention 1.5, fitted on one host: docs/plan.md); arguments after -- win.
 # RATE: a number with kbit, mbit or gbit; DELAY: 0 or a number with us or ms.
 # Everything it makes (namespaces, links, addresses in 10.214.0.0/24) is named after this
 # process's id and removed at exit, also when a run fails or is interrupted.
@@ -26,7 +30,7 @@ while (($#)); do
     *) echo "netem.sh: unknown option $1 (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
 done
-BENCH_ARGS=("$@")
+USER_ARGS=("$@")
 [[ $HOSTS =~ ^[1-9]$ ]] || { echo "netem.sh: --hosts: 1 to 9, got '$HOSTS'" >&2; exit 2; }
 [[ $PER_HOST =~ ^[1-9][0-9]*$ ]] || { echo "netem.sh: --ranks-per-host: a positive integer, got '$PER_HOST'" >&2; exit 2; }
 BIN=$(cd "$BIN" && pwd) || exit 2
@@ -39,7 +43,8 @@ command -v ip >/dev/null && command -v tc >/dev/null ||
 # does not cap the rate.
 if [[ $RATE =~ ^([0-9]+)(kbit|mbit|gbit)$ ]]; then
   case ${BASH_REMATCH[2]} in kbit) scale=1000 ;; mbit) scale=1000000 ;; gbit) scale=1000000000 ;; esac
-  BURST=$((BASH_REMATCH[1] * scale / 8 / 100))
+  RATE_BPS=$((BASH_REMATCH[1] * scale))
+  BURST=$((RATE_BPS / 8 / 100))
   ((BURST < 65536)) && BURST=65536
 else
   echo "netem.sh: --rate: a whole number with kbit, mbit or gbit (10gbit), got '$RATE'" >&2
@@ -47,6 +52,14 @@ else
 fi
 [[ $DELAY == 0 || $DELAY =~ ^[0-9]+(us|ms)$ ]] ||
   { echo "netem.sh: --delay: 0, or a whole number with us or ms (500us), got '$DELAY'" >&2; exit 2; }
+
+# The rate in Gbit/s that TCP gets out of the link.
+INTER_GBIT=$(awk -v b="$RATE_BPS" 'BEGIN { printf "%.6g", b * 0.95 / 1e9 }')
+DELAY_US=0
+[[ $DELAY =~ ^([0-9]+)us$ ]] && DELAY_US=${BASH_REMATCH[1]}
+[[ $DELAY =~ ^([0-9]+)ms$ ]] && DELAY_US=$((BASH_REMATCH[1] * 1000))
+BENCH_ARGS=(--intra-gbit 8.6 --intra-us 30 --comm-cpu-gbit 8.6 --contention 1.5 --inter-gbit "$INTER_GBIT"
+  --inter-us "$((DELAY_US + 50))" "${USER_ARGS[@]}")
 
 TAG=$$
 BR=fsdp_nb_$TAG

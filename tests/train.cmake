@@ -27,6 +27,8 @@ foreach(np 1 2 3 4)
   fsdp_mpi_test(NAME plan_mpi_np${np} EXE test_plan NP ${np} BACKEND mpi)
 endforeach()
 fsdp_mpi_test(NAME plan_gloo_np4 EXE test_plan NP 4 BACKEND gloo)
+# Its time model (fsdp/train/step_time.h) against closed forms.
+fsdp_unit_test(test_step_time test_step_time.cpp)
 
 # fsdp-bench and fsdp-plan: a tiny benchmark run checked against the plan, and bad arguments;
 # fsdp-bench-adamw on a tiny shard.

@@ -42,6 +42,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -50,6 +51,7 @@
 #include "fsdp/checkpoint/full_state.h"
 #include "fsdp/fsdp.h"
 #include "fsdp/train/plan.h"
+#include "fsdp/train/step_time.h"
 #include "tools/tool_util.h"
 #include "train/model_factory.h"
 #include "util/number_flag.h"
@@ -73,6 +75,11 @@ struct Args {
   std::string checkpoint_dir;      // empty: no checkpoint timings
   std::string allocator = "fsdp";  // fsdp: fsdp/host_memory.h's; glibc: malloc's heap (counted)
   std::string device = "cpu";      // cpu or cuda
+  // The time model's links (fsdp/train/step_time.h), Gbit/s and microseconds; a bandwidth turns
+  // on the prediction and the compute-alone measurement. 0: not given.
+  double intra_gbit = 0, intra_us = 0, inter_gbit = 0, inter_us = 0;
+  double comm_cpu_gbit = 0, contention = 0;  // TimeModelOptions' comm_cpu_bandwidth, contention
+  bool predict() const { return intra_gbit > 0 || inter_gbit > 0; }
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -132,16 +139,29 @@ Args parse_args(int argc, char** argv) {
       a.checkpoint_dir = value();
     } else if (k == "--device") {
       a.device = value();
+    } else if (k == "--intra-gbit" || k == "--inter-gbit") {
+      (k == "--intra-gbit" ? a.intra_gbit : a.inter_gbit) =
+          fsdp::flags::parse_number(k, value(), 1e-3, 1e7);
+    } else if (k == "--contention") {
+      a.contention = fsdp::flags::parse_number(k, value(), 0, 100);
+    } else if (k == "--comm-cpu-gbit") {
+      a.comm_cpu_gbit = fsdp::flags::parse_number(k, value(), 0, 1e7);
+    } else if (k == "--intra-us" || k == "--inter-us") {
+      (k == "--intra-us" ? a.intra_us : a.inter_us) = fsdp::flags::parse_number(k, value(), 0, 1e6);
     } else {
       throw std::invalid_argument("unknown option " + k +
                                   " (known: --model --seq --batch --steps --repeats --dtype "
                                   "--strategies --variants --json --label "
-                                  "--nproc --checkpoint --allocator --device)");
+                                  "--nproc --checkpoint --allocator --device --intra-gbit --intra-us "
+                                  "--inter-gbit --inter-us --comm-cpu-gbit --contention)");
     }
   }
   if (a.model != "124m" && a.model != "large" && a.model != "xl" && a.model != "tiny" &&
       a.model != "llama") {
     throw std::invalid_argument("--model: 124m, large, xl, tiny or llama; got " + a.model);
+  }
+  if (a.predict() && (a.intra_gbit <= 0 || a.inter_gbit <= 0)) {
+    throw std::invalid_argument("the time model needs both --intra-gbit and --inter-gbit");
   }
   if (a.device != "cpu" && a.device != "cuda") {
     throw std::invalid_argument("--device: cpu or cuda; got " + a.device);
@@ -267,6 +287,8 @@ struct Result {
   int64_t optimizer_bytes = 0;
   int64_t comm_bytes = 0;  // per step
   fsdp::Plan plan;
+  std::optional<fsdp::StepTimePlan> predicted;  // the time model's, with --intra/--inter-gbit
+  int ranks_per_host = 0;
 
   // The median of each part on its own.
   StepTimes median() const {
@@ -335,8 +357,42 @@ std::vector<IoResult> checkpoint_io(fsdp::FullyShardedModel& model, fsdp::AdamW&
           timed_io("full load", world, [&] { fsdp::load_full_safetensors(model, st); })};
 }
 
+// The compute alone: every rank at once trains the variant's model as a world of one (no
+// collective), so that the cores are shared as in the runs; the slowest rank's medians.
+fsdp::ComputeProfile compute_alone(const Args& a, const std::string& variant, fsdp::Comm& world) {
+  world.barrier();
+  fsdp::ComputeProfile p =
+      fsdp::measure_compute_profile(bench_config(a, "NO_SHARD", variant), a.steps);
+  const auto slowest = [&](double sec) {
+    return max_over_ranks(world, static_cast<int64_t>(sec * 1e9)) * 1e-9;
+  };
+  p.forward = slowest(p.forward);
+  p.backward = slowest(p.backward);
+  p.optimizer = slowest(p.optimizer);
+  p.source = "measured in this run, every rank alone at once";
+  return p;
+}
+
+// The time model's options for `variant` (its compute measured once per activation-checkpointing
+// setting, in `profiles`), on this job's links and hosts.
+fsdp::TimeModelOptions time_options(const Args& a, const std::string& variant, fsdp::Comm& world,
+                                    std::map<bool, fsdp::ComputeProfile>& profiles) {
+  const bool ac = has_feature(variant, "ac");
+  if (!profiles.count(ac)) profiles[ac] = compute_alone(a, ac ? "ac" : "plain", world);
+  fsdp::TimeModelOptions o;
+  o.compute = profiles[ac];
+  o.intra = {a.intra_gbit * 1e9 / 8, a.intra_us * 1e-6};
+  o.inter = {a.inter_gbit * 1e9 / 8, a.inter_us * 1e-6};
+  o.ranks_per_host = world.local_size();
+  o.comm_cpu_bandwidth = a.comm_cpu_gbit * 1e9 / 8;
+  o.contention = a.contention;
+  o.algorithms = world.backend() == "gloo" ? fsdp::CollectiveAlgorithms::kGlooReduceScatter
+                                           : fsdp::CollectiveAlgorithms::kRing;
+  return o;
+}
+
 Result run(const Args& a, const std::string& strategy, const std::string& variant,
-           fsdp::CommPtr world, std::vector<IoResult>* io) {
+           fsdp::CommPtr world, const fsdp::TimeModelOptions* time, std::vector<IoResult>* io) {
   using Clock = std::chrono::steady_clock;
   const fsdp::TrainConfig c = bench_config(a, strategy, variant);
   const int n = world->size();
@@ -344,6 +400,8 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
   r.strategy = strategy;
   r.variant = variant;
   r.plan = fsdp::plan_training(c, n, world->local_size());  // HYBRID: a shard group per host
+  if (time && !c.fsdp.offload_params) r.predicted = fsdp::predict_step_time(r.plan, c, *time);
+  r.ranks_per_host = world->local_size();
   fsdp::release_cached_host_memory();  // the previous run's blocks
   reset_peak_rss();
   const int64_t baseline_kib = read_status_kib("VmRSS:");
@@ -471,8 +529,17 @@ std::string json_record(const Args& a, int n, const std::string& backend, const 
     << ", \"gathered_bytes\": " << p.gathered << ", \"grad_buffer_bytes\": " << p.grad_buffers
     << ", \"activation_bytes\": " << p.activations
     << ", \"embedding_grad_bytes\": " << p.embedding_grads << ", \"total_bytes\": " << p.total()
-    << ", \"comm_bytes_per_step\": " << r.plan.comm.total() << "}, \"label\": \"" << a.label
-    << "\"}";
+    << ", \"comm_bytes_per_step\": " << r.plan.comm.total() << "}";
+  if (r.predicted) {
+    const fsdp::StepTimePlan& t = *r.predicted;
+    o << ", \"links\": {\"intra_gbit\": " << a.intra_gbit << ", \"intra_us\": " << a.intra_us
+      << ", \"inter_gbit\": " << a.inter_gbit << ", \"inter_us\": " << a.inter_us
+      << ", \"ranks_per_host\": " << r.ranks_per_host << "}, \"predicted\": {\"step\": " << t.step
+      << ", \"compute\": " << t.compute << ", \"optimizer\": " << t.optimizer
+      << ", \"in_collectives\": " << t.in_collectives << ", \"exposed\": " << t.exposed
+      << ", \"tokens_per_second\": " << t.tokens_per_second << "}";
+  }
+  o << ", \"label\": \"" << a.label << "\"}";
   return o.str();
 }
 
@@ -533,6 +600,33 @@ void print_table(const Args& a, const std::vector<Result>& results) {
       static_cast<long long>(a.batch), results.empty() ? size_t{0} : results[0].steps.size());
 }
 
+// Measured against the time model: the step, the compute alone (its profile's forward and backward
+// and the shard's AdamW), what is left of the step (the exposed communication), and the
+// prediction.
+void print_time_model(const Args& a, const std::vector<Result>& results) {
+  std::printf(
+      "\n| strategy | variant | step (s) | compute alone (s) | exposed (s) | in collectives (s) | "
+      "predicted step (s) | predicted / measured | predicted exposed (s) | predicted collectives "
+      "(s) |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  for (const auto& r : results) {
+    if (!r.predicted) continue;
+    const fsdp::StepTimePlan& p = *r.predicted;
+    const StepTimes t = r.median();
+    const double alone = p.compute + p.optimizer;
+    std::printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.3f | %.2f | %.2f |\n",
+                r.strategy.c_str(), r.variant.c_str(), seconds(t.step), alone,
+                seconds(t.step) - alone, seconds(t.comm), p.step, p.step / seconds(t.step),
+                p.exposed, p.in_collectives);
+  }
+  std::printf(
+      "(links: within a host %g Gbit/s, %g us; between hosts %g Gbit/s, %g us; a core moves %g "
+      "Gbit/s, contention %g; "
+      "compute alone: every "
+      "rank training a world of one at once, the slowest; in collectives: measured, the time the "
+      "compute thread waited; predicted collectives: how long the collectives run)\n",
+      a.intra_gbit, a.intra_us, a.inter_gbit, a.inter_us, a.comm_cpu_gbit, a.contention);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -549,13 +643,16 @@ int main(int argc, char** argv) {
     const int n = world->size();
     std::vector<Result> results;
     std::vector<IoResult> io;
+    std::map<bool, fsdp::ComputeProfile> profiles;  // by activation checkpointing
     for (int repeat = 0; repeat < a.repeats; ++repeat) {
       size_t i = 0;
       for (const auto& s : a.strategies) {
         for (const auto& v : a.variants) {
           const bool with_io =
               repeat == 0 && s == "FULL_SHARD" && v == "plain" && !a.checkpoint_dir.empty();
-          Result r = run(a, s, v, world, with_io ? &io : nullptr);
+          std::optional<fsdp::TimeModelOptions> time;
+          if (a.predict()) time = time_options(a, v, *world, profiles);
+          Result r = run(a, s, v, world, time ? &*time : nullptr, with_io ? &io : nullptr);
           if (world->rank() == 0) {
             std::printf("fsdp-bench: %s %s: %.2f s/step\n", s.c_str(), v.c_str(),
                         seconds(r.median().step));
@@ -572,6 +669,7 @@ int main(int argc, char** argv) {
     }
     if (world->rank() != 0) return 0;
     print_table(a, results);
+    if (a.predict()) print_time_model(a, results);
     for (const auto& r : io) {
       std::printf("checkpoint (FULL_SHARD): %-12s %7.2f s, peak RSS growth %7.1f MiB per rank\n",
                   r.what.c_str(), r.seconds, r.peak_growth_mib);

@@ -1,0 +1,72 @@
+// The time model's measured compute (fsdp/train/step_time.h, measure_compute_profile): the
+// configured model trained on this machine as one rank of a world of one, so that every
+// collective is a no-op and what is left is the compute, the casts and the copies a rank does.
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+#include <vector>
+
+#include "fsdp/fsdp.h"
+#include "fsdp/models/gpt2.h"
+#include "fsdp/train/step_time.h"
+#include "train/model_factory.h"
+
+namespace fsdp {
+namespace {
+
+void synchronize(c10::Device device) {
+  if (!device.is_cpu()) c10::impl::VirtualGuardImpl(device.type()).getStream(device).synchronize();
+}
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+ComputeProfile measure_compute_profile(const TrainConfig& config, int steps) {
+  if (steps < 1) throw std::invalid_argument("a compute profile needs at least one timed step");
+  using Clock = std::chrono::steady_clock;
+  TrainConfig c = config;
+  c.fsdp.offload_params = false;  // compute only: offload's copies are not the model's
+  CausalLM lm = build_model(c);
+  auto model =
+      fully_shard(lm.module, make_local_comm(), c.sharding_options().param_init(lm.param_init));
+  const c10::Device device = model->device();
+  AdamW opt(sharded_params(*model), AdamWOptions());
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
+  const int64_t b = c.train.micro_batch_size, s = c.data.seq_len;
+  const at::Tensor tokens =
+      at::randint(c.model.vocab_size, {b, s + 1}, gen, at::kLong).to(device);
+  std::vector<double> forward, backward, optimizer;
+  const auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
+  for (int i = 0; i <= steps; ++i) {  // the first is a warm-up: buffers faulted in, AdamW state
+    synchronize(device);
+    const auto t0 = Clock::now();
+    opt.zero_grad();
+    at::Tensor loss = gpt2_loss(lm.forward(tokens.narrow(1, 0, s)), tokens.narrow(1, 1, s));
+    synchronize(device);
+    const auto t1 = Clock::now();
+    loss.backward();
+    synchronize(device);
+    const auto t2 = Clock::now();
+    opt.step();
+    synchronize(device);
+    const auto t3 = Clock::now();
+    if (i == 0) continue;
+    forward.push_back(seconds(t1 - t0));
+    backward.push_back(seconds(t2 - t1));
+    optimizer.push_back(seconds(t3 - t2));
+  }
+  ComputeProfile p;
+  p.forward = median(forward);
+  p.backward = median(backward);
+  p.optimizer = median(optimizer);
+  p.source = "measured here, one rank, median of " + std::to_string(steps) + " steps";
+  return p;
+}
+
+}  // namespace fsdp

@@ -1,0 +1,317 @@
+// The planner's time model (fsdp/train/step_time.h): a replay of one optimizer step's schedule as
+// src/core/unit.cpp and runtime.cpp issue it, with each collective priced by a ring over the
+// links it crosses. docs/plan.md, "Step time", derives the terms and lists what it leaves out.
+#include "fsdp/train/step_time.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <deque>
+#include <stdexcept>
+#include <vector>
+
+namespace fsdp {
+namespace {
+
+int64_t padded(int64_t numel, int shards) { return (numel + shards - 1) / shards * shards; }
+
+// A process group as the model sees it: its size, and the link its ring is limited by.
+struct Group {
+  int size = 1;
+  LinkSpec link;
+};
+
+// A ring over `g` ranks whose members sit on hosts of `per_host` consecutive ranks. Spanning hosts,
+// its slowest hop is a host's network link, shared by the `sharing` rings of the groups whose
+// members sit on that host.
+Group group_over(int g, bool spans_hosts, int sharing, const TimeModelOptions& o) {
+  Group group{g, o.intra};
+  if (spans_hosts) {
+    group.link.bandwidth = std::min(o.intra.bandwidth, o.inter.bandwidth / std::max(1, sharing));
+    group.link.latency = std::max(o.intra.latency, o.inter.latency);
+  }
+  return group;
+}
+
+// (p-1) ring steps, each moving `bytes / p` over the group's link.
+double ring(const Group& g, double bytes, int passes) {
+  if (g.size <= 1 || bytes <= 0) return 0;
+  return passes * (g.size - 1) * (bytes / g.size / g.link.bandwidth + g.link.latency);
+}
+
+// When collectives run and how much of a core each keeps busy. An interval never starts before
+// the compute clock that issued it, so compute can be stretched where it overlaps one.
+struct Busy {
+  double start, end, load;
+};
+using Intervals = std::vector<Busy>;
+
+// One resource that runs its work in issue order: a process group's worker.
+struct Queue {
+  double load = 0;  // share of a core its collectives keep busy
+  double free_at = 0;
+  double busy = 0;
+  Intervals* log = nullptr;
+  // Work issued at `t` taking `seconds`; returns when it ends.
+  double run(double t, double seconds) {
+    const double start = std::max(t, free_at);
+    free_at = start + seconds;
+    busy += seconds;
+    if (seconds > 0) log->push_back({start, free_at, load});
+    return free_at;
+  }
+};
+
+// The clock after `work` seconds of compute from `t`, running at 1 / (1 + contention x load) of
+// its speed inside each collective (where two overlap, the earlier's load counts).
+double advance(double t, double work, Intervals busy, double contention) {
+  if (contention <= 0 || work <= 0) return t + work;
+  std::sort(busy.begin(), busy.end(),
+            [](const Busy& a, const Busy& b) { return a.start < b.start; });
+  for (const Busy& b : busy) {
+    const double start = std::max(b.start, t);
+    if (b.end <= start) continue;
+    if (start - t >= work) break;  // done before this interval
+    work -= start - t;
+    t = start;
+    const double slow = 1 + contention * b.load;
+    const double done = (b.end - t) / slow;  // work done inside the interval
+    if (done >= work) return t + work * slow;
+    work -= done;
+    t = b.end;
+  }
+  return t + work;
+}
+
+// The step's replay: per unit the collectives' durations and the compute, the clock of the rank's
+// compute thread, and the two groups' queues.
+class Replay {
+ public:
+  Replay(const Plan& p, const TrainConfig& c, const TimeModelOptions& o);
+  StepTimePlan run();
+
+ private:
+  void forward();
+  void backward(bool reduce);
+  // A unit's gradient reduction is issued; the one before it completes (runtime.cpp
+  // enqueue_reduce): its reduce-scatter waited for, then its all-reduce across replicas, which
+  // the compute thread waits for.
+  void reduce(size_t unit);
+  void drain();
+  double gather(size_t unit, double t) { return shard_q_.run(t, all_gather_[unit]); }
+  void compute(double seconds) { now_ = advance(now_, seconds, busy_, options_.contention); }
+
+  const Plan& plan_;
+  const TrainConfig& config_;
+  const TimeModelOptions& options_;
+  size_t blocks_ = 0;  // units before the root
+  int64_t ahead_ = 0;  // prefetch depth in effect
+  std::vector<double> all_gather_, reduce_scatter_, all_reduce_, forward_, backward_;
+  Intervals busy_;
+  Queue shard_q_, replica_q_;
+  double now_ = 0;
+  std::deque<std::pair<size_t, double>> pending_;  // unit, when its reduce-scatter ends
+};
+
+std::vector<double> unit_flop_shares(const Plan& p, const TrainConfig& c) {
+  const double total = forward_flops(c, p.parameters);
+  const double head = 2.0 * c.model.vocab_size * c.model.width() * c.train.micro_batch_size *
+                      c.data.seq_len;
+  std::vector<double> share(p.units.size(), 0);
+  if (p.units.size() == 1 || total <= 0) {
+    share.back() = 1;
+    return share;
+  }
+  int64_t block_numel = 0;
+  for (size_t u = 0; u + 1 < p.units.size(); ++u) block_numel += p.units[u].numel;
+  share.back() = head / total;
+  for (size_t u = 0; u + 1 < p.units.size(); ++u) {
+    share[u] = (1 - share.back()) * static_cast<double>(p.units[u].numel) /
+               static_cast<double>(std::max<int64_t>(1, block_numel));
+  }
+  return share;
+}
+
+Replay::Replay(const Plan& p, const TrainConfig& c, const TimeModelOptions& o)
+    : plan_(p), config_(c), options_(o), blocks_(p.units.size() - 1) {
+  const int world = p.world_size, shards = p.shard_count, replicas = world / shards;
+  const int per_host = o.ranks_per_host > 0 ? std::min(o.ranks_per_host, world) : world;
+  if (world % per_host != 0) {
+    throw std::invalid_argument("ranks per host " + std::to_string(per_host) +
+                                " does not divide the world size " + std::to_string(world));
+  }
+  // Shard groups are consecutive ranks; replica groups take one rank from each shard group.
+  const Group shard = group_over(shards, shards > per_host, 1, o);
+  const Group replica =
+      group_over(replicas, replicas > 1 && shards * (replicas - 1) >= per_host,
+                 std::min(per_host, shards), o);
+  const auto load = [&](const Group& g) {
+    return o.comm_cpu_bandwidth > 0 ? std::min(1.0, g.link.bandwidth / o.comm_cpu_bandwidth) : 0;
+  };
+  shard_q_ = {load(shard), 0, 0, &busy_};
+  replica_q_ = {load(replica), 0, 0, &busy_};
+  const double elem = static_cast<double>(dtype_size(c.mixed_precision));
+  const int rs_passes = o.algorithms == CollectiveAlgorithms::kGlooReduceScatter ? 2 : 1;
+  const std::vector<double> share = unit_flop_shares(p, c);
+  for (size_t u = 0; u < p.units.size(); ++u) {
+    const double n = static_cast<double>(padded(p.units[u].numel, shards));
+    all_gather_.push_back(ring(shard, n * elem, 1));
+    reduce_scatter_.push_back(ring(shard, n * elem, rs_passes));
+    all_reduce_.push_back(ring(replica, n / shards * elem, 2));
+    forward_.push_back(o.compute.forward * share[u]);
+    backward_.push_back(o.compute.backward * share[u]);
+  }
+  int64_t depth = c.fsdp.prefetch_depth;
+  if (c.fsdp.limit_all_gathers > 0) depth = std::min<int64_t>(depth, c.fsdp.limit_all_gathers);
+  ahead_ = std::max<int64_t>(0, std::min<int64_t>(depth, static_cast<int64_t>(blocks_) - 1));
+}
+
+// The root is gathered first and kept; each block waits for its gather, and with forward
+// prefetch issues the next blocks' as it starts. The root's own compute (the vocabulary
+// projection) comes last.
+void Replay::forward() {
+  const bool sharded = plan_.shard_count > 1;
+  std::vector<double> gathered(blocks_, -1);
+  if (sharded) now_ = gather(blocks_, now_);
+  for (size_t i = 0; i < blocks_; ++i) {
+    if (sharded && gathered[i] < 0) gathered[i] = gather(i, now_);
+    now_ = std::max(now_, sharded ? gathered[i] : 0.0);
+    if (sharded && config_.fsdp.forward_prefetch) {
+      for (size_t j = i + 1; j < blocks_ && j <= i + static_cast<size_t>(ahead_); ++j) {
+        if (gathered[j] < 0) gathered[j] = gather(j, now_);
+      }
+    }
+    compute(forward_[i]);
+  }
+  compute(forward_[blocks_]);
+}
+
+// The root's backward (the projection's) first, then the blocks in reverse: a block resharded
+// after forward is gathered again, BACKWARD_PRE issuing the next blocks' gathers before its own
+// compute, without prefetch after the previous block's reduce-scatter (in one queue, behind it).
+void Replay::backward(bool reduce_now) {
+  const bool regather = plan_.shard_count > 1 && reshards_after_forward(config_.fsdp.sharding_strategy);
+  const bool pre = config_.fsdp.backward_prefetch == BackwardPrefetch::kBackwardPre;
+  std::vector<double> gathered(blocks_, -1);
+  compute(backward_[blocks_]);
+  for (size_t i = blocks_; i-- > 0;) {
+    if (regather) {
+      if (gathered[i] < 0) gathered[i] = gather(i, now_);
+      if (pre) {
+        for (size_t k = 1; k <= static_cast<size_t>(ahead_) && k <= i; ++k) {
+          if (gathered[i - k] < 0) gathered[i - k] = gather(i - k, now_);
+        }
+      }
+      now_ = std::max(now_, gathered[i]);
+    }
+    compute(backward_[i]);
+    if (reduce_now) reduce(i);
+  }
+  if (reduce_now) {
+    reduce(blocks_);
+    drain();
+  }
+}
+
+void Replay::reduce(size_t unit) {
+  const double issued = shard_q_.run(now_, reduce_scatter_[unit]);
+  drain();
+  pending_.emplace_back(unit, issued);
+}
+
+void Replay::drain() {
+  while (!pending_.empty()) {
+    const auto [unit, ends] = pending_.front();
+    pending_.pop_front();
+    now_ = std::max(now_, ends);
+    if (all_reduce_[unit] > 0) now_ = replica_q_.run(now_, all_reduce_[unit]);
+  }
+}
+
+StepTimePlan Replay::run() {
+  const int64_t micro = std::max<int64_t>(1, plan_.micro_batches);
+  for (int64_t m = 0; m < micro; ++m) {
+    forward();
+    backward(/*reduce_now=*/m + 1 == micro);  // no_sync before the last micro-batch
+  }
+  int64_t shard_elems = 0;
+  for (const auto& u : plan_.units) shard_elems += padded(u.numel, plan_.shard_count) / plan_.shard_count;
+  StepTimePlan t;
+  t.compute = static_cast<double>(micro) * (options_.compute.forward + options_.compute.backward);
+  t.optimizer = options_.compute.optimizer * static_cast<double>(shard_elems) /
+                static_cast<double>(std::max<int64_t>(1, plan_.parameters));
+  t.step = now_ + t.optimizer;
+  t.in_collectives = shard_q_.busy + replica_q_.busy;
+  t.exposed = std::max(0.0, t.step - t.compute - t.optimizer);
+  const double tokens = static_cast<double>(plan_.world_size) * static_cast<double>(micro) *
+                        static_cast<double>(config_.train.micro_batch_size * config_.data.seq_len);
+  t.tokens_per_second = t.step > 0 ? tokens / t.step : 0;
+  return t;
+}
+
+}  // namespace
+
+double forward_flops(const TrainConfig& c, int64_t parameters) {
+  const ModelConfig& m = c.model;
+  const double b = static_cast<double>(c.train.micro_batch_size);
+  const double s = static_cast<double>(c.data.seq_len), tokens = b * s;
+  const double h = static_cast<double>(m.width()), v = static_cast<double>(m.vocab_size);
+  const bool tied = m.type == ModelType::kGPT2 || m.tie_embeddings;
+  const double positions =
+      m.type == ModelType::kGPT2 ? static_cast<double>(m.n_positions > 0 ? m.n_positions : c.data.seq_len) * h : 0;
+  // Embedding tables are looked up, not multiplied; the projection to the vocabulary is (tied, it
+  // reuses the token table).
+  const double matrices = static_cast<double>(parameters) - v * h * (tied ? 1 : 2) - positions;
+  const double head_dim = m.head_dim > 0 ? static_cast<double>(m.head_dim) : h / m.n_head;
+  // Scores q.k and their weighted sum of v: 2 x 2 x s^2 x (heads x head_dim) per sequence.
+  const double attention = 4.0 * b * s * s * m.n_head * head_dim * static_cast<double>(m.n_layer);
+  return 2 * tokens * std::max(0.0, matrices) + 2 * tokens * v * h + attention;
+}
+
+ComputeProfile profile_from_rates(const TrainConfig& c, int64_t parameters,
+                                  double flops_per_second, double memory_bandwidth) {
+  if (flops_per_second <= 0 || memory_bandwidth <= 0) {
+    throw std::invalid_argument("a compute rate and a memory bandwidth must be positive");
+  }
+  ComputeProfile p;
+  p.forward = forward_flops(c, parameters) / flops_per_second;
+  p.backward = p.forward * (c.fsdp.activation_checkpointing ? 3 : 2);
+  // AdamW reads the parameter, its gradient, m and v (fp32) and writes all but the gradient.
+  p.optimizer = 28.0 * static_cast<double>(parameters) / memory_bandwidth;
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "%.3g TFLOP/s, AdamW at %.3g GB/s", flops_per_second / 1e12,
+                memory_bandwidth / 1e9);
+  p.source = buf;
+  return p;
+}
+
+StepTimePlan predict_step_time(const Plan& plan, const TrainConfig& config,
+                               const TimeModelOptions& options) {
+  if (plan.units.empty()) throw std::invalid_argument("a plan without units");
+  if (plan.world_size > 1 && plan.shard_count > 1 && options.intra.bandwidth <= 0) {
+    throw std::invalid_argument("the time model needs a positive intra-host bandwidth");
+  }
+  return Replay(plan, config, options).run();
+}
+
+std::string format_step_time(const StepTimePlan& t, const TimeModelOptions& o) {
+  char buf[1024];
+  const double gbps = 8e-9;
+  std::snprintf(
+      buf, sizeof(buf),
+      "time per optimizer step (compute: %s; links: within a host %.3g Gbit/s, %.3g us; between "
+      "hosts %.3g Gbit/s, %.3g us, %s):\n"
+      "  compute (forward, backward) %10.3f s\n"
+      "  optimizer (the shard)       %10.3f s\n"
+      "  in collectives             %10.3f s\n"
+      "  exposed communication      %10.3f s\n"
+      "  step                       %10.3f s\n"
+      "  tokens/s (all ranks)       %10.1f\n",
+      o.compute.source.c_str(), o.intra.bandwidth * gbps, o.intra.latency * 1e6,
+      o.inter.bandwidth * gbps, o.inter.latency * 1e6,
+      o.ranks_per_host > 0 ? (std::to_string(o.ranks_per_host) + " ranks per host").c_str()
+                           : "one host",
+      t.compute, t.optimizer, t.in_collectives, t.exposed, t.step, t.tokens_per_second);
+  return buf;
+}
+
+}  // namespace fsdp

@@ -1,0 +1,195 @@
+// The planner's time model (fsdp/train/step_time.h) against closed forms: what a step costs with
+// no communication, with communication alone (the bandwidth-bound ceiling, every ring priced as
+// docs/plan.md states), how much prefetch can hide, how the links a group spans and Gloo's
+// reduce-scatter change the price, and how contention stretches compute. The prediction against
+// measured steps is the benchmark's (bench/netem.sh) and the emulated-network test's.
+#include <gtest/gtest.h>
+
+#include "fsdp/train/plan.h"
+#include "fsdp/train/step_time.h"
+
+namespace fsdp {
+namespace {
+
+TrainConfig config(ShardingStrategy s) {
+  TrainConfig c;
+  c.model.type = ModelType::kGPT2;
+  c.model.vocab_size = 512;
+  c.model.n_layer = 4;
+  c.model.n_head = 4;
+  c.model.n_embd = 64;
+  c.model.n_positions = 32;
+  c.data.seq_len = 32;
+  c.train.micro_batch_size = 2;
+  c.fsdp.sharding_strategy = s;
+  c.fsdp.backward_prefetch = BackwardPrefetch::kNoPrefetch;
+  c.fsdp.forward_prefetch = false;
+  return c;
+}
+
+TimeModelOptions links(double compute_seconds) {
+  TimeModelOptions o;
+  o.compute = {compute_seconds / 3, 2 * compute_seconds / 3, 0, "test"};
+  o.intra = {1e9, 0};
+  o.inter = {1e8, 0};
+  return o;
+}
+
+int64_t padded(int64_t n, int p) { return (n + p - 1) / p * p; }
+
+// Seconds of a ring over p ranks at bandwidth bw moving `bytes` (the collective's full buffer),
+// `passes` times: (p - 1) steps of bytes / p.
+double ring(double bytes, int p, double bw, int passes = 1) {
+  return passes * (p - 1) * bytes / p / bw;
+}
+
+TEST(StepTime, WithoutCommunicationIsComputeAndTheShardsOptimizer) {
+  const TrainConfig c = config(ShardingStrategy::kFullShard);
+  const Plan plan = plan_training(c, 1);
+  TimeModelOptions o = links(3.0);
+  o.compute.optimizer = 0.5;
+  const StepTimePlan t = predict_step_time(plan, c, o);
+  EXPECT_DOUBLE_EQ(t.compute, 3.0);
+  EXPECT_NEAR(t.optimizer, 0.5, 1e-12);  // one rank steps every parameter
+  EXPECT_NEAR(t.step, 3.5, 1e-9);
+  EXPECT_NEAR(t.exposed, 0, 1e-9);
+  EXPECT_DOUBLE_EQ(t.in_collectives, 0);
+  EXPECT_NEAR(t.tokens_per_second, 2 * 32 / 3.5, 1e-6);
+}
+
+// No compute: every collective runs back to back, forward gathers, backward gathers again (all
+// but the root) and one reduce-scatter per unit, each a ring over the intra-host link.
+TEST(StepTime, CommunicationAloneIsTheRingsSum) {
+  TrainConfig c = config(ShardingStrategy::kFullShard);
+  const int p = 4;
+  const Plan plan = plan_training(c, p);
+  const TimeModelOptions o = links(0);
+  double expected = 0;
+  for (size_t u = 0; u < plan.units.size(); ++u) {
+    const double bytes = 4.0 * static_cast<double>(padded(plan.units[u].numel, p));
+    const bool root = u + 1 == plan.units.size();
+    expected += ring(bytes, p, 1e9) * (root ? 2 : 3);
+  }
+  const StepTimePlan t = predict_step_time(plan, c, o);
+  EXPECT_NEAR(t.in_collectives, expected, 1e-12);
+  EXPECT_NEAR(t.step, expected, 1e-12);
+  EXPECT_NEAR(t.exposed, expected, 1e-12);
+
+  // Gloo's reduce-scatter is an all-reduce: twice the ring's cost for the same input.
+  TimeModelOptions gloo = o;
+  gloo.algorithms = CollectiveAlgorithms::kGlooReduceScatter;
+  double reduce = 0;
+  for (const auto& u : plan.units) reduce += ring(4.0 * static_cast<double>(padded(u.numel, p)), p, 1e9);
+  EXPECT_NEAR(predict_step_time(plan, c, gloo).in_collectives, expected + reduce, 1e-12);
+
+  // bf16 halves every byte.
+  c.mixed_precision = DType::kBFloat16;
+  EXPECT_NEAR(predict_step_time(plan_training(c, p), c, o).in_collectives, expected / 2, 1e-12);
+}
+
+// Compute far longer than communication: prefetch hides all but the first gathers (the root's and
+// the first block's in forward, the last block's in backward) and the last reductions.
+TEST(StepTime, PrefetchHidesWhatComputeCovers) {
+  TrainConfig c = config(ShardingStrategy::kFullShard);
+  const int p = 2;
+  const Plan plan = plan_training(c, p);
+  const TimeModelOptions o = links(10.0);
+  const StepTimePlan plain = predict_step_time(plan, c, o);
+  c.fsdp.forward_prefetch = true;
+  c.fsdp.backward_prefetch = BackwardPrefetch::kBackwardPre;
+  const StepTimePlan prefetch = predict_step_time(plan, c, o);
+  EXPECT_NEAR(prefetch.in_collectives, plain.in_collectives, 1e-12);  // the same collectives
+  EXPECT_LT(prefetch.exposed, plain.exposed);
+  EXPECT_LT(prefetch.exposed, 0.5 * prefetch.in_collectives);
+  // What cannot be hidden: the root's gather and the first block's, the last block's backward
+  // gather (a block whose forward ended, then the root's backward of 1/20 of compute at most) and
+  // the root's reduce-scatter after the last compute.
+  const double root = ring(4.0 * static_cast<double>(padded(plan.units.back().numel, p)), p, 1e9);
+  EXPECT_GE(prefetch.exposed, root - 1e-12);
+  EXPECT_GE(prefetch.step, prefetch.compute);
+}
+
+// HYBRID on 2 hosts of 2 ranks: gathers and reductions stay inside a host; only the replicas'
+// all-reduce of the gradient shards crosses the slow link, where the host's two replica groups
+// share it. FULL_SHARD puts every collective on a ring that crosses it.
+TEST(StepTime, HybridKeepsTheSlowLinkForTheAllReduce) {
+  const TrainConfig full = config(ShardingStrategy::kFullShard);
+  const TrainConfig hybrid = config(ShardingStrategy::kHybridShard);
+  TimeModelOptions o = links(0);
+  o.ranks_per_host = 2;
+  const Plan hp = plan_training(hybrid, 4, 2);
+  ASSERT_EQ(hp.shard_count, 2);
+  double expected = 0;
+  for (size_t u = 0; u < hp.units.size(); ++u) {
+    const double bytes = 4.0 * static_cast<double>(padded(hp.units[u].numel, 2));
+    const bool root = u + 1 == hp.units.size();
+    expected += ring(bytes, 2, 1e9) * (root ? 2 : 3);    // within the host
+    expected += ring(bytes / 2, 2, 1e8 / 2, 2);          // across, the link shared by 2 groups
+  }
+  EXPECT_NEAR(predict_step_time(hp, hybrid, o).in_collectives, expected, 1e-12);
+
+  const Plan fp = plan_training(full, 4, 2);
+  double across = 0;
+  for (size_t u = 0; u < fp.units.size(); ++u) {
+    const double bytes = 4.0 * static_cast<double>(padded(fp.units[u].numel, 4));
+    across += ring(bytes, 4, 1e8) * (u + 1 == fp.units.size() ? 2 : 3);
+  }
+  EXPECT_NEAR(predict_step_time(fp, full, o).in_collectives, across, 1e-12);
+  EXPECT_LT(expected, across);
+}
+
+// Gradient accumulation: every micro-batch gathers, only the last reduces.
+TEST(StepTime, AccumulationGathersEachMicroBatchAndReducesOnce) {
+  TrainConfig c = config(ShardingStrategy::kShardGradOp);
+  const int p = 2;
+  const TimeModelOptions o = links(0);
+  const double one = predict_step_time(plan_training(c, p), c, o).in_collectives;
+  c.train.gradient_accumulation_steps = 3;
+  const Plan plan = plan_training(c, p);
+  double gathers = 0;
+  for (const auto& u : plan.units) gathers += ring(4.0 * static_cast<double>(padded(u.numel, p)), p, 1e9);
+  EXPECT_NEAR(predict_step_time(plan, c, o).in_collectives, one + 2 * gathers, 1e-12);
+}
+
+// Contention 1 and collectives that keep a core busy at the link's rate: compute overlapping a
+// collective runs at half speed. NO_SHARD's all-reduces block
+// the compute thread (runtime.cpp), so none overlaps and the step does not change; FULL_SHARD
+// with prefetch overlaps, and its step grows by at most the collectives' time.
+TEST(StepTime, ContentionStretchesOverlappedComputeOnly) {
+  TrainConfig c = config(ShardingStrategy::kNoShard);
+  TimeModelOptions o = links(1.0);
+  const Plan ns = plan_training(c, 2);
+  const double quiet = predict_step_time(ns, c, o).step;
+  o.comm_cpu_bandwidth = 1e9;
+  o.contention = 1;
+  EXPECT_NEAR(predict_step_time(ns, c, o).step, quiet, 1e-12);
+
+  c = config(ShardingStrategy::kFullShard);
+  c.fsdp.forward_prefetch = true;
+  c.fsdp.backward_prefetch = BackwardPrefetch::kBackwardPre;
+  const Plan fs = plan_training(c, 2);
+  o.contention = 0;
+  const StepTimePlan calm = predict_step_time(fs, c, o);
+  o.contention = 1;
+  const StepTimePlan busy = predict_step_time(fs, c, o);
+  EXPECT_GT(busy.step, calm.step);
+  EXPECT_LE(busy.step, calm.step + busy.in_collectives + 1e-12);
+}
+
+TEST(StepTime, FlopsCountTheMatricesTheHeadAndAttention) {
+  TrainConfig c = config(ShardingStrategy::kFullShard);
+  const Plan plan = plan_training(c, 1);
+  const double h = 64, v = 512, s = 32, b = 2, L = 4, positions = 32;
+  const double matrices = static_cast<double>(plan.parameters) - v * h - positions * h;
+  const double expected = 2 * b * s * matrices + 2 * b * s * v * h + 4 * b * s * s * h * L;
+  EXPECT_NEAR(forward_flops(c, plan.parameters), expected, 1e-6 * expected);
+  const ComputeProfile p = profile_from_rates(c, plan.parameters, 1e9, 1e9);
+  EXPECT_NEAR(p.forward, expected / 1e9, 1e-12);
+  EXPECT_NEAR(p.backward, 2 * p.forward, 1e-12);
+  c.fsdp.activation_checkpointing = true;
+  EXPECT_NEAR(profile_from_rates(c, plan.parameters, 1e9, 1e9).backward, 3 * p.forward, 1e-12);
+  EXPECT_THROW(profile_from_rates(c, plan.parameters, 0, 1e9), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace fsdp
