@@ -152,21 +152,19 @@ TEST(StepTime, AccumulationGathersEachMicroBatchAndReducesOnce) {
 }
 
 // Contention 1 and collectives that keep a core busy at the link's rate: compute overlapping a
-// collective runs at half speed. NO_SHARD's all-reduces block
-// the compute thread (runtime.cpp), so none overlaps and the step does not change; FULL_SHARD
-// with prefetch overlaps, and its step grows by at most the collectives' time.
+// collective runs at half speed. Without collectives (one rank) nothing changes; FULL_SHARD with
+// prefetch overlaps, and its step grows, by at most the collectives' time.
 TEST(StepTime, ContentionStretchesOverlappedComputeOnly) {
-  TrainConfig c = config(ShardingStrategy::kNoShard);
-  TimeModelOptions o = links(1.0);
-  const Plan ns = plan_training(c, 2);
-  const double quiet = predict_step_time(ns, c, o).step;
-  o.comm_cpu_bandwidth = 1e9;
-  o.contention = 1;
-  EXPECT_NEAR(predict_step_time(ns, c, o).step, quiet, 1e-12);
-
-  c = config(ShardingStrategy::kFullShard);
+  TrainConfig c = config(ShardingStrategy::kFullShard);
   c.fsdp.forward_prefetch = true;
   c.fsdp.backward_prefetch = BackwardPrefetch::kBackwardPre;
+  TimeModelOptions o = links(1.0);
+  const Plan alone = plan_training(c, 1);
+  const double quiet = predict_step_time(alone, c, o).step;
+  o.comm_cpu_bandwidth = 1e9;
+  o.contention = 1;
+  EXPECT_NEAR(predict_step_time(alone, c, o).step, quiet, 1e-12);
+
   const Plan fs = plan_training(c, 2);
   o.contention = 0;
   const StepTimePlan calm = predict_step_time(fs, c, o);
@@ -174,6 +172,25 @@ TEST(StepTime, ContentionStretchesOverlappedComputeOnly) {
   const StepTimePlan busy = predict_step_time(fs, c, o);
   EXPECT_GT(busy.step, calm.step);
   EXPECT_LE(busy.step, calm.step + busy.in_collectives + 1e-12);
+}
+
+// Across replicas the all-reduces overlap the backward of the units after them (runtime.cpp,
+// [Note: reduction stages]): with compute far longer than communication, NO_SHARD and HYBRID
+// expose only the last units' reductions (HYBRID: the last two blocks' and the root's, whose
+// all-reduces start after the backward's last compute), a small part of 12 blocks' collectives.
+TEST(StepTime, ReplicaAllReducesOverlapBackward) {
+  for (ShardingStrategy s : {ShardingStrategy::kNoShard, ShardingStrategy::kHybridShard}) {
+    TrainConfig c = config(s);
+    c.model.n_layer = 12;
+    c.fsdp.backward_prefetch = BackwardPrefetch::kBackwardPre;
+    TimeModelOptions o = links(10.0);
+    o.ranks_per_host = 2;
+    o.inter = {1e6, 0};  // slow enough that the all-reduces are most of the collectives
+    const StepTimePlan t = predict_step_time(plan_training(c, 4, 2), c, o);
+    SCOPED_TRACE(to_string(s));
+    EXPECT_GT(t.in_collectives, 0.1);
+    EXPECT_LT(t.exposed, 0.3 * t.in_collectives);
+  }
 }
 
 TEST(StepTime, FlopsCountTheMatricesTheHeadAndAttention) {

@@ -38,6 +38,16 @@ if(TARGET fsdp-bench AND TARGET fsdp-plan AND TARGET fsdp-bench-adamw)
   set_tests_properties(tools_smoke PROPERTIES TIMEOUT 300)
 endif()
 
+# bench/netem.sh's emulated cluster: a short run across two network namespaces, its prediction,
+# and nothing left behind (tests/netem_test.sh); skipped where namespaces cannot be made.
+if(TARGET fsdp-bench AND TARGET fsdp-run AND FSDP_WITH_GLOO)
+  add_test(NAME netem COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/netem_test.sh
+                              $<TARGET_FILE_DIR:fsdp-bench> ${PROJECT_SOURCE_DIR})
+  set_tests_properties(netem PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+else()
+  fsdp_skipped_test(netem "bench/netem.sh runs fsdp-bench over Gloo: ${FSDP_MISSING_GLOO}")
+endif()
+
 # Hugging Face model folders in and out: the fixtures of tests/data/hf/models (scripts/hf_fixtures.sh).
 fsdp_unit_test(test_hf test_hf.cpp)
 target_compile_definitions(test_hf PRIVATE FSDP_HF_FIXTURES="${PROJECT_SOURCE_DIR}/tests/data/hf"

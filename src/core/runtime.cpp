@@ -389,16 +389,56 @@ double Runtime::gradient_predivide_factor() const {
   return factor;
 }
 
+// [Note: reduction stages] A unit's reduction overlaps the backward of the units after it. With
+// one replica, its reduce-scatter (issued by Unit::reduce_gradients) completes when the next
+// unit's is issued. Across replicas (NO_SHARD, HYBRID) a stage is added: when the next unit's
+// reduce-scatter is issued, this one's has had a unit of backward, and its chunk's all-reduce is
+// issued; it completes one unit later still. NO_SHARD has nothing to scatter, so its all-reduce
+// is issued at once. At most two units' reductions are in flight, plus, for HYBRID, one reduced
+// chunk (docs/plan.md, [Note: plan gradient buffers]).
 void Runtime::enqueue_reduce(PendingReduce pending) {
-  drain_reduces();
+  if (replicate_group_->size() == 1) {
+    drain_reduces();
+    pending_.push_back(std::move(pending));
+    return;
+  }
+  while (!pending_.empty() && pending_.front().replica_work) {
+    complete_reduce(pending_.front());
+    pending_.pop_front();
+  }
+  for (auto& p : pending_) start_replica_reduce(p);
+  if (!pending.work) start_replica_reduce(pending);
   pending_.push_back(std::move(pending));
 }
 
 void Runtime::drain_reduces() {
+  if (replicate_group_->size() > 1) {
+    for (auto& p : pending_) {
+      if (!p.replica_work) start_replica_reduce(p);
+    }
+  }
   while (!pending_.empty()) {
     complete_reduce(pending_.front());
     pending_.pop_front();
   }
+}
+
+// Waits for the reduce-scatter, releases what it read and issues the all-reduce of the chunk.
+void Runtime::start_replica_reduce(PendingReduce& p) {
+  std::unique_ptr<c10::Event> scattered;
+  {
+    OnSideStream side(p.unit->flat().offloaded() ? streams_.reduce() : std::nullopt);
+    if (p.work) p.work->wait();
+    p.work.reset();
+    p.replica_work = all_reduce(*replicate_group_, p.output, ReduceOp::kSum);
+    scattered = side.record();
+  }
+  if (p.source.is_same(p.output)) return;  // NO_SHARD: the all-reduce works in the buffer itself
+  wait_for(scattered, device_);            // compute waits before the pool hands `source` out again
+  p.source = at::Tensor();
+  const int64_t kept = static_cast<int64_t>(p.output.nbytes());
+  track_grad_buffers(kept - p.tracked_bytes);
+  p.tracked_bytes = kept;
 }
 
 void Runtime::complete_reduce(PendingReduce& p) {
@@ -411,9 +451,7 @@ void Runtime::complete_reduce(PendingReduce& p) {
     // the buffers they read are released below.
     OnSideStream side(flat.offloaded() ? streams_.reduce() : std::nullopt);
     if (p.work) p.work->wait();
-    if (replicate_group_->size() > 1) {
-      all_reduce(*replicate_group_, p.output, ReduceOp::kSum)->wait();
-    }
+    if (p.replica_work) p.replica_work->wait();
     reduced = side.record();
     const double postdivide = world_->size() / gradient_predivide_factor();
     if (postdivide != 1) p.output.div_(postdivide);

@@ -131,10 +131,13 @@ class Unit : public ModuleHooks {
 };
 
 // A gradient reduction in flight: its handle and the buffers it reads and writes.
+// A unit's gradient reduction in flight (Runtime::enqueue_reduce): its reduce-scatter over the
+// shard group, then, with replicas, the all-reduce of the reduced chunk across them.
 struct PendingReduce {
   Unit* unit = nullptr;
-  WorkPtr work;
-  at::Tensor source;          // keeps the sent gradient alive until the collective completes
+  WorkPtr work;               // the reduce-scatter; none with a shard group of one
+  WorkPtr replica_work;       // the all-reduce across replicas, once issued
+  at::Tensor source;          // keeps the sent gradient alive until the reduce-scatter completes
   at::Tensor output;          // this rank's reduced chunk, reduce_dtype
   int64_t tracked_bytes = 0;  // gradient-buffer bytes released when it completes
 };
@@ -208,6 +211,7 @@ class Runtime {
   void make_groups();
   void move_buffers();
   void build_units(std::vector<UnitSpec> specs);
+  void start_replica_reduce(PendingReduce& pending);
   void complete_reduce(PendingReduce& pending);
   void land_offloaded_grads();
   void release_copied_grads();

@@ -78,13 +78,19 @@ int64_t grad_buffer_peak(const Plan& p, const TrainConfig& c, const UnitElems& e
   if (e.blocks == 0) return reducing(e.root);
   // The root's buffer lives through the whole backward (it begins first and finishes last); a
   // block issues its reduction before the previous one completes, so two are in flight at once.
-  // Under gradient accumulation every unit's buffer lives from the first micro-batch on.
+  // HYBRID adds a stage ([Note: reduction stages] in runtime.cpp): the unit before those two
+  // keeps its reduced chunk while it is all-reduced across replicas.
+  // Under gradient accumulation every unit's buffer lives from the first micro-batch on (a chunk
+  // being all-reduced has given its buffer back: the peak is before the first such).
   const int64_t in_flight = e.blocks >= 2 ? 2 : 1;
+  const bool hybrid = p.shard_count > 1 && p.world_size > p.shard_count;
+  const int64_t chunk = hybrid ? e.block / p.shard_count * reduce : 0;
   const int64_t during_blocks =
       c.train.gradient_accumulation_steps > 1
           ? (e.root + e.all_blocks) * elem + in_flight * (reducing(e.block) - e.block * elem)
-          : e.root * elem + in_flight * reducing(e.block);
-  return std::max(during_blocks, reducing(e.root) + reducing(e.block));
+          : e.root * elem + in_flight * reducing(e.block) + (e.blocks >= 3 ? chunk : 0);
+  return std::max(during_blocks,
+                  reducing(e.root) + reducing(e.block) + (e.blocks >= 2 ? chunk : 0));
 }
 
 // Elements one transformer block keeps for backward outside the attention kernel.

@@ -92,10 +92,17 @@ class Replay {
  private:
   void forward();
   void backward(bool reduce);
-  // A unit's gradient reduction is issued; the one before it completes (runtime.cpp
-  // enqueue_reduce): its reduce-scatter waited for, then its all-reduce across replicas, which
-  // the compute thread waits for.
+  // A unit's gradient reduction, in runtime.cpp's stages ([Note: reduction stages]): its
+  // reduce-scatter issued; with one replica the previous unit's completes; across replicas the
+  // all-reduces issued a unit ago complete and the previous unit's is issued once its
+  // reduce-scatter ends (NO_SHARD's at once, with nothing to scatter).
+  struct Pending {
+    size_t unit;
+    double scattered;     // when its reduce-scatter ends
+    double reduced = -1;  // when its all-reduce ends; -1: not issued
+  };
   void reduce(size_t unit);
+  void start_all_reduce(Pending& p);
   void drain();
   double gather(size_t unit, double t) { return shard_q_.run(t, all_gather_[unit]); }
   void compute(double seconds) { now_ = advance(now_, seconds, busy_, options_.contention); }
@@ -109,7 +116,8 @@ class Replay {
   Intervals busy_;
   Queue shard_q_, replica_q_;
   double now_ = 0;
-  std::deque<std::pair<size_t, double>> pending_;  // unit, when its reduce-scatter ends
+  bool replicated_ = false;  // more than one replica: all-reduces follow the reduce-scatters
+  std::deque<Pending> pending_;
 };
 
 std::vector<double> unit_flop_shares(const Plan& p, const TrainConfig& c) {
@@ -134,6 +142,7 @@ std::vector<double> unit_flop_shares(const Plan& p, const TrainConfig& c) {
 Replay::Replay(const Plan& p, const TrainConfig& c, const TimeModelOptions& o)
     : plan_(p), config_(c), options_(o), blocks_(p.units.size() - 1) {
   const int world = p.world_size, shards = p.shard_count, replicas = world / shards;
+  replicated_ = replicas > 1;
   const int per_host = o.ranks_per_host > 0 ? std::min(o.ranks_per_host, world) : world;
   if (world % per_host != 0) {
     throw std::invalid_argument("ranks per host " + std::to_string(per_host) +
@@ -213,18 +222,32 @@ void Replay::backward(bool reduce_now) {
 }
 
 void Replay::reduce(size_t unit) {
-  const double issued = shard_q_.run(now_, reduce_scatter_[unit]);
-  drain();
-  pending_.emplace_back(unit, issued);
+  Pending mine{unit, shard_q_.run(now_, reduce_scatter_[unit])};
+  if (!replicated_) {
+    drain();
+    pending_.push_back(mine);
+    return;
+  }
+  while (!pending_.empty() && pending_.front().reduced >= 0) {
+    now_ = std::max(now_, pending_.front().reduced);
+    pending_.pop_front();
+  }
+  for (Pending& p : pending_) start_all_reduce(p);
+  if (plan_.shard_count == 1) start_all_reduce(mine);
+  pending_.push_back(mine);
+}
+
+void Replay::start_all_reduce(Pending& p) {
+  now_ = std::max(now_, p.scattered);
+  p.reduced = replica_q_.run(now_, all_reduce_[p.unit]);
 }
 
 void Replay::drain() {
-  while (!pending_.empty()) {
-    const auto [unit, ends] = pending_.front();
-    pending_.pop_front();
-    now_ = std::max(now_, ends);
-    if (all_reduce_[unit] > 0) now_ = replica_q_.run(now_, all_reduce_[unit]);
+  for (Pending& p : pending_) {
+    if (replicated_ && p.reduced < 0) start_all_reduce(p);
   }
+  for (const Pending& p : pending_) now_ = std::max({now_, p.scattered, p.reduced});
+  pending_.clear();
 }
 
 StepTimePlan Replay::run() {

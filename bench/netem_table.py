@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""bench/netem_grid.sh's tables and plot: every cell's measurement (fsdp-bench's JSON records,
+one file per cell) next to the time model's prediction, written to OUT/table.md and
+OUT/step_vs_link.png (the plot needs python3-matplotlib; without it the tables are still made).
+
+Usage: bench/netem_table.py OUT
+"""
+import glob
+import json
+import os
+import sys
+
+
+def rows(out):
+    records = []
+    for path in sorted(glob.glob(os.path.join(out, "*.json"))):
+        with open(path) as f:
+            for r in json.load(f):
+                r["cell"] = os.path.basename(path)[:-5]
+                records.append(r)
+    return records
+
+
+def link_gbit(r):
+    """The emulated link's rate (what netem.sh was given), from the cell's label "H x R, RATE"."""
+    rate = r["label"].split(", ")[1]
+    return float(rate.replace("gbit", ""))
+
+
+def hosts(r):
+    return int(r["label"].split(" x ")[0])
+
+
+def table(records):
+    head = ("| hosts x ranks | link | dtype | strategy | variant | step (s) | compute alone (s) | "
+            "exposed (s) | waited in collectives (s) | collectives, predicted (s) | "
+            "exposed / collectives | predicted step (s) | predicted / measured | tokens/s | "
+            "peak RSS (MiB) |\n" + "| --- " * 15 + "|\n")
+    lines = []
+    errors = []
+    for r in records:
+        p = r["predicted"]
+        step = r["median"]["step"]
+        alone = p["compute"] + p["optimizer"]
+        exposed = step - alone
+        link = "loopback" if hosts(r) == 1 else r["label"].split(", ")[1]
+        ratio = p["step"] / step
+        errors.append(ratio - 1)
+        lines.append(
+            f"| {r['label'].split(', ')[0]} | {link} | {r['dtype']} | {r['strategy']} | "
+            f"{r['variant']} | {step:.2f} | {alone:.2f} | {exposed:.2f} | "
+            f"{r['median']['in_collectives']:.2f} | {p['in_collectives']:.2f} | "
+            f"{exposed / p['in_collectives'] if p['in_collectives'] > 0 else 0:.2f} | "
+            f"{p['step']:.2f} | {ratio:.3f} | {r['tokens_per_second']:.0f} | "
+            f"{r['peak_rss_bytes'] / 2**20:.0f} |")
+    within = sum(1 for e in errors if abs(e) <= 0.15)
+    worst = max(errors, key=abs) if errors else 0
+    summary = (f"\n{within} of {len(errors)} cells predicted within 15% of the measured step; "
+               f"the largest error {worst * 100:+.1f}%.\n")
+    return head + "\n".join(lines) + "\n" + summary
+
+
+def plot(records, out):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("netem_table.py: no matplotlib (python3-matplotlib): no plot", file=sys.stderr)
+        return
+    shapes = [(2, 1, "fp32", "2 hosts x 1 rank, fp32"), (2, 2, "fp32", "2 hosts x 2 ranks, fp32")]
+    fig, axes = plt.subplots(1, len(shapes), figsize=(12, 4.5))
+    for ax, (h, per, dtype, title) in zip(axes, shapes):
+        cells = [r for r in records if hosts(r) == h and r["world_size"] == h * per
+                 and r["dtype"] == dtype and r["variant"] == "prefetch"]
+        if not cells:
+            continue
+        for strategy in sorted({r["strategy"] for r in cells}):
+            mine = sorted((r for r in cells if r["strategy"] == strategy), key=link_gbit)
+            x = [link_gbit(r) for r in mine]
+            line, = ax.plot(x, [r["median"]["step"] for r in mine], "o-", label=f"{strategy}")
+            ax.plot(x, [r["predicted"]["step"] for r in mine], "--", color=line.get_color(),
+                    label=f"{strategy}, predicted")
+        full = sorted((r for r in cells if r["strategy"] == "FULL_SHARD"), key=link_gbit)
+        if full:
+            x = [link_gbit(r) for r in full]
+            floor = [r["predicted"]["compute"] + r["predicted"]["optimizer"] for r in full]
+            ceiling = [f + r["predicted"]["in_collectives"] for f, r in zip(floor, full)]
+            ax.plot(x, floor, "k:", label="compute alone (floor)")
+            ax.plot(x, ceiling, "k-.", label="FULL_SHARD, nothing hidden (ceiling)")
+        ax.set_xscale("log")
+        ax.set_xlabel("link between hosts (Gbit/s, tc rate)")
+        ax.set_ylabel("step (s)")
+        ax.set_title(title + ", prefetch")
+        ax.legend(fontsize=7)
+    fig.suptitle("GPT-2 124M, seq 256, batch 1 per rank, Gloo over emulated links")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "step_vs_link.png"), dpi=110)
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: bench/netem_table.py OUT (a folder of bench/netem_grid.sh's JSON files)")
+    out = sys.argv[1]
+    records = [r for r in rows(out) if "predicted" in r]
+    if not records:
+        sys.exit(f"netem_table.py: no fsdp-bench record with a prediction in {out}")
+    text = table(records)
+    with open(os.path.join(out, "table.md"), "w") as f:
+        f.write(text)
+    print(text)
+    plot(records, out)
+
+
+if __name__ == "__main__":
+    main()

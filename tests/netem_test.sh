@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# bench/netem.sh, the emulated cluster, end to end (issue 26), with the tiny GPT-2:
+#  - 2 hosts x 1 rank joined by a 200 Mbit/s link: fsdp-bench runs FULL_SHARD across them over
+#    Gloo and writes its JSON; the step is bandwidth-bound (the tiny model's 3.3M parameters are
+#    almost all its token table: 19 MB cross the link each step, about 0.8 s, against a few ms of
+#    compute), and the time model's prediction must lie within 20% of it: the model prices rings
+#    at the link's TCP rate (95% of tc's), and what it leaves out (TCP's slow start after an idle
+#    link, tbf's 10 ms bucket, a few ms of compute and latency) is a few percent here;
+#  - nothing the script made is left: no namespace, and so no link, address or qdisc (they all
+#    live in its namespaces), after that run and after one interrupted halfway (SIGTERM, as
+#    `timeout` and Ctrl-C stop it);
+#  - bad options are refused before anything is made.
+# Skipped (77) where network namespaces cannot be made (not root, or no CAP_SYS_ADMIN).
+# Usage: netem_test.sh BUILD_BIN_DIR SOURCE_DIR
+set -uo pipefail
+BIN=$1 SRC=$2
+NETEM=$SRC/bench/netem.sh
+WORK=$(mktemp -d /tmp/fsdp_netem_test.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
+  echo "SKIPPED: needs ip and tc (Debian: iproute2)"
+  exit 77
+fi
+probe=fsdp_probe_$$
+if ! ip netns add "$probe" 2>"$WORK/err"; then
+  echo "SKIPPED: cannot make network namespaces here ($(cat "$WORK/err")): needs root with CAP_SYS_ADMIN"
+  exit 77
+fi
+ip netns del "$probe"
+
+# Namespaces of the netem.sh run whose process id is $1.
+left_of() { ip netns list | grep -E "^fsdp_n(h[0-9]+|b)_$1( |\$)" || true; }
+
+"$NETEM" --hosts 2 --ranks-per-host 1 --rate 200mbit --bin "$BIN" --json "$WORK/bench.json" -- \
+  --model tiny --seq 64 --batch 2 --steps 3 --strategies FULL_SHARD --variants plain \
+  >"$WORK/run.log" 2>&1 &
+pid=$!
+wait $pid || fail "netem.sh exited $?: $(tail -20 "$WORK/run.log")"
+[[ -z $(left_of $pid) ]] || fail "left behind after a run: $(left_of $pid)"
+python3 - "$WORK/bench.json" <<'EOF' || fail "the prediction: $(cat "$WORK/run.log" | tail -8)"
+import json, sys
+[r] = json.load(open(sys.argv[1]))
+step, pred = r["median"]["step"], r["predicted"]["step"]
+print(f"measured {step:.3f} s, predicted {pred:.3f} s ({pred / step:.3f}), "
+      f"collectives predicted {r['predicted']['in_collectives']:.3f} s")
+assert r["world_size"] == 2 and r["links"]["ranks_per_host"] == 1, r
+assert r["predicted"]["in_collectives"] > 0.8 * pred, "not bandwidth-bound: the test proves little"
+assert abs(pred / step - 1) <= 0.20, f"prediction off by more than 20%: {pred / step:.3f}"
+EOF
+
+# Interrupted halfway: the run is stopped while its ranks train.
+"$NETEM" --hosts 2 --ranks-per-host 1 --rate 200mbit --bin "$BIN" -- \
+  --model tiny --seq 64 --batch 2 --steps 50 --strategies FULL_SHARD --variants plain \
+  >"$WORK/killed.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do  # until its hosts exist and the ranks run
+  [[ -n $(left_of $pid) ]] && pgrep -f "fsdp-bench --intra-gbit" >/dev/null && break
+  sleep 0.1
+done
+[[ -n $(left_of $pid) ]] || fail "the interrupted run never made its namespaces: $(cat "$WORK/killed.log")"
+sleep 2
+kill -TERM $pid
+wait $pid 2>/dev/null
+[[ -z $(left_of $pid) ]] || fail "left behind after SIGTERM: $(left_of $pid)"
+
+bad() {
+  local what=$1 pattern=$2
+  shift 2
+  if "$NETEM" "$@" >"$WORK/out" 2>&1; then
+    fail "$what: exited 0"
+  elif ! grep -q -- "$pattern" "$WORK/out"; then
+    fail "$what: output lacks '$pattern': $(cat "$WORK/out")"
+  fi
+}
+bad "a bad rate" "--rate" --rate 10gb --bin "$BIN"
+bad "too many hosts" "--hosts" --hosts 12 --bin "$BIN"
+bad "an unknown option" "unknown option" --speed 1 --bin "$BIN"
+
+((failures == 0)) && echo "netem_test: all passed"
+exit $((failures > 0))
