@@ -49,4 +49,4 @@ done
 for rate in 1gbit 10gbit; do
   cell "h2x1-$rate-bf16" 2 1 "$rate" bf16 NO_SHARD,FULL_SHARD
 done
-python3 bench/netem_table.py "$OUT"
+/usr/bin/python3 bench/netem_table.py "$OUT"  # Debian's: python3-matplotlib for the plot

@@ -1,7 +1,8 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """bench/netem_grid.sh's tables and plot: every cell's measurement (fsdp-bench's JSON records,
 one file per cell) next to the time model's prediction, written to OUT/table.md and
-OUT/step_vs_link.png (the plot needs python3-matplotlib; without it the tables are still made).
+OUT/step_vs_link.png (the plot needs Debian's python3-matplotlib; without it the tables are still
+made).
 
 Usage: bench/netem_table.py OUT
 """
@@ -102,7 +103,10 @@ def main():
     if len(sys.argv) != 2:
         sys.exit("usage: bench/netem_table.py OUT (a folder of bench/netem_grid.sh's JSON files)")
     out = sys.argv[1]
-    records = [r for r in rows(out) if "predicted" in r]
+    order = ["NO_SHARD", "SHARD_GRAD_OP", "FULL_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"]
+    records = sorted((r for r in rows(out) if "predicted" in r),
+                     key=lambda r: (r["world_size"], hosts(r), r["dtype"] != "fp32",
+                                    link_gbit(r), order.index(r["strategy"]), r["variant"]))
     if not records:
         sys.exit(f"netem_table.py: no fsdp-bench record with a prediction in {out}")
     text = table(records)

@@ -138,6 +138,21 @@ TEST(StepTime, HybridKeepsTheSlowLinkForTheAllReduce) {
   EXPECT_LT(expected, across);
 }
 
+// Latency adds along a block's way round the ring: on 2 hosts of 2 ranks, one hop between hosts
+// and two within, for every collective of the step (forward gathers of every unit, backward
+// gathers of the blocks, a reduce-scatter per unit).
+TEST(StepTime, LatencyAddsAlongTheRing) {
+  const TrainConfig c = config(ShardingStrategy::kFullShard);
+  TimeModelOptions o = links(0);
+  o.intra = {1e18, 1e-6};
+  o.inter = {1e18, 1e-5};
+  o.ranks_per_host = 2;
+  const Plan plan = plan_training(c, 4, 2);
+  const double blocks = static_cast<double>(plan.units.size() - 1);
+  EXPECT_NEAR(predict_step_time(plan, c, o).in_collectives, (3 * blocks + 2) * (1e-5 + 2e-6),
+              1e-12);
+}
+
 // Gradient accumulation: every micro-batch gathers, only the last reduces.
 TEST(StepTime, AccumulationGathersEachMicroBatchAndReducesOnce) {
   TrainConfig c = config(ShardingStrategy::kShardGradOp);

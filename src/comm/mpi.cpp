@@ -1,5 +1,7 @@
 // The MPI backend (OpenMPI): every collective is a nonblocking MPI-3 call on a communicator of
 // our own, and Work::wait polls MPI_Testall until the requests complete or the deadline passes.
+// A progress thread tests the collectives in flight meanwhile, so that their data moves while
+// the issuing thread computes ([Note: MPI progress]).
 // It also owns the process's MPI lifetime: MPI is initialised on first use, and finalised at exit
 // only if we initialised it (a program that brings its own MPI keeps control of it). MPI has no
 // bf16/fp16, so those travel as 16-bit words reduced by user-defined ops.
@@ -12,7 +14,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -61,10 +67,65 @@ void fp16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
 // at exit instead of hanging there.
 std::atomic<int> g_abandoned{0};
 
+// A collective's requests, shared by its Work and the progress thread; read and written under
+// MpiRuntime::mu only.
+struct Requests {
+  std::vector<MPI_Request> requests;
+  bool complete = false;
+  int error = MPI_SUCCESS;  // what a test returned, if it failed
+};
+
+// [Note: MPI progress] OpenMPI advances a nonblocking collective (libnbc's schedule, the TCP and
+// shared-memory transfers under it) only inside MPI calls. Without help, a prefetched all-gather
+// issued before a unit's compute would move nothing until the wait after it, and prefetch would
+// hide no communication. This thread tests every collective in flight about every 100 us, under
+// the mutex that serialises all MPI calls (MPI_THREAD_SERIALIZED), and sleeps when none is.
+// FSDP_MPI_PROGRESS=0 turns it off (for measuring what it buys: docs/comm.md).
+class ProgressThread {
+ public:
+  static ProgressThread& get() {
+    static ProgressThread* thread = new ProgressThread();  // leaked, as MpiRuntime
+    return *thread;
+  }
+  static bool enabled() {
+    static const bool on = [] {
+      const char* v = std::getenv("FSDP_MPI_PROGRESS");
+      return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    return on;
+  }
+  void add(const std::shared_ptr<Requests>& r) {
+    std::lock_guard<std::mutex> lock(list_mu_);
+    if (stopping_) return;
+    if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+    live_.push_back(r);
+    cv_.notify_one();
+  }
+  // Before MPI_Finalize: no MPI call may follow it.
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(list_mu_);
+      stopping_ = true;
+      cv_.notify_one();
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void run();
+
+  std::mutex list_mu_;
+  std::condition_variable cv_;
+  std::vector<std::weak_ptr<Requests>> live_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
 // Finalises MPI when static objects are destroyed at exit, if init() initialised it.
 struct FinalizeAtExit {
   bool ours = false;
   ~FinalizeAtExit() {
+    ProgressThread::get().stop();
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!ours || finalized) return;
@@ -129,6 +190,48 @@ class MpiRuntime {
   MPI_Op fp16_sum_ = MPI_OP_NULL;
 };
 
+void ProgressThread::run() {
+  std::vector<std::shared_ptr<Requests>> batch;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(list_mu_);
+      cv_.wait(lock, [&] { return stopping_ || !live_.empty(); });
+      if (stopping_) return;
+      batch.clear();
+      for (const auto& weak : live_) {
+        if (auto r = weak.lock()) batch.push_back(std::move(r));
+      }
+    }
+    bool pending = false;
+    {
+      std::lock_guard<std::mutex> lock(MpiRuntime::get().mu);
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (finalized) return;  // a program that brought its own MPI ended it
+      for (const auto& r : batch) {
+        if (r->complete) continue;
+        int flag = 0;
+        r->error = MPI_Testall(static_cast<int>(r->requests.size()), r->requests.data(), &flag,
+                               MPI_STATUSES_IGNORE);
+        r->complete = flag != 0 || r->error != MPI_SUCCESS;
+        pending = pending || !r->complete;
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(list_mu_);
+      // Completed and abandoned-then-destroyed collectives leave the list.
+      live_.erase(std::remove_if(live_.begin(), live_.end(),
+                                 [](const std::weak_ptr<Requests>& weak) {
+                                   auto r = weak.lock();
+                                   return !r || r->complete;
+                                 }),
+                  live_.end());
+    }
+    batch.clear();
+    if (pending) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
 // One collective in flight: the requests it was split into, and what to do once all complete
 // (dividing for an average). A deadline that passes leaves the requests pending: MPI cannot
 // cancel a collective, but a later wait may still see it complete if the peers catch up.
@@ -137,11 +240,14 @@ class MpiWork : public Work {
   // `diagnose`, if given, tells on a timeout what the other ranks last issued (see ProgressBoard).
   MpiWork(std::vector<MPI_Request> requests, std::function<void()> finish, std::string what,
           std::chrono::milliseconds timeout, std::function<std::string()> diagnose)
-      : requests_(std::move(requests)),
+      : requests_(std::make_shared<Requests>()),
         finish_(std::move(finish)),
         what_(std::move(what)),
         timeout_(timeout),
-        diagnose_(std::move(diagnose)) {}
+        diagnose_(std::move(diagnose)) {
+    requests_->requests = std::move(requests);
+    if (ProgressThread::enabled()) ProgressThread::get().add(requests_);
+  }
 
   void wait() override {
     if (!error_.empty()) throw CommError(error_);
@@ -163,18 +269,25 @@ class MpiWork : public Work {
 
  private:
   bool test() {
-    int flag = 0;
+    bool complete;
     int rc;
     {
       std::lock_guard<std::mutex> lock(MpiRuntime::get().mu);
-      rc = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag,
-                       MPI_STATUSES_IGNORE);
+      Requests& r = *requests_;
+      if (!r.complete) {
+        int flag = 0;
+        r.error = MPI_Testall(static_cast<int>(r.requests.size()), r.requests.data(), &flag,
+                              MPI_STATUSES_IGNORE);
+        r.complete = flag != 0 || r.error != MPI_SUCCESS;
+      }
+      complete = r.complete;
+      rc = r.error;
     }
     if (rc != MPI_SUCCESS) {
       error_ = "fsdp: " + what_ + " failed: " + mpi_error_string(rc);
       throw CommError(error_);
     }
-    return flag != 0;
+    return complete;
   }
 
   // OpenMPI progresses nonblocking collectives only inside MPI calls, so poll eagerly at first;
@@ -187,7 +300,7 @@ class MpiWork : public Work {
     }
   }
 
-  std::vector<MPI_Request> requests_;
+  std::shared_ptr<Requests> requests_;
   std::function<void()> finish_;
   std::string what_;
   std::chrono::milliseconds timeout_;

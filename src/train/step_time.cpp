@@ -14,28 +14,32 @@ namespace {
 
 int64_t padded(int64_t numel, int shards) { return (numel + shards - 1) / shards * shards; }
 
-// A process group as the model sees it: its size, and the link its ring is limited by.
+// A process group as the model sees it: its size, the hosts its members sit on, and the links.
 struct Group {
   int size = 1;
-  LinkSpec link;
+  int hosts = 1;  // hosts its members sit on
+  double bandwidth = 0;  // of its slowest hop
+  double latency = 0;    // one block's way round the ring: every hop's latency
 };
 
-// A ring over `g` ranks whose members sit on hosts of `per_host` consecutive ranks. Spanning hosts,
-// its slowest hop is a host's network link, shared by the `sharing` rings of the groups whose
-// members sit on that host.
-Group group_over(int g, bool spans_hosts, int sharing, const TimeModelOptions& o) {
-  Group group{g, o.intra};
-  if (spans_hosts) {
-    group.link.bandwidth = std::min(o.intra.bandwidth, o.inter.bandwidth / std::max(1, sharing));
-    group.link.latency = std::max(o.intra.latency, o.inter.latency);
+// A ring over `g` ranks on `hosts` hosts. Spanning hosts, its slowest hop is a host's network link,
+// shared by the `sharing` rings of the groups whose members sit on that host. A block goes round
+// g - 1 hops, hosts - 1 of them between hosts: latencies add along its way (as NCCL's tuner
+// counts them), bandwidth is the slowest hop's.
+Group group_over(int g, int hosts, int sharing, const TimeModelOptions& o) {
+  Group group{g, hosts, o.intra.bandwidth, 0};
+  if (hosts > 1) {
+    group.bandwidth = std::min(o.intra.bandwidth, o.inter.bandwidth / std::max(1, sharing));
   }
+  group.latency = (hosts - 1) * o.inter.latency + (g - hosts) * o.intra.latency;
   return group;
 }
 
-// (p-1) ring steps, each moving `bytes / p` over the group's link.
+// A ring collective moving `bytes` (its full buffer) `passes` times: g - 1 steps of bytes / g
+// over the slowest hop, plus the latency of one way round.
 double ring(const Group& g, double bytes, int passes) {
   if (g.size <= 1 || bytes <= 0) return 0;
-  return passes * (g.size - 1) * (bytes / g.size / g.link.bandwidth + g.link.latency);
+  return passes * ((g.size - 1) * bytes / g.size / g.bandwidth + g.latency);
 }
 
 // When collectives run and how much of a core each keeps busy. An interval never starts before
@@ -148,13 +152,14 @@ Replay::Replay(const Plan& p, const TrainConfig& c, const TimeModelOptions& o)
     throw std::invalid_argument("ranks per host " + std::to_string(per_host) +
                                 " does not divide the world size " + std::to_string(world));
   }
-  // Shard groups are consecutive ranks; replica groups take one rank from each shard group.
-  const Group shard = group_over(shards, shards > per_host, 1, o);
+  // Shard groups are consecutive ranks; replica groups take one rank from each shard group, so
+  // a host holds per_host / shards members of one (or one, when shard groups span hosts).
+  const Group shard = group_over(shards, (shards + per_host - 1) / per_host, 1, o);
+  const int replica_hosts = shards >= per_host ? replicas : replicas * shards / per_host;
   const Group replica =
-      group_over(replicas, replicas > 1 && shards * (replicas - 1) >= per_host,
-                 std::min(per_host, shards), o);
+      group_over(replicas, std::max(1, replica_hosts), std::min(per_host, shards), o);
   const auto load = [&](const Group& g) {
-    return o.comm_cpu_bandwidth > 0 ? std::min(1.0, g.link.bandwidth / o.comm_cpu_bandwidth) : 0;
+    return o.comm_cpu_bandwidth > 0 ? std::min(1.0, g.bandwidth / o.comm_cpu_bandwidth) : 0;
   };
   shard_q_ = {load(shard), 0, 0, &busy_};
   replica_q_ = {load(replica), 0, 0, &busy_};
