@@ -3,21 +3,26 @@
 # loopback, joined to the others through a bridge (in a namespace of its own) by a veth pair
 # shaped with tc at both ends: RATE in each direction (tbf), and DELAY one way between hosts (netem,
 # where the kernel has sch_netem; without it a non-zero --delay is an error that says so). Ranks on
-# one host talk over that host's loopback, unshaped, as on a real node. fsdp-bench then runs over
-# Gloo (TCP) with `fsdp-run --nnodes HOSTS` in every host, and host 0 prints its table.
+# one host talk over that host's loopback, unshaped, as on a real node. fsdp-bench then runs
+# across the hosts, over Gloo (TCP; `fsdp-run --nnodes HOSTS` in every host) or over MPI
+# (OpenMPI's TCP transport; mpirun in host 0 starting the others through `ip netns exec`), and
+# host 0 prints its table.
 #
 # Usage (as root): bench/netem.sh [--hosts 2] [--ranks-per-host 1] [--rate 10gbit] [--delay 0]
-#                                 [--bin build/bin] [--json FILE] -- [fsdp-bench arguments]
+#                                 [--backend gloo|mpi] [--bin build/bin] [--json FILE]
+#                                 -- [fsdp-bench arguments]
 #   e.g. bench/netem.sh --rate 1gbit -- --model tiny --strategies FULL_SHARD
+# RATE: a number with kbit, mbit or gbit; DELAY: 0 or a number with us or ms. Under MPI,
+# FSDP_MPI_PROGRESS (default 1: the backend's progress thread) is passed to the ranks.
 # fsdp-bench also predicts each step with the time model (fsdp/train/step_time.h): the script
 # gives it the link it made (--inter-gbit: RATE times 0.95, what TCP carries of an Ethernet
 # link's bytes, 1448 of every 1514) and this machine's defaults for the rest (--intra-gbit 8.6,
-# --intra-us 30, --comm-cpu-gbit 8.6 and --contention 1.5, fitted on one host: docs/plan.md); arguments after -- win.
-# RATE: a number with kbit, mbit or gbit; DELAY: 0 or a number with us or ms.
+# --intra-us 30, --comm-cpu-gbit 8.6 and --contention 1.5, fitted on one host: docs/plan.md);
+# arguments after -- win.
 # Everything it makes (namespaces, links, addresses in 10.214.0.0/24) is named after this
 # process's id and removed at exit, also when a run fails or is interrupted.
 set -uo pipefail
-HOSTS=2 PER_HOST=1 RATE=10gbit DELAY=0 BIN=build/bin JSON=""
+HOSTS=2 PER_HOST=1 RATE=10gbit DELAY=0 BIN=build/bin JSON="" BACKEND=gloo
 while (($#)); do
   case $1 in
     --hosts) HOSTS=$2; shift 2 ;;
@@ -26,11 +31,14 @@ while (($#)); do
     --delay) DELAY=$2; shift 2 ;;
     --bin) BIN=$2; shift 2 ;;
     --json) JSON=$2; shift 2 ;;
+    --backend) BACKEND=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "netem.sh: unknown option $1 (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
 done
 USER_ARGS=("$@")
+[[ $BACKEND == gloo || $BACKEND == mpi ]] ||
+  { echo "netem.sh: --backend: gloo or mpi, got '$BACKEND'" >&2; exit 2; }
 [[ $HOSTS =~ ^[1-9]$ ]] || { echo "netem.sh: --hosts: 1 to 9, got '$HOSTS'" >&2; exit 2; }
 [[ $PER_HOST =~ ^[1-9][0-9]*$ ]] || { echo "netem.sh: --ranks-per-host: a positive integer, got '$PER_HOST'" >&2; exit 2; }
 BIN=$(cd "$BIN" && pwd) || exit 2
@@ -119,20 +127,63 @@ for ((h = 0; h < HOSTS; h++)); do
 done
 set +e
 
-echo "netem: $HOSTS hosts x $PER_HOST ranks, links $RATE each way, $DELAY one way between hosts"
-pids=()
-for ((h = 0; h < HOSTS; h++)); do
-  json=()
-  [[ $h == 0 && -n $JSON ]] && json=(--json "$JSON")
-  ip netns exec "$(host_ns "$h")" env GLOO_SOCKET_IFNAME="$(host_if "$h")" OMP_NUM_THREADS=1 \
-    "$BIN/fsdp-run" --backend gloo --nnodes "$HOSTS" --node-rank "$h" \
-    --nproc-per-node "$PER_HOST" --master-addr "$(addr 0)" --master-port "$PORT" \
-    "$BIN/fsdp-bench" "${BENCH_ARGS[@]}" "${json[@]}" >"$LOGS/host$h.txt" 2>&1 &
-  pids+=($!)
-done
-rc=0
-for ((h = 0; h < HOSTS; h++)); do
-  wait "${pids[$h]}" || { echo "netem.sh: host $h exited $?; its last lines:"; tail -15 "$LOGS/host$h.txt"; rc=1; }
-done
-cat "$LOGS/host0.txt"
-exit $rc
+echo "netem: $HOSTS hosts x $PER_HOST ranks over $BACKEND, links $RATE each way, $DELAY one way between hosts"
+
+# Gloo: fsdp-run in every host, meeting at host 0's address.
+run_gloo() {
+  pids=()
+  for ((h = 0; h < HOSTS; h++)); do
+    json=()
+    [[ $h == 0 && -n $JSON ]] && json=(--json "$JSON")
+    ip netns exec "$(host_ns "$h")" env GLOO_SOCKET_IFNAME="$(host_if "$h")" OMP_NUM_THREADS=1 \
+      "$BIN/fsdp-run" --backend gloo --nnodes "$HOSTS" --node-rank "$h" \
+      --nproc-per-node "$PER_HOST" --master-addr "$(addr 0)" --master-port "$PORT" \
+      "$BIN/fsdp-bench" "${BENCH_ARGS[@]}" "${json[@]}" >"$LOGS/host$h.txt" 2>&1 &
+    pids+=($!)
+  done
+  rc=0
+  for ((h = 0; h < HOSTS; h++)); do
+    wait "${pids[$h]}" || { echo "netem.sh: host $h exited $?; its last lines:"; tail -15 "$LOGS/host$h.txt"; rc=1; }
+  done
+  cat "$LOGS/host0.txt"
+  return $rc
+}
+
+# MPI: mpirun in host 0 starts each other host's daemon through a launch agent that enters that
+# host's namespace (in place of ssh). Only the TCP transport, on the hosts' addresses: the
+# shared-memory one would join ranks of different hosts through /dev/shm, past the links.
+run_mpi() {
+  command -v mpirun >/dev/null || { echo "netem.sh: --backend mpi needs mpirun (OpenMPI)" >&2; return 2; }
+  local agent=$LOGS/agent.sh hosts=() h
+  {
+    echo '#!/bin/sh'
+    echo 'host=$1; shift'
+    echo 'case $host in'
+    for ((h = 0; h < HOSTS; h++)); do echo "  $(addr "$h")) ns=$(host_ns "$h") ;;"; done
+    echo '  *) echo "netem agent: unknown host $host" >&2; exit 1 ;;'
+    echo 'esac'
+    echo 'exec ip netns exec "$ns" sh -c "$*"'
+  } >"$agent"
+  chmod +x "$agent"
+  for ((h = 0; h < HOSTS; h++)); do hosts+=("$(addr "$h"):$PER_HOST"); done
+  local json=()
+  [[ -n $JSON ]] && json=(--json "$JSON")
+  local hostlist env=(-x OMP_NUM_THREADS=1 -x PATH -x FSDP_MPI_PROGRESS)
+  hostlist=$(IFS=,; echo "${hosts[*]}")
+  [[ -n ${LD_LIBRARY_PATH:-} ]] && env+=(-x LD_LIBRARY_PATH)
+  # In the background: a signal to this script then stops it at once (bash runs traps only
+  # between commands), and the clean-up kills what runs in the namespaces.
+  ip netns exec "$(host_ns 0)" mpirun --allow-run-as-root --oversubscribe \
+    -np $((HOSTS * PER_HOST)) --host "$hostlist" --mca plm_rsh_agent "$agent" \
+    --mca btl tcp,self --mca btl_tcp_if_include 10.214.0.0/24 \
+    --mca oob_tcp_if_include 10.214.0.0/24 "${env[@]}" \
+    "$BIN/fsdp-bench" "${BENCH_ARGS[@]}" "${json[@]}" &
+  wait $!
+}
+
+if [[ $BACKEND == mpi ]]; then
+  export FSDP_MPI_PROGRESS=${FSDP_MPI_PROGRESS:-1}
+  run_mpi
+else
+  run_gloo
+fi

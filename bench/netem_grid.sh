@@ -1,40 +1,47 @@
 #!/usr/bin/env bash
 # Issue 26's measurements in one command (as root): GPT-2 124M on emulated networks
 # (bench/netem.sh), each cell measured by fsdp-bench next to the time model's prediction, then
-# the tables and the plot (bench/netem_table.py) in OUT. About 35 minutes on 2 cores.
+# the tables and the plot (bench/netem_table.py) in OUT. About 45 minutes on 2 cores.
 #
 # Usage: bench/netem_grid.sh [--out bench/results/netem-DATE] [--bin build/bin] [--steps 3]
-#                            [--seq 256]
+#                            [--seq 256] [--cells REGEX]
+# --cells: only the cells whose name matches (e.g. 'mpi'); the tables cover every JSON in OUT.
 # The cells (strategies x {plain, prefetch} in each):
 #   1 host x 2 ranks (loopback)        fp32  NO_SHARD, SHARD_GRAD_OP, FULL_SHARD
 #   2 hosts x 1 rank at 1, 3, 10 Gbit  fp32  NO_SHARD, SHARD_GRAD_OP, FULL_SHARD
 #   2 hosts x 2 ranks at 1, 10 Gbit    fp32  NO_SHARD, FULL_SHARD, HYBRID_SHARD
 #   2 hosts x 1 rank at 1, 10 Gbit     bf16  NO_SHARD, FULL_SHARD
+#   2 hosts x 1 rank at 1, 10 Gbit     fp32  NO_SHARD, FULL_SHARD over MPI
+#   2 hosts x 1 rank at 1 Gbit         fp32  FULL_SHARD over MPI without its progress thread
 # A cell that fails stops the grid with its log; what finished stays in OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=bench/results/netem-$(date +%F) BIN=build/bin STEPS=3 SEQ=256
+OUT=bench/results/netem-$(date +%F) BIN=build/bin STEPS=3 SEQ=256 CELLS=.
 while (($#)); do
   case $1 in
     --out) OUT=$2; shift 2 ;;
     --bin) BIN=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
     --seq) SEQ=$2; shift 2 ;;
+    --cells) CELLS=$2; shift 2 ;;
     *) echo "netem_grid.sh: unknown option $1 (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$OUT"
 { lscpu | grep -E '^Model name'; nproc; uname -r; } >"$OUT/machine.txt"
 
-# cell NAME HOSTS RANKS_PER_HOST RATE DTYPE STRATEGIES
+# cell NAME HOSTS RANKS_PER_HOST RATE DTYPE STRATEGIES [BACKEND [FSDP_MPI_PROGRESS]]
 cell() {
-  local name=$1 hosts=$2 per=$3 rate=$4 dtype=$5 strategies=$6
-  echo "netem_grid: $name ($hosts x $per, $rate, $dtype: $strategies)"
+  local name=$1 hosts=$2 per=$3 rate=$4 dtype=$5 strategies=$6 backend=${7:-gloo} progress=${8:-1}
+  [[ $name =~ $CELLS ]] || return 0
+  local label="$hosts x $per, $rate, $backend"
+  [[ $backend == mpi && $progress == 0 ]] && label+=", no progress thread"
+  echo "netem_grid: $name ($label, $dtype: $strategies)"
   local start=$SECONDS
-  bench/netem.sh --hosts "$hosts" --ranks-per-host "$per" --rate "$rate" --bin "$BIN" \
-    --json "$OUT/$name.json" -- --model 124m --seq "$SEQ" --batch 1 --steps "$STEPS" \
-    --dtype "$dtype" --strategies "$strategies" --variants plain,prefetch \
-    --label "$hosts x $per, $rate" >"$OUT/$name.log" 2>&1 ||
+  FSDP_MPI_PROGRESS=$progress bench/netem.sh --hosts "$hosts" --ranks-per-host "$per" \
+    --rate "$rate" --backend "$backend" --bin "$BIN" --json "$OUT/$name.json" -- --model 124m \
+    --seq "$SEQ" --batch 1 --steps "$STEPS" --dtype "$dtype" --strategies "$strategies" \
+    --variants plain,prefetch --label "$label" >"$OUT/$name.log" 2>&1 ||
     { echo "netem_grid: $name failed; its log:"; tail -30 "$OUT/$name.log"; exit 1; }
   echo "netem_grid: $name: $((SECONDS - start)) s"
 }
@@ -49,4 +56,8 @@ done
 for rate in 1gbit 10gbit; do
   cell "h2x1-$rate-bf16" 2 1 "$rate" bf16 NO_SHARD,FULL_SHARD
 done
+for rate in 1gbit 10gbit; do
+  cell "h2x1-$rate-fp32-mpi" 2 1 "$rate" fp32 NO_SHARD,FULL_SHARD mpi
+done
+cell h2x1-1gbit-fp32-mpi-noprogress 2 1 1gbit fp32 FULL_SHARD mpi 0
 /usr/bin/python3 bench/netem_table.py "$OUT"  # Debian's: python3-matplotlib for the plot

@@ -32,11 +32,17 @@ def hosts(r):
     return int(r["label"].split(" x ")[0])
 
 
+def backend(r):
+    """gloo, mpi, or mpi without its progress thread (the label says so)."""
+    return r["backend"] + (" (no progress thread)" if "no progress" in r["label"] else "")
+
+
 def table(records):
-    head = ("| hosts x ranks | link | dtype | strategy | variant | step (s) | compute alone (s) | "
+    head = ("| hosts x ranks | link | backend | dtype | strategy | variant | step (s) | "
+            "compute alone (s) | "
             "exposed (s) | waited in collectives (s) | collectives, predicted (s) | "
             "exposed / collectives | predicted step (s) | predicted / measured | tokens/s | "
-            "peak RSS (MiB) |\n" + "| --- " * 15 + "|\n")
+            "peak RSS (MiB) |\n" + "| --- " * 16 + "|\n")
     lines = []
     errors = []
     for r in records:
@@ -48,7 +54,7 @@ def table(records):
         ratio = p["step"] / step
         errors.append(ratio - 1)
         lines.append(
-            f"| {r['label'].split(', ')[0]} | {link} | {r['dtype']} | {r['strategy']} | "
+            f"| {r['label'].split(', ')[0]} | {link} | {backend(r)} | {r['dtype']} | {r['strategy']} | "
             f"{r['variant']} | {step:.2f} | {alone:.2f} | {exposed:.2f} | "
             f"{r['median']['in_collectives']:.2f} | {p['in_collectives']:.2f} | "
             f"{exposed / p['in_collectives'] if p['in_collectives'] > 0 else 0:.2f} | "
@@ -73,7 +79,8 @@ def plot(records, out):
     fig, axes = plt.subplots(1, len(shapes), figsize=(12, 4.5))
     for ax, (h, per, dtype, title) in zip(axes, shapes):
         cells = [r for r in records if hosts(r) == h and r["world_size"] == h * per
-                 and r["dtype"] == dtype and r["variant"] == "prefetch"]
+                 and r["dtype"] == dtype and r["variant"] == "prefetch"
+                 and r["backend"] == "gloo"]
         if not cells:
             continue
         for strategy in sorted({r["strategy"] for r in cells}):
@@ -105,7 +112,7 @@ def main():
     out = sys.argv[1]
     order = ["NO_SHARD", "SHARD_GRAD_OP", "FULL_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"]
     records = sorted((r for r in rows(out) if "predicted" in r),
-                     key=lambda r: (r["world_size"], hosts(r), r["dtype"] != "fp32",
+                     key=lambda r: (r["world_size"], hosts(r), backend(r), r["dtype"] != "fp32",
                                     link_gbit(r), order.index(r["strategy"]), r["variant"]))
     if not records:
         sys.exit(f"netem_table.py: no fsdp-bench record with a prediction in {out}")

@@ -6,8 +6,10 @@
 #    compute), and the time model's prediction must lie within 20% of it: the model prices rings
 #    at the link's TCP rate (95% of tc's), and what it leaves out (TCP's slow start after an idle
 #    link, tbf's 10 ms bucket, a few ms of compute and latency) is a few percent here;
+#  - the same over MPI (mpirun starting the other host's daemon through `ip netns exec`, OpenMPI's
+#    TCP transport), where there is an mpirun;
 #  - nothing the script made is left: no namespace, and so no link, address or qdisc (they all
-#    live in its namespaces), after that run and after one interrupted halfway (SIGTERM, as
+#    live in its namespaces), after those runs and after one interrupted halfway (SIGTERM, as
 #    `timeout` and Ctrl-C stop it);
 #  - bad options are refused before anything is made.
 # Skipped (77) where network namespaces cannot be made (not root, or no CAP_SYS_ADMIN).
@@ -34,6 +36,22 @@ if ! ip netns add "$probe" 2>"$WORK/err"; then
 fi
 ip netns del "$probe"
 
+# check_prediction JSON BACKEND: the run's one record is bandwidth-bound, on the backend and
+# hosts asked for, and predicted within 20%.
+check_prediction() {
+  python3 - "$1" "$2" <<'EOF'
+import json, sys
+[r] = json.load(open(sys.argv[1]))
+step, pred = r["median"]["step"], r["predicted"]["step"]
+print(f"{r['backend']}: measured {step:.3f} s, predicted {pred:.3f} s ({pred / step:.3f}), "
+      f"collectives predicted {r['predicted']['in_collectives']:.3f} s")
+assert r["backend"] == sys.argv[2] and r["world_size"] == 2, r
+assert r["links"]["ranks_per_host"] == 1, r
+assert r["predicted"]["in_collectives"] > 0.8 * pred, "not bandwidth-bound: the test proves little"
+assert abs(pred / step - 1) <= 0.20, f"prediction off by more than 20%: {pred / step:.3f}"
+EOF
+}
+
 # Namespaces of the netem.sh run whose process id is $1.
 left_of() { ip netns list | grep -E "^fsdp_n(h[0-9]+|b)_$1( |\$)" || true; }
 
@@ -43,16 +61,21 @@ left_of() { ip netns list | grep -E "^fsdp_n(h[0-9]+|b)_$1( |\$)" || true; }
 pid=$!
 wait $pid || fail "netem.sh exited $?: $(tail -20 "$WORK/run.log")"
 [[ -z $(left_of $pid) ]] || fail "left behind after a run: $(left_of $pid)"
-python3 - "$WORK/bench.json" <<'EOF' || fail "the prediction: $(cat "$WORK/run.log" | tail -8)"
-import json, sys
-[r] = json.load(open(sys.argv[1]))
-step, pred = r["median"]["step"], r["predicted"]["step"]
-print(f"measured {step:.3f} s, predicted {pred:.3f} s ({pred / step:.3f}), "
-      f"collectives predicted {r['predicted']['in_collectives']:.3f} s")
-assert r["world_size"] == 2 and r["links"]["ranks_per_host"] == 1, r
-assert r["predicted"]["in_collectives"] > 0.8 * pred, "not bandwidth-bound: the test proves little"
-assert abs(pred / step - 1) <= 0.20, f"prediction off by more than 20%: {pred / step:.3f}"
-EOF
+check_prediction "$WORK/bench.json" gloo || fail "the prediction: $(tail -8 "$WORK/run.log")"
+
+# The same over MPI (mpirun in host 0, the other host's daemon through `ip netns exec`), where
+# OpenMPI's reduce-scatter (a reduce to one rank, then a scatter) makes the step longer still.
+if command -v mpirun >/dev/null; then
+  "$NETEM" --hosts 2 --ranks-per-host 1 --rate 200mbit --backend mpi --bin "$BIN" \
+    --json "$WORK/mpi.json" -- --model tiny --seq 64 --batch 2 --steps 3 \
+    --strategies FULL_SHARD --variants plain >"$WORK/mpi.log" 2>&1 &
+  pid=$!
+  wait $pid || fail "netem.sh --backend mpi exited $?: $(tail -20 "$WORK/mpi.log")"
+  [[ -z $(left_of $pid) ]] || fail "left behind after an MPI run: $(left_of $pid)"
+  check_prediction "$WORK/mpi.json" mpi || fail "the MPI prediction: $(tail -8 "$WORK/mpi.log")"
+else
+  echo "netem_test: no mpirun here: the MPI run is not checked"
+fi
 
 # Interrupted halfway: the run is stopped while its ranks train.
 "$NETEM" --hosts 2 --ranks-per-host 1 --rate 200mbit --bin "$BIN" -- \

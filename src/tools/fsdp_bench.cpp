@@ -149,11 +149,12 @@ Args parse_args(int argc, char** argv) {
     } else if (k == "--intra-us" || k == "--inter-us") {
       (k == "--intra-us" ? a.intra_us : a.inter_us) = fsdp::flags::parse_number(k, value(), 0, 1e6);
     } else {
-      throw std::invalid_argument("unknown option " + k +
-                                  " (known: --model --seq --batch --steps --repeats --dtype "
-                                  "--strategies --variants --json --label "
-                                  "--nproc --checkpoint --allocator --device --intra-gbit --intra-us "
-                                  "--inter-gbit --inter-us --comm-cpu-gbit --contention)");
+      throw std::invalid_argument(
+          "unknown option " + k +
+          " (known: --model --seq --batch --steps --repeats --dtype "
+          "--strategies --variants --json --label "
+          "--nproc --checkpoint --allocator --device --intra-gbit --intra-us "
+          "--inter-gbit --inter-us --comm-cpu-gbit --contention)");
     }
   }
   if (a.model != "124m" && a.model != "large" && a.model != "xl" && a.model != "tiny" &&
@@ -386,8 +387,9 @@ fsdp::TimeModelOptions time_options(const Args& a, const std::string& variant, f
   o.ranks_per_host = world.local_size();
   o.comm_cpu_bandwidth = a.comm_cpu_gbit * 1e9 / 8;
   o.contention = a.contention;
-  o.algorithms = world.backend() == "gloo" ? fsdp::CollectiveAlgorithms::kGlooReduceScatter
-                                           : fsdp::CollectiveAlgorithms::kRing;
+  o.algorithms = world.backend() == "gloo"  ? fsdp::CollectiveAlgorithms::kGloo
+                 : world.backend() == "mpi" ? fsdp::CollectiveAlgorithms::kOpenMpi
+                                            : fsdp::CollectiveAlgorithms::kRing;
   return o;
 }
 

@@ -99,10 +99,10 @@ struct TimeFlags {
       if (v < 0) v = fallback;
     };
     set(memory_gbps, cuda ? 2000 : 10);
-    set(intra_gbit, cuda ? 2880 : 16);
-    set(intra_us, cuda ? 10 : 30);
+    set(intra_gbit, cuda ? 2880 : 8.6);
+    set(intra_us, cuda ? 3.4 : 30);
     set(inter_gbit, cuda ? 2880 : 10);
-    set(inter_us, cuda ? 20 : 50);
+    set(inter_us, cuda ? 9.6 : 50);
     set(comm_cpu_gbit, cuda ? 0 : kCpuCommGbit);
     set(contention, cuda ? 0 : kCpuContention);
     if (backend.empty()) backend = cuda ? "nccl" : "gloo";
@@ -138,8 +138,9 @@ fsdp::TimeModelOptions time_options(const TimeFlags& f, const fsdp::TrainConfig&
   o.ranks_per_host = local;
   o.comm_cpu_bandwidth = f.comm_cpu_gbit * 1e9 / 8;
   o.contention = f.contention;
-  o.algorithms = f.backend == "gloo" ? fsdp::CollectiveAlgorithms::kGlooReduceScatter
-                                     : fsdp::CollectiveAlgorithms::kRing;
+  o.algorithms = f.backend == "gloo"  ? fsdp::CollectiveAlgorithms::kGloo
+                 : f.backend == "mpi" ? fsdp::CollectiveAlgorithms::kOpenMpi
+                                      : fsdp::CollectiveAlgorithms::kRing;
   if (f.profile_steps > 0) {
     std::cerr << "fsdp-plan: measuring compute here (" << f.profile_steps
               << " steps of the model as one rank)...\n";
@@ -240,15 +241,17 @@ const char* kUsage =
     "  --tflops T         predict it from a compute rate per rank (TFLOP/s), with\n"
     "  --memory-gbps G    the memory bandwidth AdamW streams at (cpu 10, cuda 2000)\n"
     "  --intra-gbit G, --intra-us U   links within a host: bandwidth a ring step gets,\n"
-    "                     latency per step (cpu 16 Gbit/s and 30 us, Gloo on loopback;\n"
-    "                     cuda 2880 and 10, NVLink 4)\n"
+    "                     latency per hop (cpu 8.6 Gbit/s and 30 us, Gloo on loopback;\n"
+    "                     cuda 2880 and 3.4, NVLink 4)\n"
     "  --inter-gbit G, --inter-us U   each host's network link (cpu 10 and 50,\n"
-    "                     Ethernet; cuda 2880 and 20, eight 400 Gbit/s InfiniBand)\n"
+    "                     Ethernet; cuda 2880 and 9.6, eight 400 Gbit/s InfiniBand)\n"
     "  --comm-cpu-gbit G, --contention C   collectives take cores from compute: one\n"
     "                     at G Gbit/s keeps a core busy, and compute overlapping it runs\n"
     "                     1 + C x (its rate / G) times as long (cpu 8.6 and 1.5; cuda 0)\n"
     "  --backend B        gloo (default on cpu: a reduce-scatter is an all-reduce),\n"
-    "                     mpi or nccl (default on cuda): ring collectives\n"
+    "                     mpi (OpenMPI's: a reduce-scatter is a reduce to one rank\n"
+    "                     and a scatter, an all-reduce a reduce and a broadcast) or\n"
+    "                     nccl (default on cuda): rings\n"
     "docs/plan.md explains the model and its error.\n\n";
 
 }  // namespace

@@ -39,8 +39,7 @@ ComputeProfile measure_compute_profile(const TrainConfig& config, int steps) {
   AdamW opt(sharded_params(*model), AdamWOptions());
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
   const int64_t b = c.train.micro_batch_size, s = c.data.seq_len;
-  const at::Tensor tokens =
-      at::randint(c.model.vocab_size, {b, s + 1}, gen, at::kLong).to(device);
+  const at::Tensor tokens = at::randint(c.model.vocab_size, {b, s + 1}, gen, at::kLong).to(device);
   std::vector<double> forward, backward, optimizer;
   const auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
   for (int i = 0; i <= steps; ++i) {  // the first is a warm-up: buffers faulted in, AdamW state

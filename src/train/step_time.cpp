@@ -14,10 +14,9 @@ namespace {
 
 int64_t padded(int64_t numel, int shards) { return (numel + shards - 1) / shards * shards; }
 
-// A process group as the model sees it: its size, the hosts its members sit on, and the links.
+// A process group as the model sees it: its size and what its ring's hops cost.
 struct Group {
   int size = 1;
-  int hosts = 1;  // hosts its members sit on
   double bandwidth = 0;  // of its slowest hop
   double latency = 0;    // one block's way round the ring: every hop's latency
 };
@@ -27,7 +26,7 @@ struct Group {
 // g - 1 hops, hosts - 1 of them between hosts: latencies add along its way (as NCCL's tuner
 // counts them), bandwidth is the slowest hop's.
 Group group_over(int g, int hosts, int sharing, const TimeModelOptions& o) {
-  Group group{g, hosts, o.intra.bandwidth, 0};
+  Group group{g, o.intra.bandwidth, 0};
   if (hosts > 1) {
     group.bandwidth = std::min(o.intra.bandwidth, o.inter.bandwidth / std::max(1, sharing));
   }
@@ -40,6 +39,29 @@ Group group_over(int g, int hosts, int sharing, const TimeModelOptions& o) {
 double ring(const Group& g, double bytes, int passes) {
   if (g.size <= 1 || bytes <= 0) return 0;
   return passes * ((g.size - 1) * bytes / g.size / g.bandwidth + g.latency);
+}
+
+// OpenMPI libnbc's binomial rounds: ceil(log2 g), each moving the whole buffer one hop.
+int binomial_rounds(int g) {
+  int rounds = 0;
+  while ((1 << rounds) < g) ++rounds;
+  return rounds;
+}
+
+// libnbc's reduce-scatter of `bytes` (the whole input): a binomial reduce to rank 0, then g - 1
+// chunks sent from rank 0 one after another; each message pays one hop's latency.
+double binomial_reduce_then_scatter(const Group& g, double bytes) {
+  if (g.size <= 1 || bytes <= 0) return 0;
+  const double hop = g.latency / (g.size - 1);  // one message's latency, on average
+  return binomial_rounds(g.size) * (bytes / g.bandwidth + hop) +
+         (g.size - 1) * (bytes / g.size / g.bandwidth + hop);
+}
+
+// libnbc's in-place all-reduce: a binomial reduce and a binomial broadcast of the whole buffer.
+double binomial_all_reduce(const Group& g, double bytes) {
+  if (g.size <= 1 || bytes <= 0) return 0;
+  const double hop = g.latency / (g.size - 1);
+  return 2 * binomial_rounds(g.size) * (bytes / g.bandwidth + hop);
 }
 
 // When collectives run and how much of a core each keeps busy. An interval never starts before
@@ -126,8 +148,8 @@ class Replay {
 
 std::vector<double> unit_flop_shares(const Plan& p, const TrainConfig& c) {
   const double total = forward_flops(c, p.parameters);
-  const double head = 2.0 * c.model.vocab_size * c.model.width() * c.train.micro_batch_size *
-                      c.data.seq_len;
+  const double head =
+      2.0 * c.model.vocab_size * c.model.width() * c.train.micro_batch_size * c.data.seq_len;
   std::vector<double> share(p.units.size(), 0);
   if (p.units.size() == 1 || total <= 0) {
     share.back() = 1;
@@ -164,13 +186,20 @@ Replay::Replay(const Plan& p, const TrainConfig& c, const TimeModelOptions& o)
   shard_q_ = {load(shard), 0, 0, &busy_};
   replica_q_ = {load(replica), 0, 0, &busy_};
   const double elem = static_cast<double>(dtype_size(c.mixed_precision));
-  const int rs_passes = o.algorithms == CollectiveAlgorithms::kGlooReduceScatter ? 2 : 1;
+  const bool open_mpi = o.algorithms == CollectiveAlgorithms::kOpenMpi;
+  const auto reduce_scatter = [&](double bytes) {
+    if (open_mpi) return binomial_reduce_then_scatter(shard, bytes);
+    return ring(shard, bytes, o.algorithms == CollectiveAlgorithms::kGloo ? 2 : 1);
+  };
+  const auto all_reduce = [&](double bytes) {
+    return open_mpi ? binomial_all_reduce(replica, bytes) : ring(replica, bytes, 2);
+  };
   const std::vector<double> share = unit_flop_shares(p, c);
   for (size_t u = 0; u < p.units.size(); ++u) {
     const double n = static_cast<double>(padded(p.units[u].numel, shards));
     all_gather_.push_back(ring(shard, n * elem, 1));
-    reduce_scatter_.push_back(ring(shard, n * elem, rs_passes));
-    all_reduce_.push_back(ring(replica, n / shards * elem, 2));
+    reduce_scatter_.push_back(reduce_scatter(n * elem));
+    all_reduce_.push_back(all_reduce(n / shards * elem));
     forward_.push_back(o.compute.forward * share[u]);
     backward_.push_back(o.compute.backward * share[u]);
   }
@@ -203,7 +232,8 @@ void Replay::forward() {
 // after forward is gathered again, BACKWARD_PRE issuing the next blocks' gathers before its own
 // compute, without prefetch after the previous block's reduce-scatter (in one queue, behind it).
 void Replay::backward(bool reduce_now) {
-  const bool regather = plan_.shard_count > 1 && reshards_after_forward(config_.fsdp.sharding_strategy);
+  const bool regather =
+      plan_.shard_count > 1 && reshards_after_forward(config_.fsdp.sharding_strategy);
   const bool pre = config_.fsdp.backward_prefetch == BackwardPrefetch::kBackwardPre;
   std::vector<double> gathered(blocks_, -1);
   compute(backward_[blocks_]);
@@ -262,7 +292,8 @@ StepTimePlan Replay::run() {
     backward(/*reduce_now=*/m + 1 == micro);  // no_sync before the last micro-batch
   }
   int64_t shard_elems = 0;
-  for (const auto& u : plan_.units) shard_elems += padded(u.numel, plan_.shard_count) / plan_.shard_count;
+  for (const auto& u : plan_.units)
+    shard_elems += padded(u.numel, plan_.shard_count) / plan_.shard_count;
   StepTimePlan t;
   t.compute = static_cast<double>(micro) * (options_.compute.forward + options_.compute.backward);
   t.optimizer = options_.compute.optimizer * static_cast<double>(shard_elems) /
@@ -285,7 +316,9 @@ double forward_flops(const TrainConfig& c, int64_t parameters) {
   const double h = static_cast<double>(m.width()), v = static_cast<double>(m.vocab_size);
   const bool tied = m.type == ModelType::kGPT2 || m.tie_embeddings;
   const double positions =
-      m.type == ModelType::kGPT2 ? static_cast<double>(m.n_positions > 0 ? m.n_positions : c.data.seq_len) * h : 0;
+      m.type == ModelType::kGPT2
+          ? static_cast<double>(m.n_positions > 0 ? m.n_positions : c.data.seq_len) * h
+          : 0;
   // Embedding tables are looked up, not multiplied; the projection to the vocabulary is (tied, it
   // reuses the token table).
   const double matrices = static_cast<double>(parameters) - v * h * (tied ? 1 : 2) - positions;
@@ -295,8 +328,8 @@ double forward_flops(const TrainConfig& c, int64_t parameters) {
   return 2 * tokens * std::max(0.0, matrices) + 2 * tokens * v * h + attention;
 }
 
-ComputeProfile profile_from_rates(const TrainConfig& c, int64_t parameters,
-                                  double flops_per_second, double memory_bandwidth) {
+ComputeProfile profile_from_rates(const TrainConfig& c, int64_t parameters, double flops_per_second,
+                                  double memory_bandwidth) {
   if (flops_per_second <= 0 || memory_bandwidth <= 0) {
     throw std::invalid_argument("a compute rate and a memory bandwidth must be positive");
   }

@@ -1,12 +1,12 @@
-// The planner's time model (fsdp-plan, fsdp-bench): one optimizer step of a plan (fsdp/train/plan.h)
-// replayed as the runtime schedules it, on two kinds of resource. Compute is one queue per rank,
-// its per-unit forward and backward times split from a whole-model profile by each unit's FLOPs.
-// Each process group's collectives run one at a time in issue order, each priced by a ring
-// algorithm over the links its ranks span (within a host, or between hosts through the hosts'
-// network links). Waits happen where the runtime waits: a unit's compute for its all-gather, the
-// next unit's reduction for the previous one (and, across replicas, for its blocking all-reduce),
-// the optimizer for every reduction. docs/plan.md derives each term and says where it is wrong.
-// No LibTorch here except in measure_compute_profile, which runs the model.
+// The planner's time model (fsdp-plan, fsdp-bench): one optimizer step of a plan
+// (fsdp/train/plan.h) replayed as the runtime schedules it, on two kinds of resource. Compute is
+// one queue per rank, its per-unit forward and backward times split from a whole-model profile by
+// each unit's FLOPs. Each process group's collectives run one at a time in issue order, each priced
+// by a ring algorithm over the links its ranks span (within a host, or between hosts through the
+// hosts' network links). Waits happen where the runtime waits: a unit's compute for its all-gather,
+// the next unit's reduction for the previous one (and, across replicas, for its blocking
+// all-reduce), the optimizer for every reduction. docs/plan.md derives each term and says where it
+// is wrong. No LibTorch here except in measure_compute_profile, which runs the model.
 #pragma once
 
 #include <string>
@@ -18,8 +18,8 @@ namespace fsdp {
 
 // One level of the network as a collective sees it.
 struct LinkSpec {
-  double bandwidth = 0;  // bytes per second one ring step moves across this link, each way
-  double latency = 0;    // seconds each ring step adds (software and wire)
+  double bandwidth = 0;  // bytes per second a ring step gets across this link, each way
+  double latency = 0;    // seconds a message adds per hop over this link (software and wire)
 };
 
 // Seconds one rank computes, for the whole model at its micro-batch, with no collective.
@@ -30,10 +30,16 @@ struct ComputeProfile {
   std::string source;    // where the figures came from, for the printout
 };
 
-// How collectives are carried out, which decides what a reduce-scatter costs.
+// How the backend carries collectives out, which decides what a reduce-scatter and an all-reduce
+// cost (all-gathers move (p-1)/p of their output in all three).
 enum class CollectiveAlgorithms {
-  kRing,               // MPI, NCCL: a ring reduce-scatter moves (p-1)/p of its input
-  kGlooReduceScatter,  // Gloo: a reduce-scatter is an all-reduce of the whole input (comm/gloo.cpp)
+  kRing,  // NCCL: rings; a reduce-scatter moves (p-1)/p of its input, an all-reduce twice that
+  kGloo,  // Gloo: a reduce-scatter is a ring all-reduce of the whole input (comm/gloo.cpp)
+  // OpenMPI's nonblocking collectives (libnbc), as the MPI backend calls them: a reduce-scatter
+  // is a binomial reduce of the whole input to rank 0 (ceil(log2 p) rounds) and then rank 0
+  // sending each rank its chunk; an in-place all-reduce a binomial reduce and a binomial
+  // broadcast of the whole buffer.
+  kOpenMpi,
 };
 
 struct TimeModelOptions {
