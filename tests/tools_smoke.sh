@@ -83,6 +83,28 @@ expect_error "plan --gpu-memory 0" "--gpu-memory: 0 is out of range" \
 expect_error "plan --gpu-memory missing" "--gpu-memory: missing value" \
   "$BIN/fsdp-plan" --num_processes 2 --device cuda --gpu-memory
 
+expect_error "plan --profile and --tflops" "give --profile or --tflops, not both" \
+  "$BIN/fsdp-plan" --num_processes 2 --profile 1 --tflops 1
+expect_error "plan --backend" "--backend: gloo, mpi or nccl, got 'ucx'" \
+  "$BIN/fsdp-plan" --num_processes 2 --tflops 1 --backend ucx
+expect_error "plan --inter-gbit 0" "--inter-gbit: 0 is out of range" \
+  "$BIN/fsdp-plan" --num_processes 2 --tflops 1 --inter-gbit 0
+expect_error "bench one link" "needs both --intra-gbit and --inter-gbit" \
+  "$BIN/fsdp-bench" --intra-gbit 10
+
+# The time model (docs/plan.md, "Step time"): from a rate, and from compute measured here, a step
+# time for the configured strategy and one per strategy beside its memory.
+"$BIN/fsdp-plan" --num_processes 4 --num_machines 2 --tflops 0.05 --inter-gbit 1 \
+  >"$WORK/plan" 2>&1 || fail "fsdp-plan --tflops: $(cat "$WORK/plan")"
+grep -q '^time per optimizer step (compute: 0.05 TFLOP/s' "$WORK/plan" &&
+  grep -Eq '^  step +[0-9.]+ s$' "$WORK/plan" &&
+  grep -Eq '^HYBRID_SHARD( +[0-9.]+){4} +yes( +[0-9.]+){3}$' "$WORK/plan" ||
+  fail "fsdp-plan --tflops: no step time: $(cat "$WORK/plan")"
+"$BIN/fsdp-plan" --num_processes 2 --profile 1 >"$WORK/plan" 2>&1 ||
+  fail "fsdp-plan --profile: $(cat "$WORK/plan")"
+grep -q 'compute: measured here, one rank, median of 1 steps' "$WORK/plan" ||
+  fail "fsdp-plan --profile: no measured step time: $(cat "$WORK/plan")"
+
 # A GPU job is planned from any machine: the device part against the GPU's memory (given, or
 # the visible GPU's), the offloaded model state against host memory.
 plan_gpu() {

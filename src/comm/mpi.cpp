@@ -67,12 +67,21 @@ void fp16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
 // at exit instead of hanging there.
 std::atomic<int> g_abandoned{0};
 
-// A collective's requests, shared by its Work and the progress thread; read and written under
-// MpiRuntime::mu only.
+// A collective's requests, shared by its Work and the progress thread. `requests` and `error` are
+// read and written under MpiRuntime::mu only; `complete` is also read outside it.
 struct Requests {
   std::vector<MPI_Request> requests;
-  bool complete = false;
+  std::atomic<bool> complete{false};
   int error = MPI_SUCCESS;  // what a test returned, if it failed
+
+  // Under MpiRuntime::mu: moves the collective on, and notes whether it is done (or failed).
+  void test() {
+    if (complete) return;
+    int flag = 0;
+    error =
+        MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE);
+    complete = flag != 0 || error != MPI_SUCCESS;
+  }
 };
 
 // [Note: MPI progress] OpenMPI advances a nonblocking collective (libnbc's schedule, the TCP and
@@ -209,11 +218,7 @@ void ProgressThread::run() {
       MPI_Finalized(&finalized);
       if (finalized) return;  // a program that brought its own MPI ended it
       for (const auto& r : batch) {
-        if (r->complete) continue;
-        int flag = 0;
-        r->error = MPI_Testall(static_cast<int>(r->requests.size()), r->requests.data(), &flag,
-                               MPI_STATUSES_IGNORE);
-        r->complete = flag != 0 || r->error != MPI_SUCCESS;
+        r->test();
         pending = pending || !r->complete;
       }
     }
@@ -273,15 +278,9 @@ class MpiWork : public Work {
     int rc;
     {
       std::lock_guard<std::mutex> lock(MpiRuntime::get().mu);
-      Requests& r = *requests_;
-      if (!r.complete) {
-        int flag = 0;
-        r.error = MPI_Testall(static_cast<int>(r.requests.size()), r.requests.data(), &flag,
-                              MPI_STATUSES_IGNORE);
-        r.complete = flag != 0 || r.error != MPI_SUCCESS;
-      }
-      complete = r.complete;
-      rc = r.error;
+      requests_->test();
+      complete = requests_->complete;
+      rc = requests_->error;
     }
     if (rc != MPI_SUCCESS) {
       error_ = "fsdp: " + what_ + " failed: " + mpi_error_string(rc);

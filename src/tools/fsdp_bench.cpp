@@ -7,6 +7,8 @@
 //            [--strategies NO_SHARD,SHARD_GRAD_OP,FULL_SHARD]
 //            [--variants plain,prefetch,ac,prefetch+ac] [--allocator fsdp|glibc] [--json FILE]
 //            [--label TEXT] [--checkpoint DIR] [--nproc 2] [--device cpu|cuda]
+//            [--intra-gbit G --inter-gbit G [--intra-us U] [--inter-us U]
+//             [--comm-cpu-gbit G] [--contention C]]
 // --model: GPT-2 124M, large (774M), XL (1.5B), a 2-layer toy, or `llama`, the shape of
 // configs/llama-small.yaml (grouped-query attention, SwiGLU, tied embeddings).
 // Started without a launcher it re-launches itself under `mpirun -np 2` (--nproc). A variant is
@@ -31,6 +33,10 @@
 // --label (bench/ scripts pass the BLAS kernel) is copied into every JSON record.
 // --checkpoint DIR: after the FULL_SHARD plain run, times a sharded checkpoint's save and load and
 // a full safetensors file's save and load under DIR.
+// --intra-gbit and --inter-gbit (the links, as fsdp-plan takes them; bench/netem.sh passes the
+// ones it makes): every rank first measures the compute alone (the model as a world of one, all
+// ranks at once), and a second table puts each step beside the time model's prediction
+// (fsdp/train/step_time.h; not for offload variants, which it does not model).
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <malloc.h>
 #include <sys/resource.h>

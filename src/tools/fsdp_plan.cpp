@@ -19,6 +19,7 @@
 // communication compute does not hide and tokens/s, for each strategy too. Its links have defaults
 // (kTimeFlags below) that the --intra-*/--inter-* flags replace.
 // Exit codes: 0 done, 2 a bad command line or config.
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
 #include <cstdio>
@@ -290,6 +291,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   time_flags.apply_defaults(cuda);
+  if (time_flags.profile_steps > 0 && cuda && !at::globalContext().hasCUDA()) {
+    std::cerr << "fsdp-plan: --profile runs the model here, but the config trains on cuda and "
+                 "CUDA is not available here: give --tflops T (a GPU's compute rate) instead\n";
+    return 2;
+  }
   const int local = c.num_processes / std::max(1, c.num_machines);  // the config checked it divides
   try {
     const std::vector<fsdp::UnitSize> units = fsdp::plan_units(c);
