@@ -13,7 +13,8 @@
 #                                 -- [fsdp-bench arguments]
 #   e.g. bench/netem.sh --rate 1gbit -- --model tiny --strategies FULL_SHARD
 # RATE: a number with kbit, mbit or gbit; DELAY: 0 or a number with us or ms. Under MPI,
-# FSDP_MPI_PROGRESS (default 1: the backend's progress thread) is passed to the ranks.
+# FSDP_MPI_PROGRESS (default 1: the backend's progress thread) is passed to the ranks; the mpirun
+# options are Open MPI 4's (Debian 12's 4.1, where this was run).
 # fsdp-bench also predicts each step with the time model (fsdp/train/step_time.h): the script
 # gives it the link it made (--inter-gbit: RATE times 0.95, what TCP carries of an Ethernet
 # link's bytes, 1448 of every 1514) and this machine's defaults for the rest (--intra-gbit 8.6,
@@ -154,6 +155,13 @@ run_gloo() {
 # shared-memory one would join ranks of different hosts through /dev/shm, past the links.
 run_mpi() {
   command -v mpirun >/dev/null || { echo "netem.sh: --backend mpi needs mpirun (OpenMPI)" >&2; return 2; }
+  local version
+  version=$(mpirun --version 2>/dev/null | head -1)
+  if [[ ! $version =~ \(Open\ MPI\)\ 4\. ]]; then
+    echo "netem.sh: --backend mpi needs Open MPI 4's mpirun; this is '$version', whose launcher" \
+      "(PRRTE) takes every namespace for the same host and joins their ranks past the links" >&2
+    return 2
+  fi
   local agent=$LOGS/agent.sh hosts=() h
   {
     echo '#!/bin/sh'
