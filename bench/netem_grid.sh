@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Issue 26's measurements in one command (as root): GPT-2 124M on emulated networks
 # (bench/netem.sh), each cell measured by fsdp-bench next to the time model's prediction, then
-# the tables and the plot (bench/netem_table.py) in OUT. About 45 minutes on 2 cores.
+# the tables and the plot (bench/netem_table.py) in OUT. About an hour on 2 cores.
 #
 # Usage: bench/netem_grid.sh [--out bench/results/netem-DATE] [--bin build/bin] [--steps 3]
 #                            [--seq 256] [--cells REGEX]
 # --cells: only the cells whose name matches (e.g. 'mpi'); the tables cover every JSON in OUT.
 # The cells (strategies x {plain, prefetch} in each):
-#   1 host x 2 ranks (loopback)        fp32  NO_SHARD, SHARD_GRAD_OP, FULL_SHARD
+#   1 host x 2 and x 4 ranks (loopback) fp32 NO_SHARD, SHARD_GRAD_OP, FULL_SHARD
 #   2 hosts x 1 rank at 1, 3, 10 Gbit  fp32  NO_SHARD, SHARD_GRAD_OP, FULL_SHARD
 #   2 hosts x 2 ranks at 1, 10 Gbit    fp32  NO_SHARD, FULL_SHARD, HYBRID_SHARD
+#   2 hosts x 2 ranks at 1 Gbit        fp32  SHARD_GRAD_OP
+#   2 hosts x 2 ranks at 1 Gbit        bf16  NO_SHARD, FULL_SHARD, HYBRID_SHARD
 #   2 hosts x 1 rank at 1, 10 Gbit     bf16  NO_SHARD, FULL_SHARD
 #   2 hosts x 1 rank at 1, 10 Gbit     fp32  NO_SHARD, FULL_SHARD over MPI
 #   2 hosts x 1 rank at 1 Gbit         fp32  FULL_SHARD over MPI without its progress thread
@@ -47,12 +49,15 @@ cell() {
 }
 
 cell h1x2-fp32 1 2 10gbit fp32 NO_SHARD,SHARD_GRAD_OP,FULL_SHARD
+cell h1x4-fp32 1 4 10gbit fp32 NO_SHARD,SHARD_GRAD_OP,FULL_SHARD
 for rate in 1gbit 3gbit 10gbit; do
   cell "h2x1-$rate-fp32" 2 1 "$rate" fp32 NO_SHARD,SHARD_GRAD_OP,FULL_SHARD
 done
 for rate in 1gbit 10gbit; do
   cell "h2x2-$rate-fp32" 2 2 "$rate" fp32 NO_SHARD,FULL_SHARD,HYBRID_SHARD
 done
+cell h2x2-1gbit-fp32-sgo 2 2 1gbit fp32 SHARD_GRAD_OP
+cell h2x2-1gbit-bf16 2 2 1gbit bf16 NO_SHARD,FULL_SHARD,HYBRID_SHARD
 for rate in 1gbit 10gbit; do
   cell "h2x1-$rate-bf16" 2 1 "$rate" bf16 NO_SHARD,FULL_SHARD
 done
