@@ -178,7 +178,10 @@ run_mpi() {
   [[ -n $JSON ]] && json=(--json "$JSON")
   local hostlist env=(-x OMP_NUM_THREADS=1 -x PATH -x FSDP_MPI_PROGRESS)
   hostlist=$(IFS=,; echo "${hosts[*]}")
-  [[ -n ${LD_LIBRARY_PATH:-} ]] && env+=(-x LD_LIBRARY_PATH)
+  local var
+  for var in LD_LIBRARY_PATH ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS; do
+    [[ -n ${!var:-} ]] && env+=(-x "$var")  # mpirun passes on only what it is told to
+  done
   # In the background: a signal to this script then stops it at once (bash runs traps only
   # between commands), and the clean-up kills what runs in the namespaces.
   ip netns exec "$(host_ns 0)" mpirun --allow-run-as-root --oversubscribe \

@@ -48,7 +48,9 @@ print(f"{r['backend']}: measured {step:.3f} s, predicted {pred:.3f} s ({pred / s
       f"collectives predicted {r['predicted']['in_collectives']:.3f} s")
 assert r["backend"] == sys.argv[2] and r["world_size"] == 2, r
 assert r["links"]["ranks_per_host"] == 1, r
-assert r["predicted"]["in_collectives"] > 0.8 * pred, "not bandwidth-bound: the test proves little"
+# Mostly bandwidth-bound (0.7: a sanitized build computes three times as long), or the check
+# says little about the links.
+assert r["predicted"]["in_collectives"] > 0.7 * pred, "not bandwidth-bound: the test proves little"
 assert abs(pred / step - 1) <= 0.20, f"prediction off by more than 20%: {pred / step:.3f}"
 EOF
 }
