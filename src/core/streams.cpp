@@ -14,6 +14,10 @@ c10::Stream current_stream(c10::Device device) {
 }
 }  // namespace
 
+void synchronize_current_stream(c10::Device device) {
+  if (!device.is_cpu()) current_stream(device).synchronize();
+}
+
 SideStreams::SideStreams(c10::Device device) : device_(device) {
   if (device.is_cpu()) return;
   // High priority, as FSDP2's: a collective's few kernels should not queue behind compute's.

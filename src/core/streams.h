@@ -24,6 +24,10 @@
 
 namespace fsdp {
 
+// Waits until the work queued on `device`'s current stream has run, so that a clock read after
+// it times the work, not its queueing. Nothing to wait for on the CPU.
+void synchronize_current_stream(c10::Device device);
+
 // The runtime's side streams on one device: none on the CPU.
 class SideStreams {
  public:

@@ -37,7 +37,6 @@
 // ones it makes): every rank first measures the compute alone (the model as a world of one, all
 // ranks at once), and a second table puts each step beside the time model's prediction
 // (fsdp/train/step_time.h; not for offload variants, which it does not model).
-#include <c10/core/impl/VirtualGuardImpl.h>
 #include <malloc.h>
 #include <sys/resource.h>
 
@@ -53,6 +52,7 @@
 #include <sstream>
 
 #include "core/device_memory.h"
+#include "core/streams.h"
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/checkpoint/full_state.h"
 #include "fsdp/fsdp.h"
@@ -256,12 +256,6 @@ int64_t minor_faults() {
 
 double mib(int64_t bytes) { return bytes / (1024.0 * 1024.0); }
 
-// Waits for the work queued on the device (its current stream, which waits for the collectives),
-// so that a clock read after it times the work, not its queueing. Nothing to wait for on the CPU.
-void synchronize(c10::Device device) {
-  if (!device.is_cpu()) c10::impl::VirtualGuardImpl(device.type()).getStream(device).synchronize();
-}
-
 // The largest value over the ranks.
 int64_t max_over_ranks(fsdp::Comm& world, int64_t mine) {
   std::vector<int64_t> all(static_cast<size_t>(world.size()));
@@ -388,14 +382,12 @@ fsdp::TimeModelOptions time_options(const Args& a, const std::string& variant, f
   if (!profiles.count(ac)) profiles[ac] = compute_alone(a, ac ? "ac" : "plain", world);
   fsdp::TimeModelOptions o;
   o.compute = profiles[ac];
-  o.intra = {a.intra_gbit * 1e9 / 8, a.intra_us * 1e-6};
-  o.inter = {a.inter_gbit * 1e9 / 8, a.inter_us * 1e-6};
+  o.intra = fsdp::link_from_gbit(a.intra_gbit, a.intra_us);
+  o.inter = fsdp::link_from_gbit(a.inter_gbit, a.inter_us);
   o.ranks_per_host = world.local_size();
   o.comm_cpu_bandwidth = a.comm_cpu_gbit * 1e9 / 8;
   o.contention = a.contention;
-  o.algorithms = world.backend() == "gloo"  ? fsdp::CollectiveAlgorithms::kGloo
-                 : world.backend() == "mpi" ? fsdp::CollectiveAlgorithms::kOpenMpi
-                                            : fsdp::CollectiveAlgorithms::kRing;
+  o.algorithms = fsdp::collective_algorithms(world.backend());
   return o;
 }
 
@@ -427,19 +419,21 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
   auto gen = at::make_generator<at::CPUGeneratorImpl>(world->rank() + 1);
   const at::Tensor tokens =
       at::randint(c.model.vocab_size, {a.batch, a.seq + 1}, gen, at::kLong).to(device);
+  // Each phase ends with the device's current stream synchronised (it waits for the collectives),
+  // so that the clocks time the work, not its queueing.
   auto step = [&] {
     StepTimes t;
-    synchronize(device);
+    fsdp::synchronize_current_stream(device);
     world->barrier();
     const int64_t blocked = counts->blocked_ns, faults = minor_faults();
     const auto t0 = Clock::now();
     opt.zero_grad();
     at::Tensor loss =
         fsdp::gpt2_loss(lm.forward(tokens.narrow(1, 0, a.seq)), tokens.narrow(1, 1, a.seq));
-    synchronize(device);
+    fsdp::synchronize_current_stream(device);
     const auto t1 = Clock::now();
     (scaler ? scaler->scale(loss) : loss).backward();
-    synchronize(device);
+    fsdp::synchronize_current_stream(device);
     const auto t2 = Clock::now();
     if (scaler) {
       scaler->step(opt, *world);
@@ -448,7 +442,7 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
       opt.step();
     }
     r.loss = loss.item<double>();
-    synchronize(device);
+    fsdp::synchronize_current_stream(device);
     const auto t3 = Clock::now();
     auto ns = [](Clock::duration d) {
       return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();

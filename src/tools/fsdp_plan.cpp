@@ -134,14 +134,12 @@ TimeFlags take_time_flags(std::vector<std::string>& args) {
 fsdp::TimeModelOptions time_options(const TimeFlags& f, const fsdp::TrainConfig& c, int local,
                                     int64_t parameters) {
   fsdp::TimeModelOptions o;
-  o.intra = {f.intra_gbit * 1e9 / 8, f.intra_us * 1e-6};
-  o.inter = {f.inter_gbit * 1e9 / 8, f.inter_us * 1e-6};
+  o.intra = fsdp::link_from_gbit(f.intra_gbit, f.intra_us);
+  o.inter = fsdp::link_from_gbit(f.inter_gbit, f.inter_us);
   o.ranks_per_host = local;
   o.comm_cpu_bandwidth = f.comm_cpu_gbit * 1e9 / 8;
   o.contention = f.contention;
-  o.algorithms = f.backend == "gloo"  ? fsdp::CollectiveAlgorithms::kGloo
-                 : f.backend == "mpi" ? fsdp::CollectiveAlgorithms::kOpenMpi
-                                      : fsdp::CollectiveAlgorithms::kRing;
+  o.algorithms = fsdp::collective_algorithms(f.backend);
   if (f.profile_steps > 0) {
     std::cerr << "fsdp-plan: measuring compute here (" << f.profile_steps
               << " steps of the model as one rank)...\n";

@@ -1,13 +1,12 @@
 // The time model's measured compute (fsdp/train/step_time.h, measure_compute_profile): the
 // configured model trained on this machine as one rank of a world of one, so that every
 // collective is a no-op and what is left is the compute, the casts and the copies a rank does.
-#include <c10/core/impl/VirtualGuardImpl.h>
-
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <vector>
 
+#include "core/streams.h"
 #include "fsdp/fsdp.h"
 #include "fsdp/models/gpt2.h"
 #include "fsdp/train/step_time.h"
@@ -15,10 +14,6 @@
 
 namespace fsdp {
 namespace {
-
-void synchronize(c10::Device device) {
-  if (!device.is_cpu()) c10::impl::VirtualGuardImpl(device.type()).getStream(device).synchronize();
-}
 
 double median(std::vector<double> v) {
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
@@ -43,17 +38,17 @@ ComputeProfile measure_compute_profile(const TrainConfig& config, int steps) {
   std::vector<double> forward, backward, optimizer;
   const auto seconds = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
   for (int i = 0; i <= steps; ++i) {  // the first is a warm-up: buffers faulted in, AdamW state
-    synchronize(device);
+    synchronize_current_stream(device);
     const auto t0 = Clock::now();
     opt.zero_grad();
     at::Tensor loss = gpt2_loss(lm.forward(tokens.narrow(1, 0, s)), tokens.narrow(1, 1, s));
-    synchronize(device);
+    synchronize_current_stream(device);
     const auto t1 = Clock::now();
     loss.backward();
-    synchronize(device);
+    synchronize_current_stream(device);
     const auto t2 = Clock::now();
     opt.step();
-    synchronize(device);
+    synchronize_current_stream(device);
     const auto t3 = Clock::now();
     if (i == 0) continue;
     forward.push_back(seconds(t1 - t0));

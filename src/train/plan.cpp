@@ -28,13 +28,6 @@ int shard_count_of(const TrainConfig& c, int world_size, int local_size) {
 
 int64_t padded(int64_t numel, int shards) { return (numel + shards - 1) / shards * shards; }
 
-// Units gathered ahead by a prefetch: its depth, capped by the rate limit and the blocks there are.
-int64_t ahead(const FsdpConfig& f, int64_t blocks) {
-  int64_t n = f.prefetch_depth;
-  if (f.limit_all_gathers > 0) n = std::min<int64_t>(n, f.limit_all_gathers);
-  return std::max<int64_t>(0, std::min(n, blocks - 1));
-}
-
 // Padded element counts: the root's, the largest block's, all blocks' together, and how many
 // blocks (non-root units) there are.
 struct UnitElems {
@@ -60,10 +53,10 @@ int64_t gathered_peak(const Plan& p, const TrainConfig& c, const UnitElems& e, i
   if (!reshards_after_forward(c.fsdp.sharding_strategy) || e.blocks == 0) {
     return (e.root + e.all_blocks) * elem;
   }
-  const int64_t forward = 1 + (c.fsdp.forward_prefetch ? ahead(c.fsdp, e.blocks) : 0);
-  const int64_t backward =
-      1 +
-      (c.fsdp.backward_prefetch == BackwardPrefetch::kBackwardPre ? ahead(c.fsdp, e.blocks) : 0);
+  const int64_t forward = 1 + (c.fsdp.forward_prefetch ? prefetch_ahead(c.fsdp, e.blocks) : 0);
+  const int64_t backward = 1 + (c.fsdp.backward_prefetch == BackwardPrefetch::kBackwardPre
+                                    ? prefetch_ahead(c.fsdp, e.blocks)
+                                    : 0);
   return (e.root + std::max(forward, backward) * e.block) * elem;
 }
 
@@ -167,6 +160,12 @@ std::string mib(int64_t bytes) {
 }
 
 }  // namespace
+
+int64_t prefetch_ahead(const FsdpConfig& f, int64_t blocks) {
+  int64_t n = f.prefetch_depth;
+  if (f.limit_all_gathers > 0) n = std::min<int64_t>(n, f.limit_all_gathers);
+  return std::max<int64_t>(0, std::min(n, blocks - 1));
+}
 
 std::vector<UnitSize> plan_units(const TrainConfig& config) {
   CausalLM lm = build_model(config);  // deferred: shapes only

@@ -146,10 +146,15 @@ class Replay {
   std::deque<Pending> pending_;
 };
 
+// The vocabulary projection's FLOPs in one micro-batch's forward: 2 V h per token.
+double head_flops(const TrainConfig& c) {
+  return 2.0 * static_cast<double>(c.model.vocab_size) * static_cast<double>(c.model.width()) *
+         static_cast<double>(c.train.micro_batch_size * c.data.seq_len);
+}
+
 std::vector<double> unit_flop_shares(const Plan& p, const TrainConfig& c) {
   const double total = forward_flops(c, p.parameters);
-  const double head =
-      2.0 * c.model.vocab_size * c.model.width() * c.train.micro_batch_size * c.data.seq_len;
+  const double head = head_flops(c);
   std::vector<double> share(p.units.size(), 0);
   if (p.units.size() == 1 || total <= 0) {
     share.back() = 1;
@@ -203,9 +208,7 @@ Replay::Replay(const Plan& p, const TrainConfig& c, const TimeModelOptions& o)
     forward_.push_back(o.compute.forward * share[u]);
     backward_.push_back(o.compute.backward * share[u]);
   }
-  int64_t depth = c.fsdp.prefetch_depth;
-  if (c.fsdp.limit_all_gathers > 0) depth = std::min<int64_t>(depth, c.fsdp.limit_all_gathers);
-  ahead_ = std::max<int64_t>(0, std::min<int64_t>(depth, static_cast<int64_t>(blocks_) - 1));
+  ahead_ = prefetch_ahead(c.fsdp, static_cast<int64_t>(blocks_));
 }
 
 // The root is gathered first and kept; each block waits for its gather, and with forward
@@ -291,9 +294,7 @@ StepTimePlan Replay::run() {
     forward();
     backward(/*reduce_now=*/m + 1 == micro);  // no_sync before the last micro-batch
   }
-  int64_t shard_elems = 0;
-  for (const auto& u : plan_.units)
-    shard_elems += padded(u.numel, plan_.shard_count) / plan_.shard_count;
+  const int64_t shard_elems = plan_.memory.params / 4;  // the fp32 master shards' elements
   StepTimePlan t;
   t.compute = static_cast<double>(micro) * (options_.compute.forward + options_.compute.backward);
   t.optimizer = options_.compute.optimizer * static_cast<double>(shard_elems) /
@@ -325,7 +326,7 @@ double forward_flops(const TrainConfig& c, int64_t parameters) {
   const double head_dim = m.head_dim > 0 ? static_cast<double>(m.head_dim) : h / m.n_head;
   // Scores q.k and their weighted sum of v: 2 x 2 x s^2 x (heads x head_dim) per sequence.
   const double attention = 4.0 * b * s * s * m.n_head * head_dim * static_cast<double>(m.n_layer);
-  return 2 * tokens * std::max(0.0, matrices) + 2 * tokens * v * h + attention;
+  return 2 * tokens * std::max(0.0, matrices) + head_flops(c) + attention;
 }
 
 ComputeProfile profile_from_rates(const TrainConfig& c, int64_t parameters, double flops_per_second,
@@ -343,6 +344,16 @@ ComputeProfile profile_from_rates(const TrainConfig& c, int64_t parameters, doub
                 memory_bandwidth / 1e9);
   p.source = buf;
   return p;
+}
+
+CollectiveAlgorithms collective_algorithms(const std::string& backend) {
+  if (backend == "gloo") return CollectiveAlgorithms::kGloo;
+  if (backend == "mpi") return CollectiveAlgorithms::kOpenMpi;
+  return CollectiveAlgorithms::kRing;
+}
+
+LinkSpec link_from_gbit(double gbit_per_second, double latency_us) {
+  return {gbit_per_second * 1e9 / 8, latency_us * 1e-6};
 }
 
 StepTimePlan predict_step_time(const Plan& plan, const TrainConfig& config,

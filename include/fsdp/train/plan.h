@@ -69,6 +69,10 @@ std::vector<UnitSize> plan_units(const TrainConfig& config);
 Plan plan_training(const TrainConfig& config, int world_size, int local_size,
                    std::vector<UnitSize> units);
 
+// Units a prefetch gathers ahead of the one in use: `prefetch_depth`, capped by
+// `limit_all_gathers` and by the blocks (non-root units) there are.
+int64_t prefetch_ahead(const FsdpConfig& fsdp, int64_t blocks);
+
 // A human-readable breakdown (MiB) of one plan.
 std::string format_plan(const Plan& plan);
 

@@ -42,6 +42,13 @@ enum class CollectiveAlgorithms {
   kOpenMpi,
 };
 
+// The algorithms of a backend by its name (Comm::backend(), fsdp-plan's --backend): "gloo",
+// "mpi"; anything else (nccl) rings.
+CollectiveAlgorithms collective_algorithms(const std::string& backend);
+
+// A link given as people quote one: Gbit/s and microseconds.
+LinkSpec link_from_gbit(double gbit_per_second, double latency_us);
+
 struct TimeModelOptions {
   ComputeProfile compute;
   // Links. intra: between ranks of one host (shared memory, loopback, NVLink); inter: each
