@@ -113,6 +113,7 @@ wait $pid 2>/dev/null
 expect_netem_error "a bad rate" "--rate" --rate 10gb --bin "$BIN"
 expect_netem_error "too many hosts" "--hosts" --hosts 12 --bin "$BIN"
 expect_netem_error "an unknown option" "unknown option" --speed 1 --bin "$BIN"
+expect_netem_error "a bad backend" "--backend: gloo or mpi" --backend nccl --bin "$BIN"
 
 ((failures == 0)) && echo "netem_test: all passed"
 exit $((failures > 0))
