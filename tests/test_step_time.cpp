@@ -226,8 +226,11 @@ TEST(StepTime, FlopsCountTheMatricesTheHeadAndAttention) {
   const ComputeProfile p = profile_from_rates(c, plan.parameters, 1e9, 1e9);
   EXPECT_NEAR(p.forward, expected / 1e9, 1e-12);
   EXPECT_NEAR(p.backward, 2 * p.forward, 1e-12);
+  EXPECT_NEAR(achieved_flops_per_second(c, plan.parameters, p), 1e9, 1e-3);  // no recomputation
   c.fsdp.activation_checkpointing = true;
-  EXPECT_NEAR(profile_from_rates(c, plan.parameters, 1e9, 1e9).backward, 3 * p.forward, 1e-12);
+  const ComputeProfile checkpointed = profile_from_rates(c, plan.parameters, 1e9, 1e9);
+  EXPECT_NEAR(checkpointed.backward, 3 * p.forward, 1e-12);
+  EXPECT_NEAR(achieved_flops_per_second(c, plan.parameters, checkpointed), 1e9, 1e-3);
   EXPECT_THROW(profile_from_rates(c, plan.parameters, 0, 1e9), std::invalid_argument);
 }
 

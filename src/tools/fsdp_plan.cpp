@@ -144,6 +144,11 @@ fsdp::TimeModelOptions time_options(const TimeFlags& f, const fsdp::TrainConfig&
     std::cerr << "fsdp-plan: measuring compute here (" << f.profile_steps
               << " steps of the model as one rank)...\n";
     o.compute = fsdp::measure_compute_profile(c, f.profile_steps);
+    // The figure to give --tflops when planning a cluster of these devices for this shape.
+    char rate[64];
+    std::snprintf(rate, sizeof(rate), ", %.3g TFLOP/s achieved",
+                  fsdp::achieved_flops_per_second(c, parameters, o.compute) / 1e12);
+    o.compute.source += rate;
   } else {
     o.compute = fsdp::profile_from_rates(c, parameters, f.tflops * 1e12, f.memory_gbps * 1e9);
   }

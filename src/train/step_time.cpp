@@ -346,6 +346,13 @@ ComputeProfile profile_from_rates(const TrainConfig& c, int64_t parameters, doub
   return p;
 }
 
+double achieved_flops_per_second(const TrainConfig& c, int64_t parameters,
+                                 const ComputeProfile& p) {
+  const double passes = c.fsdp.activation_checkpointing ? 4 : 3;
+  const double seconds = p.forward + p.backward;
+  return seconds > 0 ? passes * forward_flops(c, parameters) / seconds : 0;
+}
+
 CollectiveAlgorithms collective_algorithms(const std::string& backend) {
   if (backend == "gloo") return CollectiveAlgorithms::kGloo;
   if (backend == "mpi") return CollectiveAlgorithms::kOpenMpi;

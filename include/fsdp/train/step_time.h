@@ -88,6 +88,11 @@ double forward_flops(const TrainConfig& config, int64_t parameters);
 ComputeProfile profile_from_rates(const TrainConfig& config, int64_t parameters,
                                   double flops_per_second, double memory_bandwidth);
 
+// The rate a profile achieved, as --tflops takes it (the inverse of profile_from_rates: forward
+// and backward FLOPs, the recomputation under activation checkpointing counted, over their time).
+double achieved_flops_per_second(const TrainConfig& config, int64_t parameters,
+                                 const ComputeProfile& profile);
+
 // A profile measured here: the model built from `config` on this machine's device, one rank, no
 // collective, `steps` timed steps after a warm-up; the medians. Runs LibTorch (seconds to minutes
 // for large models).
