@@ -1,7 +1,7 @@
 // The host allocator (fsdp/host_memory.h): it counts live tensor bytes exactly, reuses a cached
-// block for a tensor of the same size instead of mapping a new one, serves LibTorch's raw
-// allocations, and gives cached blocks back once it would hold more than its headroom over the
-// live peak.
+// block for a tensor of the same size (or up to half as large again) instead of mapping a new
+// one, serves LibTorch's raw allocations, and gives cached blocks back once it would hold more
+// than its headroom over the live peak.
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
@@ -65,6 +65,32 @@ TEST_F(HostMemory, ReusesACachedBlockOfTheSameSize) {
   // A different size maps its own block.
   at::Tensor b = at::empty({5 * kMiB}, at::kByte);
   EXPECT_EQ(fsdp::host_memory().mapped_blocks, mapped + 1);
+}
+
+// The suite's allocator has the default slack (0.5): a request takes the shortest cached block
+// that fits up to half as long again, and the block stays its own length when it is cached again.
+TEST_F(HostMemory, ReusesALongerCachedBlockWithinTheSlack) {
+  SKIP_WITHOUT_CACHE();
+  { at::Tensor a = at::empty({8 * kMiB}, at::kByte); }
+  const fsdp::HostMemoryStats before = fsdp::host_memory();
+  {
+    at::Tensor b = at::empty({6 * kMiB}, at::kByte);  // 6 MiB in the cached 8 MiB block
+    b.fill_(3);  // its last byte too (no reduction here: it would allocate)
+    EXPECT_EQ(b[6 * kMiB - 1].item<uint8_t>(), 3);
+    const fsdp::HostMemoryStats s = fsdp::host_memory();
+    EXPECT_EQ(s.mapped_blocks, before.mapped_blocks);
+    EXPECT_EQ(s.live - before.live, 6 * kMiB);                   // live counts what was asked for,
+    EXPECT_EQ(before.cached - s.cached, 8 * kMiB + (64 << 10));  // held: the block's length
+  }
+  // Back in the cache at its own length: an 8 MiB request takes it again.
+  EXPECT_EQ(fsdp::host_memory().cached, before.cached);
+  { at::Tensor c = at::empty({8 * kMiB}, at::kByte); }
+  EXPECT_EQ(fsdp::host_memory().mapped_blocks, before.mapped_blocks);
+  // Past the slack (8 MiB is more than half as long again as 5 MiB) a request maps its own.
+  { at::Tensor d = at::empty({5 * kMiB}, at::kByte); }
+  EXPECT_EQ(fsdp::host_memory().mapped_blocks, before.mapped_blocks + 1);
+  fsdp::release_cached_host_memory();
+  EXPECT_EQ(fsdp::host_memory().cached, 0);
 }
 
 TEST_F(HostMemory, ServesRawAllocations) {

@@ -5,11 +5,11 @@
 // every step. glibc either hands them back to the system (mmap), so each step faults every page
 // in again (here: a 124M-parameter step takes 4x as long), or keeps them in its heap, where
 // blocks of mixed sizes fragment it and the resident set grows 1.3-2 GiB past what is live. This
-// allocator maps each large block on its own and caches it by size, so a step reuses the last
-// step's blocks, and it gives cached blocks back once what it holds would pass the highest live
-// total so far by more than a headroom, so the resident set stays near the planner's figure.
-// Small blocks go to malloc, counted but not cached; so do all blocks in a build with
-// AddressSanitizer (FSDP_SANITIZE), which must see every allocation.
+// allocator maps each large block on its own and caches it by length, so a step reuses the last
+// step's blocks (a request may take one somewhat longer), and it gives cached blocks back once what
+// it holds would pass the highest live total so far by more than a headroom, so the resident set
+// stays near the planner's figure. Small blocks go to malloc, counted but not cached; so do all
+// blocks in a build with AddressSanitizer (FSDP_SANITIZE), which must see every allocation.
 #pragma once
 
 #include <cstddef>
@@ -29,6 +29,14 @@ struct HostAllocatorOptions {
   // bound is a guard against sizes that keep changing, not a target: steady steps hold what they
   // reuse.
   double headroom = 0.5;
+  // A request may take a cached block up to this fraction longer than it needs. Default: 0.5.
+  // A step's phases ask for large sizes the others don't: GPT-2's V-wide logits and their
+  // gradients at the loss, the tied embedding's V x h gradients at the end of backward. Reused
+  // only at their exact length, each phase's blocks sat cached through the other's, and the
+  // resident set carried both (124M at 2 x 512 tokens a rank: 550 MiB held above the live
+  // peak, 180 with this slack). A longer block's tail is already resident: taking it costs nothing
+  // a fresh mapping would not. 0: exact lengths only.
+  double reuse_slack = 0.5;
 };
 
 struct HostMemoryStats {

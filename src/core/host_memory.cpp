@@ -2,9 +2,10 @@
 // long (the requested size and, for a large block, its mapping's length), so the deleter needs no
 // table and LibTorch's raw allocations (raw_allocate/raw_deleter) work as with its default
 // allocator. Large blocks are rounded up to 64 KiB so that tensors of nearly equal sizes share
-// cached blocks; a cached block is reused only for exactly its length. The cache gives back the
-// blocks freed longest ago first: blocks of sizes a step no longer uses (the model as built before
-// sharding, a finished run's buffers) go before the ones each step comes back to.
+// cached blocks; a request takes the shortest cached block that fits, up to reuse_slack longer,
+// and the block keeps its own length for its life (the header says which). The cache gives back
+// the blocks freed longest ago first: blocks of sizes a step no longer uses (the model as built
+// before sharding, a finished run's buffers) go before the ones each step comes back to.
 #include "fsdp/host_memory.h"
 
 #include <c10/core/Allocator.h>
@@ -69,7 +70,7 @@ class HostAllocator final : public compat::Allocator {
     if (n >= options_.cache_min_bytes) {
       length = (n + kHeader + kGranule - 1) / kGranule * kGranule;
       std::lock_guard<std::mutex> lock(mutex_);
-      base = reuse_or_map(length, bytes);
+      base = reuse_or_map(length, bytes);  // `length` becomes the block's, which may be longer
       count_live(bytes);
     } else {
       base = c10::alloc_cpu(n + kHeader);  // throws c10::Error when out of memory
@@ -91,11 +92,15 @@ class HostAllocator final : public compat::Allocator {
     stats_.cached += static_cast<int64_t>(h->mapped);
   }
 
-  // Under the lock: a cached block of exactly `length`, or a fresh mapping once enough cached
-  // blocks are given back that what is held stays within the headroom over the live peak.
-  void* reuse_or_map(size_t length, int64_t n) {
-    auto it = by_length_.find(length);
-    if (it != by_length_.end()) {
+  // Under the lock: the shortest cached block of at least `length` and at most reuse_slack
+  // longer, or a fresh mapping once enough cached blocks are given back that what is held stays
+  // within the headroom over the live peak. Sets `length` to the block's.
+  void* reuse_or_map(size_t& length, int64_t n) {
+    const auto longest =
+        static_cast<size_t>(static_cast<double>(length) * (1 + options_.reuse_slack));
+    auto it = by_length_.lower_bound(length);
+    if (it != by_length_.end() && it->first <= longest) {
+      length = it->first;
       void* base = it->second->base;
       lru_.erase(it->second);
       by_length_.erase(it);

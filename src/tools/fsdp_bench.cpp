@@ -279,6 +279,9 @@ struct Result {
   // Peaks over the ranks and repeats, above the values before the model was built: live tensor
   // bytes and resident set.
   int64_t peak_tensors = 0, peak_rss = 0;
+  // The resident set's peak over the run, warm-up included, as it is (libraries and all): what
+  // PyTorch's runs report (bench/fsdp2_cpu.py), and what a host's memory limit meets.
+  int64_t peak_rss_absolute = 0;
   int64_t peak_held = 0;     // live tensors and the host allocator's cached blocks
   int64_t fresh_blocks = 0;  // large blocks the host allocator mapped during the timed steps
   // GPU runs: the CUDA caching allocator's peaks during the timed steps (absolute, as
@@ -456,6 +459,7 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
   };
   step();  // warm-up: records the unit order, faults in buffers, allocates AdamW state
   world->barrier();
+  const int64_t warmup_peak_kib = read_status_kib("VmHWM:");
   model->reset_peak_memory();
   counts->reset();
   restart_peak_rss();  // the timed steps' peak, over heap the warm-up left in place
@@ -465,7 +469,9 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
   std::vector<StepTimes> mine;
   for (int i = 0; i < a.steps; ++i) mine.push_back(step());
   r.steps = slowest_rank(*world, mine);
-  r.peak_rss = max_over_ranks(*world, (read_status_kib("VmHWM:") - baseline_kib) * 1024);
+  const int64_t peak_kib = read_status_kib("VmHWM:");
+  r.peak_rss = max_over_ranks(*world, (peak_kib - baseline_kib) * 1024);
+  r.peak_rss_absolute = max_over_ranks(*world, std::max(peak_kib, warmup_peak_kib) * 1024);
   const fsdp::HostMemoryStats host = fsdp::host_memory();
   r.peak_tensors = max_over_ranks(*world, host.peak_live - baseline_tensors);
   r.peak_held = max_over_ranks(*world, host.peak_held - baseline_tensors);
@@ -485,6 +491,7 @@ void merge(Result& into, const Result& again) {
   into.steps.insert(into.steps.end(), again.steps.begin(), again.steps.end());
   into.peak_tensors = std::max(into.peak_tensors, again.peak_tensors);
   into.peak_rss = std::max(into.peak_rss, again.peak_rss);
+  into.peak_rss_absolute = std::max(into.peak_rss_absolute, again.peak_rss_absolute);
   into.fresh_blocks = std::max(into.fresh_blocks, again.fresh_blocks);
   into.peak_held = std::max(into.peak_held, again.peak_held);
   into.peak_device_allocated = std::max(into.peak_device_allocated, again.peak_device_allocated);
@@ -520,6 +527,7 @@ std::string json_record(const Args& a, int n, const std::string& backend, const 
     << ", \"allocator\": \"" << a.allocator << "\", \"fresh_blocks\": " << r.fresh_blocks
     << ", \"peak_tensor_bytes\": " << r.peak_tensors << ", \"peak_held_bytes\": " << r.peak_held
     << ", \"peak_rss_bytes\": " << r.peak_rss
+    << ", \"peak_rss_absolute_bytes\": " << r.peak_rss_absolute
     << ", \"peak_device_allocated_bytes\": " << r.peak_device_allocated
     << ", \"peak_device_reserved_bytes\": " << r.peak_device_reserved
     << ", \"host_shard_bytes\": " << m.host_shard_bytes << ", \"model_state_bytes\": "

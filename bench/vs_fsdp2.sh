@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# fsdp.cpp against PyTorch FSDP2 on the CPU, on one host, in one run: the same model (GPT-2),
+# batch, sequence, dtype, ranks (one intra-op thread each), backend (Gloo over loopback) and
+# strategy (FULL_SHARD, forward and backward prefetch), alternated --repeats times so that a slow
+# stretch of the machine touches both. fsdp.cpp's side is fsdp-bench; FSDP2's is
+# bench/fsdp2_cpu.py; both started by fsdp-run. Writes every JSON record and a Markdown table of
+# tokens/s and absolute peak resident memory per rank (VmHWM, the libraries and Python included),
+# with the ratios, into OUT.
+#
+# Both sides should run on the same LibTorch (the issue's setting: Debian sid's 2.14.1): inside
+# the sid chroot, with fsdp.cpp built there:
+#   FSDP_CHROOT_SUITE=sid scripts/chroot.sh bash -c \
+#     'cmake -S . -B build-sid -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build-sid &&
+#      bench/vs_fsdp2.sh --bin build-sid/bin --out bench/results/vs-fsdp2-DATE'
+# Debian's torch has no libuv (USE_LIBUV=0 is set here for its TCPStore).
+#
+# Usage: bench/vs_fsdp2.sh [--bin build/bin] [--out DIR] [--repeats 2] [--steps 5]
+#                          [--nproc 2] [--seq 512] [--batch 2] [--dtype fp32|bf16]
+#                          [--allocator fsdp|glibc]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=build/bin OUT=bench/results/vs-fsdp2 REPEATS=2 STEPS=5 NPROC=2 SEQ=512 BATCH=2 DTYPE=fp32
+ALLOCATOR=fsdp
+while (($#)); do
+  case $1 in
+    --bin | --out | --repeats | --steps | --nproc | --seq | --batch | --dtype | --allocator)
+      [[ $# -ge 2 ]] || { echo "vs_fsdp2.sh: $1 needs a value" >&2; exit 2; }
+      declare "$(tr 'a-z-' 'A-Z_' <<<"${1#--}")=$2"
+      shift 2
+      ;;
+    *) echo "vs_fsdp2.sh: unknown option '$1' (see the usage in $0)" >&2; exit 2 ;;
+  esac
+done
+[[ -x $BIN/fsdp-bench && -x $BIN/fsdp-run ]] || { echo "vs_fsdp2.sh: no fsdp-bench or fsdp-run in $BIN" >&2; exit 2; }
+python3 -c 'import torch, transformers' 2>/dev/null ||
+  { echo "vs_fsdp2.sh: python3 here has no torch or transformers (run it in the sid chroot)" >&2; exit 2; }
+mkdir -p "$OUT"
+export USE_LIBUV=0 OMP_NUM_THREADS=1
+source scripts/env.sh
+{
+  date -u
+  lscpu | grep -E 'Model name|^CPU\(s\)' | sed 's/  */ /g'
+  python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
+} >"$OUT/machine.txt"
+cat "$OUT/machine.txt"
+for ((r = 1; r <= REPEATS; r++)); do
+  "$BIN/fsdp-run" --backend gloo --nproc-per-node "$NPROC" "$BIN/fsdp-bench" --model 124m \
+    --seq "$SEQ" --batch "$BATCH" --steps "$STEPS" --dtype "$DTYPE" --strategies FULL_SHARD \
+    --variants prefetch --allocator "$ALLOCATOR" --json "$OUT/fsdp-cpp-$r.json" >"$OUT/fsdp-cpp-$r.log" 2>&1 ||
+    { echo "vs_fsdp2.sh: fsdp-bench failed:"; tail -n 20 "$OUT/fsdp-cpp-$r.log"; exit 1; } >&2
+  "$BIN/fsdp-run" --backend gloo --nproc-per-node "$NPROC" python3 bench/fsdp2_cpu.py --seq "$SEQ" \
+    --batch "$BATCH" --steps "$STEPS" --dtype "$DTYPE" --out "$OUT/fsdp2-$r.json" >"$OUT/fsdp2-$r.log" 2>&1 ||
+    { echo "vs_fsdp2.sh: FSDP2 failed:"; tail -n 20 "$OUT/fsdp2-$r.log"; exit 1; } >&2
+  echo "repeat $r of $REPEATS done"
+done
+python3 bench/vs_fsdp2_table.py "$OUT" | tee "$OUT/table.md"
