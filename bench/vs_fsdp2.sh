@@ -7,11 +7,13 @@
 # tokens/s and absolute peak resident memory per rank (VmHWM, the libraries and Python included),
 # with the ratios, into OUT.
 #
-# Both sides should run on the same LibTorch (the issue's setting: Debian sid's 2.14.1): inside
-# the sid chroot, with fsdp.cpp built there:
+# Both sides should run on the same LibTorch (Debian sid's 2.14.1, whose python3-torch and
+# python3-transformers FSDP2 needs): inside the sid chroot, which starts in the repository's root,
+# with fsdp.cpp built there (about 25 minutes on 2 cores; the run, 3 repeats, about 8 more):
 #   FSDP_CHROOT_SUITE=sid scripts/chroot.sh bash -c \
-#     'cmake -S . -B build-sid -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build-sid &&
-#      bench/vs_fsdp2.sh --bin build-sid/bin --out bench/results/vs-fsdp2-DATE'
+#     'cmake -S . -B build-sid -G Ninja -DCMAKE_BUILD_TYPE=Release &&
+#      cmake --build build-sid --target fsdp-bench fsdp-run &&
+#      bench/vs_fsdp2.sh --bin build-sid/bin --out bench/results/vs-fsdp2-DATE --repeats 3 --steps 4'
 # Debian's torch has no libuv (USE_LIBUV=0 is set here for its TCPStore).
 #
 # Usage: bench/vs_fsdp2.sh [--bin build/bin] [--out DIR] [--repeats 2] [--steps 5]
