@@ -4,16 +4,17 @@
 One rank of a job started by a torchrun-compatible launcher (fsdp-run: RANK, WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT): Hugging Face's GPT2LMHeadModel (no dropout, as fsdp.cpp's GPT-2),
 fully_shard on every block and on the root (FULL_SHARD: resharded after forward), fp32 or bf16
-(MixedPrecisionPolicy), AdamW, Gloo, the loss as the model computes it (`labels=input_ids`: it
-shifts them, so a sequence of s tokens predicts s - 1; fsdp-bench's predicts s; computing it
-from the logits with cross_entropy instead peaked 150 MiB higher and ran 7% slower here). With --prefetch (the default) each block prefetches the next
-one's all-gather in forward and the previous one's in backward, as fsdp-bench's `prefetch` variant
-(forward prefetch, BACKWARD_PRE) does. A warm-up step, then --steps timed steps on random tokens;
-rank 0 writes one JSON record: the median step (the slowest rank's), tokens/s over all ranks, and
-per rank the resident set's peak over the whole process (VmHWM: Python and the libraries
-included) and its size before the model was built.
+(MixedPrecisionPolicy), AdamW, Gloo. The loss is the model's own (`labels=input_ids`: it shifts
+them, so s tokens predict s - 1, where fsdp-bench's predict s); computed from the logits with
+cross_entropy instead, it peaked about 150 MiB higher and ran about 6% slower here. Each block
+prefetches the next one's all-gather in forward and the previous one's in backward, as
+fsdp-bench's `prefetch` variant (forward prefetch, BACKWARD_PRE) does; --no-prefetch leaves
+FSDP2 to its defaults. A warm-up step, then --steps timed steps on random tokens; rank 0 prints one JSON record
+(and writes it to --out): the median step (the slowest rank's), tokens/s over all ranks, and per
+rank the resident set's peak over the whole process (VmHWM: Python and the libraries included)
+and its size before the model was built.
 
-    fsdp-run --nproc-per-node 2 python3 bench/fsdp2_cpu.py --out fsdp2.json \\
+    fsdp-run --nproc-per-node 2 python3 bench/fsdp2_cpu.py [--out fsdp2.json] \\
         [--model 124m] [--seq 512] [--batch 2] [--steps 5] [--threads 1] [--dtype fp32|bf16]
 
 Debian's torch has no libuv: the launcher's environment must carry USE_LIBUV=0.
@@ -37,7 +38,7 @@ def status_kib(key):
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", help="the JSON record (rank 0 writes it; printed either way)")
     p.add_argument("--model", default="124m", choices=sorted(SHAPES))
     p.add_argument("--seq", type=int, default=512)
     p.add_argument("--batch", type=int, default=2)
@@ -116,8 +117,9 @@ def main():
             "tokens_per_s": world * args.batch * args.seq / median, "loss": loss,
             "peak_rss_bytes": [r[1] for r in every], "start_rss_bytes": [r[2] for r in every],
         }
-        with open(args.out, "w") as f:
-            json.dump(record, f)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(record, f)
         print(json.dumps(record))
     dist.destroy_process_group()
 

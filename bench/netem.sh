@@ -10,8 +10,12 @@
 #
 # Usage (as root): bench/netem.sh [--hosts 2] [--ranks-per-host 1] [--rate 10gbit] [--delay 0]
 #                                 [--backend gloo|mpi] [--bin build/bin] [--json FILE]
-#                                 -- [fsdp-bench arguments]
+#                                 [--chroot SUITE] [--fsdp2] -- [fsdp-bench arguments]
 #   e.g. bench/netem.sh --rate 1gbit -- --model tiny --strategies FULL_SHARD
+# --chroot SUITE: every host runs its ranks inside scripts/chroot.sh's root of that Debian suite
+# (sid: LibTorch 2.14.1, with --bin build-sid/bin built there). --fsdp2 (Gloo, with --chroot sid):
+# PyTorch FSDP2 instead of fsdp-bench, bench/fsdp2_cpu.py with the arguments after --, --json
+# its --out (bench/vs_fsdp2.sh --rate runs both sides so).
 # RATE: a number with kbit, mbit or gbit; DELAY: 0 or a number with us or ms. Under MPI,
 # FSDP_MPI_PROGRESS (default 1: the backend's progress thread) is passed to the ranks; the mpirun
 # options are Open MPI 4's (Debian 12's 4.1, where this was run).
@@ -23,7 +27,7 @@
 # Everything it makes (namespaces, links, addresses in 10.214.0.0/24) is named after this
 # process's id and removed at exit, also when a run fails or is interrupted.
 set -uo pipefail
-HOSTS=2 PER_HOST=1 RATE=10gbit DELAY=0 BIN=build/bin JSON="" BACKEND=gloo
+HOSTS=2 PER_HOST=1 RATE=10gbit DELAY=0 BIN=build/bin JSON="" BACKEND=gloo CHROOT="" FSDP2=0
 while (($#)); do
   case $1 in
     --hosts) HOSTS=$2; shift 2 ;;
@@ -33,6 +37,8 @@ while (($#)); do
     --bin) BIN=$2; shift 2 ;;
     --json) JSON=$2; shift 2 ;;
     --backend) BACKEND=$2; shift 2 ;;
+    --chroot) CHROOT=$2; shift 2 ;;
+    --fsdp2) FSDP2=1; shift ;;
     --) shift; break ;;
     *) echo "netem.sh: unknown option $1 (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
@@ -40,6 +46,11 @@ done
 USER_ARGS=("$@")
 [[ $BACKEND == gloo || $BACKEND == mpi ]] ||
   { echo "netem.sh: --backend: gloo or mpi, got '$BACKEND'" >&2; exit 2; }
+[[ $FSDP2 == 0 || ($BACKEND == gloo && -n $CHROOT) ]] ||
+  { echo "netem.sh: --fsdp2 runs PyTorch over Gloo in a chroot that has it: give --chroot sid, not --backend mpi" >&2; exit 2; }
+[[ -z $CHROOT || $BACKEND == gloo ]] ||
+  { echo "netem.sh: --chroot works with --backend gloo only (mpirun starts the other hosts' ranks itself)" >&2; exit 2; }
+REPO=$(cd "$(dirname "$0")/.." && pwd)
 [[ $HOSTS =~ ^[1-9]$ ]] || { echo "netem.sh: --hosts: 1 to 9, got '$HOSTS'" >&2; exit 2; }
 [[ $PER_HOST =~ ^[1-9][0-9]*$ ]] || { echo "netem.sh: --ranks-per-host: a positive integer, got '$PER_HOST'" >&2; exit 2; }
 BIN=$(cd "$BIN" && pwd) || exit 2
@@ -130,16 +141,24 @@ set +e
 
 echo "netem: $HOSTS hosts x $PER_HOST ranks over $BACKEND, links $RATE each way, $DELAY one way between hosts"
 
-# Gloo: fsdp-run in every host, meeting at host 0's address.
+# Gloo: fsdp-run in every host, meeting at host 0's address; with --chroot, inside that root.
+# Each host runs fsdp-bench, or with --fsdp2 FSDP2's script (Debian's torch: no libuv).
 run_gloo() {
   pids=()
+  local inside=() cmd
+  [[ -n $CHROOT ]] && inside=(env FSDP_CHROOT_SUITE="$CHROOT" "$REPO/scripts/chroot.sh")
   for ((h = 0; h < HOSTS; h++)); do
-    json=()
-    [[ $h == 0 && -n $JSON ]] && json=(--json "$JSON")
-    ip netns exec "$(host_ns "$h")" env GLOO_SOCKET_IFNAME="$(host_if "$h")" OMP_NUM_THREADS=1 \
-      "$BIN/fsdp-run" --backend gloo --nnodes "$HOSTS" --node-rank "$h" \
+    if ((FSDP2)); then
+      cmd=(env USE_LIBUV=0 python3 "$REPO/bench/fsdp2_cpu.py" "${USER_ARGS[@]}")
+      [[ $h == 0 && -n $JSON ]] && cmd+=(--out "$JSON")
+    else
+      cmd=("$BIN/fsdp-bench" "${BENCH_ARGS[@]}")
+      [[ $h == 0 && -n $JSON ]] && cmd+=(--json "$JSON")
+    fi
+    ip netns exec "$(host_ns "$h")" "${inside[@]}" env GLOO_SOCKET_IFNAME="$(host_if "$h")" \
+      OMP_NUM_THREADS=1 "$BIN/fsdp-run" --backend gloo --nnodes "$HOSTS" --node-rank "$h" \
       --nproc-per-node "$PER_HOST" --master-addr "$(addr 0)" --master-port "$PORT" \
-      "$BIN/fsdp-bench" "${BENCH_ARGS[@]}" "${json[@]}" >"$LOGS/host$h.txt" 2>&1 &
+      "${cmd[@]}" >"$LOGS/host$h.txt" 2>&1 &
     pids+=($!)
   done
   rc=0

@@ -16,16 +16,20 @@
 #      bench/vs_fsdp2.sh --bin build-sid/bin --out bench/results/vs-fsdp2-DATE --repeats 3 --steps 4'
 # Debian's torch has no libuv (USE_LIBUV=0 is set here for its TCPStore).
 #
+# --rate RATE (as root, on the host, not in the chroot): the same on NPROC emulated hosts of one
+# rank each, joined by links of RATE each way (bench/netem.sh, which starts each host's ranks in
+# the sid chroot); OUT must then lie inside the repository, which the chroot sees.
+#
 # Usage: bench/vs_fsdp2.sh [--bin build/bin] [--out DIR] [--repeats 2] [--steps 5]
 #                          [--nproc 2] [--seq 512] [--batch 2] [--dtype fp32|bf16]
-#                          [--allocator fsdp|glibc]
+#                          [--allocator fsdp|glibc] [--rate RATE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=build/bin OUT=bench/results/vs-fsdp2 REPEATS=2 STEPS=5 NPROC=2 SEQ=512 BATCH=2 DTYPE=fp32
-ALLOCATOR=fsdp
+ALLOCATOR=fsdp RATE=""
 while (($#)); do
   case $1 in
-    --bin | --out | --repeats | --steps | --nproc | --seq | --batch | --dtype | --allocator)
+    --bin | --out | --repeats | --steps | --nproc | --seq | --batch | --dtype | --allocator | --rate)
       [[ $# -ge 2 ]] || { echo "vs_fsdp2.sh: $1 needs a value" >&2; exit 2; }
       declare "$(tr 'a-z-' 'A-Z_' <<<"${1#--}")=$2"
       shift 2
@@ -34,25 +38,38 @@ while (($#)); do
   esac
 done
 [[ -x $BIN/fsdp-bench && -x $BIN/fsdp-run ]] || { echo "vs_fsdp2.sh: no fsdp-bench or fsdp-run in $BIN" >&2; exit 2; }
-python3 -c 'import torch, transformers' 2>/dev/null ||
-  { echo "vs_fsdp2.sh: python3 here has no torch or transformers (run it in the sid chroot)" >&2; exit 2; }
+if [[ -z $RATE ]]; then
+  python3 -c 'import torch, transformers' 2>/dev/null ||
+    { echo "vs_fsdp2.sh: python3 here has no torch or transformers (run it in the sid chroot)" >&2; exit 2; }
+fi
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
 export USE_LIBUV=0 OMP_NUM_THREADS=1
 source scripts/env.sh
 {
   date -u
   lscpu | grep -E 'Model name|^CPU\(s\)' | sed 's/  */ /g'
-  python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
+  [[ -n $RATE ]] && echo "$NPROC emulated hosts x 1 rank, links $RATE each way (bench/netem.sh)"
 } >"$OUT/machine.txt"
 cat "$OUT/machine.txt"
+
+# The same arguments for both sides, and each side's command: fsdp-run here, or netem.sh's hosts.
+COMMON=(--seq "$SEQ" --batch "$BATCH" --steps "$STEPS" --dtype "$DTYPE")
+OURS=(--model 124m "${COMMON[@]}" --strategies FULL_SHARD --variants prefetch --allocator "$ALLOCATOR")
+side() {  # NAME JSON: runs one side, its output in OUT/NAME.log
+  local name=$1 json=$2
+  if [[ -n $RATE ]]; then
+    local netem=(bench/netem.sh --hosts "$NPROC" --rate "$RATE" --chroot sid --bin "$BIN" --json "$json")
+    if [[ $name == fsdp2* ]]; then "${netem[@]}" --fsdp2 -- "${COMMON[@]}"; else "${netem[@]}" -- "${OURS[@]}"; fi
+  elif [[ $name == fsdp2* ]]; then
+    "$BIN/fsdp-run" --backend gloo --nproc-per-node "$NPROC" python3 bench/fsdp2_cpu.py "${COMMON[@]}" --out "$json"
+  else
+    "$BIN/fsdp-run" --backend gloo --nproc-per-node "$NPROC" "$BIN/fsdp-bench" "${OURS[@]}" --json "$json"
+  fi >"$OUT/$name.log" 2>&1 || { echo "vs_fsdp2.sh: $name failed:"; tail -n 20 "$OUT/$name.log"; exit 1; } >&2
+}
 for ((r = 1; r <= REPEATS; r++)); do
-  "$BIN/fsdp-run" --backend gloo --nproc-per-node "$NPROC" "$BIN/fsdp-bench" --model 124m \
-    --seq "$SEQ" --batch "$BATCH" --steps "$STEPS" --dtype "$DTYPE" --strategies FULL_SHARD \
-    --variants prefetch --allocator "$ALLOCATOR" --json "$OUT/fsdp-cpp-$r.json" >"$OUT/fsdp-cpp-$r.log" 2>&1 ||
-    { echo "vs_fsdp2.sh: fsdp-bench failed:"; tail -n 20 "$OUT/fsdp-cpp-$r.log"; exit 1; } >&2
-  "$BIN/fsdp-run" --backend gloo --nproc-per-node "$NPROC" python3 bench/fsdp2_cpu.py --seq "$SEQ" \
-    --batch "$BATCH" --steps "$STEPS" --dtype "$DTYPE" --out "$OUT/fsdp2-$r.json" >"$OUT/fsdp2-$r.log" 2>&1 ||
-    { echo "vs_fsdp2.sh: FSDP2 failed:"; tail -n 20 "$OUT/fsdp2-$r.log"; exit 1; } >&2
+  side "fsdp-cpp-$r" "$OUT/fsdp-cpp-$r.json"
+  side "fsdp2-$r" "$OUT/fsdp2-$r.json"
   echo "repeat $r of $REPEATS done"
 done
 python3 bench/vs_fsdp2_table.py "$OUT" | tee "$OUT/table.md"

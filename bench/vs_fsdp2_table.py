@@ -45,10 +45,13 @@ def main():
     ours_peak = max(r["peak_rss_absolute_bytes"] for r in ours)
     theirs_peak = max(max(r["peak_rss_bytes"]) for r in theirs)
     theirs_start = max(max(r["start_rss_bytes"]) for r in theirs)
+    links = first.get("links")  # fsdp-bench's, when bench/netem.sh ran both sides
+    where = (f"over emulated hosts linked at {links['inter_gbit']:.3g} Gbit/s" if links
+             else "on one host")
     print(f"GPT-2 124M, {first['dtype']}, {first['world_size']} ranks x "
-          f"{first['threads_per_rank']} thread, batch {first['batch_per_rank']} x {first['seq']} "
-          f"tokens per rank, FULL_SHARD with prefetch, Gloo; {len(ours)} and {len(theirs)} runs "
-          f"of {first['timed_steps']} timed steps\n")
+          f"{first['threads_per_rank']} thread {where}, batch {first['batch_per_rank']} x "
+          f"{first['seq']} tokens per rank, FULL_SHARD with prefetch, Gloo; {len(ours)} and "
+          f"{len(theirs)} runs of {first['timed_steps']} timed steps\n")
     print("| | step (s) | tokens/s | peak RSS per rank (GiB) |")
     print("|---|---|---|---|")
     print(f"| fsdp.cpp | {ours_step:.2f} | {tokens / ours_step:.1f} | {ours_peak / GIB:.2f} |")

@@ -114,6 +114,9 @@ expect_netem_error "a bad rate" "--rate" --rate 10gb --bin "$BIN"
 expect_netem_error "too many hosts" "--hosts" --hosts 12 --bin "$BIN"
 expect_netem_error "an unknown option" "unknown option" --speed 1 --bin "$BIN"
 expect_netem_error "a bad backend" "--backend: gloo or mpi" --backend nccl --bin "$BIN"
+expect_netem_error "FSDP2 outside a chroot" "--fsdp2 runs PyTorch" --fsdp2 --bin "$BIN"
+expect_netem_error "a chroot under MPI" "--chroot works with --backend gloo only" --chroot sid \
+  --backend mpi --bin "$BIN"
 
 ((failures == 0)) && echo "netem_test: all passed"
 exit $((failures > 0))

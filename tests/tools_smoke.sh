@@ -7,6 +7,7 @@
 #    after the warm-up step (the host allocator's cache serves the steps; the warm-up may have
 #    given back one block it needs again; not in a sanitized build, where the allocator caches
 #    nothing so that AddressSanitizer sees every block);
+#  - bench/vs_fsdp2_table.py reads the fsdp-bench and FSDP2 records of the recorded comparison;
 #  - fsdp-bench-adamw on a tiny shard (an odd size, two threads): it prints every row, and the
 #    op-by-op AdamW ends exactly where torch's does;
 #  - bad arguments to any of them exit non-zero naming the option, before any rank starts; every
@@ -53,7 +54,16 @@ for r in records:
     assert 0.85 <= ratio <= 1.15, (name, ratio)
     assert sanitized or r["fresh_blocks"] <= 1, (name, r["fresh_blocks"])
     assert r["allocator"] == "fsdp", name
+    assert r["peak_rss_absolute_bytes"] >= r["peak_rss_bytes"] > 0, name
 PY
+
+# bench/vs_fsdp2.sh's table, from the run recorded in the repository (the JSON fields it reads),
+# and its refusal of an unknown option.
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+python3 "$REPO/bench/vs_fsdp2_table.py" "$REPO/bench/results/vs-fsdp2-2026-11-26" >"$WORK/vs.md" ||
+  fail "vs_fsdp2_table.py: $(cat "$WORK/vs.md")"
+grep -q '^| fsdp.cpp / FSDP2 | ' "$WORK/vs.md" || fail "vs_fsdp2_table.py printed no ratio row"
+expect_error "vs_fsdp2 unknown option" "unknown option '--rpeats'" "$REPO/bench/vs_fsdp2.sh" --rpeats 2
 
 "$BIN/fsdp-bench-adamw" --n 1003 --threads 2 --steps 2 --warmup 1 >"$WORK/adamw.log" 2>&1 ||
   fail "fsdp-bench-adamw: $(tail -5 "$WORK/adamw.log")"
