@@ -150,6 +150,61 @@ TEST(GPT2, BackwardReachesEveryParameterAndTiedEmbeddingGetsBothPaths) {
   EXPECT_GT(wte_grad.abs().sum(1).gt(0).sum().item<int64_t>(), 16);
 }
 
+// gpt2_loss is its own autograd function (chunks of rows in fp32; it keeps the logits and makes
+// their gradient, no more). Checked against LibTorch's cross entropy after a cast to fp32, both
+// measured against the same in fp64: each lse sums V terms, in another order than LibTorch's, so
+// the two differ by rounding that grows with V (at 131072 entries 1.3e-6 of the loss and 2.5e-5
+// of a gradient element); ours may be off fp64 by at most twice LibTorch's own error, plus 4 ulps.
+// bf16 logits: both round the same fp32 gradient once, but a differently summed lse can land a
+// value across a rounding step, one bf16 ulp (2^-8 relative). Targets of -100 are ignored, as
+// there.
+void expect_libtorch_cross_entropy(int64_t B, int64_t T, int64_t V, at::ScalarType dtype) {
+  SCOPED_TRACE(std::to_string(B) + " x " + std::to_string(T) + " x " + std::to_string(V) + " " +
+               c10::toString(dtype));
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  const at::Tensor base = at::randn({B, T, V}, gen, at::kFloat).mul(4);
+  at::Tensor targets = at::randint(V, {B, T}, gen, at::kLong);
+  targets[B - 1][T / 2] = -100;
+  targets[0][0] = -100;
+  // Three leaves of their own: ours, LibTorch's in fp32, LibTorch's in fp64.
+  at::Tensor ours = base.to(dtype).clone().requires_grad_(true);
+  at::Tensor theirs = base.to(dtype).clone().requires_grad_(true);
+  at::Tensor exact = base.to(dtype).to(at::kDouble).requires_grad_(true);
+  const auto libtorch = [&](const at::Tensor& x, at::ScalarType t) {
+    return at::cross_entropy_loss(x.reshape({-1, V}).to(t), targets.reshape({-1}));
+  };
+  at::Tensor loss = gpt2_loss(ours, targets);
+  at::Tensor reference = libtorch(theirs, at::kFloat);
+  at::Tensor reference64 = libtorch(exact, at::kDouble);
+  EXPECT_EQ(loss.scalar_type(), at::kFloat);
+  const double l64 = reference64.item<double>(), eps = 1.2e-7;
+  EXPECT_LE(std::abs(loss.item<double>() - l64),
+            2 * std::abs(reference.item<double>() - l64) + 4 * eps * l64);
+  (loss * 3).backward();
+  (reference * 3).backward();
+  (reference64 * 3).backward();
+  EXPECT_EQ(ours.grad().scalar_type(), dtype);
+  if (dtype == at::kFloat) {
+    const double ours_error =
+        (ours.grad().to(at::kDouble) - exact.grad()).abs().max().item<double>();
+    const double their_error =
+        (theirs.grad().to(at::kDouble) - exact.grad()).abs().max().item<double>();
+    const double largest = exact.grad().abs().max().item<double>();
+    EXPECT_LE(ours_error, 2 * their_error + 4 * eps * largest);
+  } else {
+    EXPECT_TRUE(at::allclose(ours.grad().to(at::kFloat), theirs.grad().to(at::kFloat), 8e-3, 1e-7));
+  }
+  EXPECT_EQ(ours.grad()[0][0].abs().sum().item<double>(), 0);  // an ignored position
+}
+
+TEST(GPT2, LossAndGradientAreLibTorchsCrossEntropy) {
+  expect_libtorch_cross_entropy(3, 5, 301, at::kFloat);
+  expect_libtorch_cross_entropy(3, 5, 301, at::kBFloat16);
+  // Rows of 128 Ki entries: 128 in each 64 MiB chunk of fp32 scratch, so two chunks, the second
+  // of 2 rows.
+  expect_libtorch_cross_entropy(1, 130, 131072, at::kFloat);
+}
+
 TEST(GPT2, RunsInBFloat16) {
   GPT2 model(GPT2Config::tiny());
   model->to(at::kBFloat16);

@@ -118,9 +118,9 @@ int64_t activation_estimate(const TrainConfig& c, int64_t elem) {
   const int64_t b = c.train.micro_batch_size, s = c.data.seq_len, h = m.width();
   const int64_t block =
       block_activation_elems(m, b, s) * elem + attention_saved_bytes(m, b, s, elem);
-  // Final norm's input and output; the head's fp32 log-softmax output, its gradient and the
-  // logits' gradient at the start of backward.
-  const int64_t head = 2 * b * s * h * elem + 3 * b * s * m.vocab_size * 4;
+  // Final norm's input and output; the logits the loss keeps and their gradient, made at the
+  // start of backward (gpt2_loss, fsdp/models/gpt2.h), both in the compute dtype.
+  const int64_t head = 2 * b * s * h * elem + 2 * b * s * m.vocab_size * elem;
   if (c.fsdp.activation_checkpointing) {
     // Each block keeps its input; one block's activations exist again while it recomputes.
     return m.n_layer * b * s * h * elem + block + head;
