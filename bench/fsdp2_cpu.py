@@ -9,10 +9,10 @@ them, so s tokens predict s - 1, where fsdp-bench's predict s); computed from th
 cross_entropy instead, it peaked about 150 MiB higher and ran about 6% slower here. Each block
 prefetches the next one's all-gather in forward and the previous one's in backward, as
 fsdp-bench's `prefetch` variant (forward prefetch, BACKWARD_PRE) does; --no-prefetch leaves
-FSDP2 to its defaults. A warm-up step, then --steps timed steps on random tokens; rank 0 prints one JSON record
-(and writes it to --out): the median step (the slowest rank's), tokens/s over all ranks, and per
-rank the resident set's peak over the whole process (VmHWM: Python and the libraries included)
-and its size before the model was built.
+FSDP2 to its defaults. A warm-up step, then --steps timed steps on random tokens; rank 0 prints
+one JSON record (and writes it to --out): the median step (the slowest rank's), tokens/s over
+all ranks, and per rank the resident set's peak over the whole process (VmHWM: Python and the
+libraries included) and its size before the model was built.
 
     fsdp-run --nproc-per-node 2 python3 bench/fsdp2_cpu.py [--out fsdp2.json] \\
         [--model 124m] [--seq 512] [--batch 2] [--steps 5] [--threads 1] [--dtype fp32|bf16]

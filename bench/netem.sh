@@ -51,6 +51,9 @@ USER_ARGS=("$@")
 [[ -z $CHROOT || $BACKEND == gloo ]] ||
   { echo "netem.sh: --chroot works with --backend gloo only (mpirun starts the other hosts' ranks itself)" >&2; exit 2; }
 REPO=$(cd "$(dirname "$0")/.." && pwd)
+# Made beforehand: inside a host's namespace scripts/chroot.sh has no network to make one.
+[[ -z $CHROOT || -d ${FSDP_CHROOT_DIR:-/var/cache/fsdp/$CHROOT} ]] ||
+  { echo "netem.sh: --chroot $CHROOT: no such root; make it first: FSDP_CHROOT_SUITE=$CHROOT scripts/chroot.sh true" >&2; exit 2; }
 [[ $HOSTS =~ ^[1-9]$ ]] || { echo "netem.sh: --hosts: 1 to 9, got '$HOSTS'" >&2; exit 2; }
 [[ $PER_HOST =~ ^[1-9][0-9]*$ ]] || { echo "netem.sh: --ranks-per-host: a positive integer, got '$PER_HOST'" >&2; exit 2; }
 BIN=$(cd "$BIN" && pwd) || exit 2

@@ -37,6 +37,10 @@ while (($#)); do
     *) echo "vs_fsdp2.sh: unknown option '$1' (see the usage in $0)" >&2; exit 2 ;;
   esac
 done
+for opt in REPEATS STEPS NPROC SEQ BATCH; do
+  [[ ${!opt} =~ ^[1-9][0-9]*$ ]] ||
+    { echo "vs_fsdp2.sh: --$(tr 'A-Z' 'a-z' <<<"$opt"): a positive integer, got '${!opt}'" >&2; exit 2; }
+done
 [[ -x $BIN/fsdp-bench && -x $BIN/fsdp-run ]] || { echo "vs_fsdp2.sh: no fsdp-bench or fsdp-run in $BIN" >&2; exit 2; }
 if [[ -z $RATE ]]; then
   python3 -c 'import torch, transformers' 2>/dev/null ||

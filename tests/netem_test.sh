@@ -117,6 +117,8 @@ expect_netem_error "a bad backend" "--backend: gloo or mpi" --backend nccl --bin
 expect_netem_error "FSDP2 outside a chroot" "--fsdp2 runs PyTorch" --fsdp2 --bin "$BIN"
 expect_netem_error "a chroot under MPI" "--chroot works with --backend gloo only" --chroot sid \
   --backend mpi --bin "$BIN"
+expect_netem_error "a chroot not made" "--chroot no-such-suite: no such root" \
+  --chroot no-such-suite --bin "$BIN"
 
 ((failures == 0)) && echo "netem_test: all passed"
 exit $((failures > 0))

@@ -6,6 +6,9 @@
 #include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
 
+#include <stdexcept>
+#include <string>
+
 #include "fsdp/host_memory.h"
 
 namespace {
@@ -91,6 +94,23 @@ TEST_F(HostMemory, ReusesALongerCachedBlockWithinTheSlack) {
   EXPECT_EQ(fsdp::host_memory().mapped_blocks, before.mapped_blocks + 1);
   fsdp::release_cached_host_memory();
   EXPECT_EQ(fsdp::host_memory().cached, 0);
+}
+
+TEST_F(HostMemory, RefusesNegativeOptionsNamingThem) {
+  const auto refusal = [](const fsdp::HostAllocatorOptions& o) -> std::string {
+    try {
+      fsdp::install_host_allocator(o);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  fsdp::HostAllocatorOptions o;
+  o.reuse_slack = -0.5;
+  EXPECT_NE(refusal(o).find("reuse_slack must be at least 0"), std::string::npos) << refusal(o);
+  o = fsdp::HostAllocatorOptions();
+  o.headroom = -1;
+  EXPECT_NE(refusal(o).find("headroom must be at least 0"), std::string::npos) << refusal(o);
 }
 
 TEST_F(HostMemory, ServesRawAllocations) {

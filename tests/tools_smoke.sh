@@ -64,6 +64,7 @@ python3 "$REPO/bench/vs_fsdp2_table.py" "$REPO/bench/results/vs-fsdp2-2026-11-26
   fail "vs_fsdp2_table.py: $(cat "$WORK/vs.md")"
 grep -q '^| fsdp.cpp / FSDP2 | ' "$WORK/vs.md" || fail "vs_fsdp2_table.py printed no ratio row"
 expect_error "vs_fsdp2 unknown option" "unknown option '--rpeats'" "$REPO/bench/vs_fsdp2.sh" --rpeats 2
+expect_error "vs_fsdp2 --repeats" "--repeats: a positive integer, got 'two'" "$REPO/bench/vs_fsdp2.sh" --repeats two
 
 "$BIN/fsdp-bench-adamw" --n 1003 --threads 2 --steps 2 --warmup 1 >"$WORK/adamw.log" 2>&1 ||
   fail "fsdp-bench-adamw: $(tail -5 "$WORK/adamw.log")"

@@ -48,9 +48,10 @@ struct HostMemoryStats {
   int64_t unmapped_blocks = 0;  // large blocks given back, ever
 };
 
-// Installs the allocator (once per process; later calls change nothing). Storage allocated
-// before it is neither counted nor cached, nor is its release. LibTorch keeps the allocator for
-// the rest of the process.
+// Installs the allocator (once per process; later calls change nothing). Throws
+// std::invalid_argument, naming the field, for a negative headroom or reuse_slack. Storage
+// allocated before it is neither counted nor cached, nor is its release. LibTorch keeps the
+// allocator for the rest of the process.
 void install_host_allocator(const HostAllocatorOptions& options = {});
 bool host_allocator_installed();
 // All zero until install_host_allocator() has been called.

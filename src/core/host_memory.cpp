@@ -21,6 +21,8 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 
 #include "compat.h"
 
@@ -166,6 +168,15 @@ void HostAllocator::host_free(void* data) {
 }  // namespace
 
 void install_host_allocator(const HostAllocatorOptions& options) {
+  // NaN fails both comparisons too.
+  if (!(options.headroom >= 0)) {
+    throw std::invalid_argument("HostAllocatorOptions::headroom must be at least 0, got " +
+                                std::to_string(options.headroom));
+  }
+  if (!(options.reuse_slack >= 0)) {
+    throw std::invalid_argument("HostAllocatorOptions::reuse_slack must be at least 0, got " +
+                                std::to_string(options.reuse_slack));
+  }
   static std::once_flag once;
   std::call_once(once, [&] {
     HostAllocatorOptions o = options;

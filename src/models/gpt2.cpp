@@ -192,20 +192,22 @@ constexpr int64_t kChunkBytes = int64_t{64} << 20;
 // logits, in place) or softmax (below fp32, in scratch), minus 1 at the target, rounded to the
 // logits' dtype once.
 struct VocabCrossEntropy : public torch::autograd::Function<VocabCrossEntropy> {
-  static int64_t chunk_rows(const at::Tensor& logits) {
-    return std::max<int64_t>(1, kChunkBytes / (logits.size(1) * 4));
+  // Calls fn(first row, rows) for each chunk of the logits' rows.
+  template <typename Fn>
+  static void for_each_chunk(const at::Tensor& logits, Fn fn) {
+    const int64_t n = logits.size(0);
+    const int64_t step = std::max<int64_t>(1, kChunkBytes / (logits.size(1) * 4));
+    for (int64_t r = 0; r < n; r += step) fn(r, std::min(step, n - r));
   }
 
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& logits,
                             const at::Tensor& targets) {
     const at::Tensor valid = targets.ne(kIgnoreIndex);
     const at::Tensor index = targets.masked_fill(valid.logical_not(), 0).unsqueeze(1);
-    const int64_t n = logits.size(0), step = chunk_rows(logits);
-    at::Tensor lse = at::empty({n}, logits.options().dtype(at::kFloat));
-    for (int64_t r = 0; r < n; r += step) {
-      const int64_t rows = std::min(step, n - r);
+    at::Tensor lse = at::empty({logits.size(0)}, logits.options().dtype(at::kFloat));
+    for_each_chunk(logits, [&](int64_t r, int64_t rows) {
       lse.narrow(0, r, rows).copy_(at::logsumexp(logits.narrow(0, r, rows).to(at::kFloat), {1}));
-    }
+    });
     const at::Tensor picked = logits.gather(1, index).squeeze(1).to(at::kFloat);
     const at::Tensor count = valid.sum().to(at::kFloat);
     ctx->save_for_backward({logits, lse, index, valid, count});
@@ -218,9 +220,7 @@ struct VocabCrossEntropy : public torch::autograd::Function<VocabCrossEntropy> {
     const at::Tensor &logits = saved[0], &lse = saved[1], &index = saved[2];
     const at::Tensor scale = (grads[0] / saved[4] * saved[3]).unsqueeze(1);  // 0 where ignored
     at::Tensor grad = at::empty_like(logits);
-    const int64_t n = logits.size(0), step = chunk_rows(logits);
-    for (int64_t r = 0; r < n; r += step) {
-      const int64_t rows = std::min(step, n - r);
+    for_each_chunk(logits, [&](int64_t r, int64_t rows) {
       const at::Tensor x = logits.narrow(0, r, rows),
                        minus_one = at::full({rows, 1}, -1.0, lse.options());
       at::Tensor out = grad.narrow(0, r, rows);
@@ -232,7 +232,7 @@ struct VocabCrossEntropy : public torch::autograd::Function<VocabCrossEntropy> {
         g.scatter_add_(1, index.narrow(0, r, rows), minus_one);
         at::mul_out(out, g, scale.narrow(0, r, rows));
       }
-    }
+    });
     return {grad, at::Tensor()};
   }
 };

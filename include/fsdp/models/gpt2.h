@@ -134,10 +134,10 @@ class GPT2Impl : public torch::nn::Module {
 TORCH_MODULE(GPT2);
 
 // Mean cross entropy over all positions: logits [B, T, V], targets [B, T] int64 (-100: ignored,
-// as LibTorch's cross entropy). Computed in fp32 whatever the logits' dtype, so that a bf16
-// forward still gets an accurate loss, a chunk of rows at a time: it keeps the logits as they are
-// for backward and makes one tensor of their size and dtype there, their gradient (an fp32 cast,
-// log_softmax and nll_loss held three fp32 copies at once).
+// as LibTorch's cross entropy). Computed in fp32 a chunk of rows at a time, whatever the logits'
+// dtype, so that a bf16 forward still gets an accurate loss. For backward it keeps the logits as
+// they are and makes one tensor of their size and dtype, their gradient (an fp32 cast, log_softmax
+// and nll_loss held three fp32 copies at once).
 at::Tensor gpt2_loss(const at::Tensor& logits, const at::Tensor& targets);
 
 // Re-initialises every parameter from (seed, its full name) alone, as GPT-2 does: weights of
