@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Issue 26's measurements in one command (as root): GPT-2 124M on emulated networks
 # (bench/netem.sh), each cell measured by fsdp-bench next to the time model's prediction, then
-# the tables and the plot (bench/netem_table.py) in OUT. About an hour on 2 cores.
+# the tables and the plot (bench/netem_table.py) in OUT. About an hour on 2 cores per repeat.
 #
 # Usage: bench/netem_grid.sh [--out bench/results/netem-DATE] [--bin build/bin] [--steps 3]
-#                            [--seq 256] [--cells REGEX]
+#                            [--seq 256] [--repeats 1] [--cells REGEX]
 # --cells: only the cells whose name matches (e.g. 'mpi'); the tables cover every JSON in OUT.
+# --repeats: fsdp-bench's; each repeat runs every strategy and variant of a file again after
+# measuring the compute alone again. The medians are what the table compares: on a 2-core VM
+# one run of a cell is 10-20% off another (bench/README.md, "Emulated networks").
 # The cells (strategies x {plain, prefetch} in each):
 #   1 host x 2 and x 4 ranks (loopback) fp32 NO_SHARD, SHARD_GRAD_OP, FULL_SHARD
 #   2 hosts x 1 rank at 1, 3, 10 Gbit  fp32  NO_SHARD, SHARD_GRAD_OP, FULL_SHARD
@@ -18,7 +21,7 @@
 # A cell that fails stops the grid with its log; what finished stays in OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=bench/results/netem-$(date +%F) BIN=build/bin STEPS=3 SEQ=256 CELLS=.
+OUT=bench/results/netem-$(date +%F) BIN=build/bin STEPS=3 SEQ=256 CELLS=. REPEATS=1
 while (($#)); do
   case $1 in
     --out) OUT=$2; shift 2 ;;
@@ -26,6 +29,7 @@ while (($#)); do
     --steps) STEPS=$2; shift 2 ;;
     --seq) SEQ=$2; shift 2 ;;
     --cells) CELLS=$2; shift 2 ;;
+    --repeats) REPEATS=$2; shift 2 ;;
     *) echo "netem_grid.sh: unknown option $1 (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
 done
@@ -42,7 +46,7 @@ cell() {
   local start=$SECONDS
   FSDP_MPI_PROGRESS=$progress bench/netem.sh --hosts "$hosts" --ranks-per-host "$per" \
     --rate "$rate" --backend "$backend" --bin "$BIN" --json "$OUT/$name.json" -- --model 124m \
-    --seq "$SEQ" --batch 1 --steps "$STEPS" --dtype "$dtype" --strategies "$strategies" \
+    --seq "$SEQ" --batch 1 --steps "$STEPS" --repeats "$REPEATS" --dtype "$dtype" --strategies "$strategies" \
     --variants plain,prefetch --label "$label" >"$OUT/$name.log" 2>&1 ||
     { echo "netem_grid: $name failed; its log:"; tail -30 "$OUT/$name.log"; exit 1; }
   echo "netem_grid: $name: $((SECONDS - start)) s"

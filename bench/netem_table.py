@@ -37,12 +37,18 @@ def backend(r):
     return r["backend"] + (" (no progress thread)" if "no progress" in r["label"] else "")
 
 
+def repeats(r):
+    """How many times fsdp-bench ran the cell, each repeat with its own compute alone (records
+    from before --repeats carried one prediction and no list)."""
+    return len(r.get("predicted_steps", [0]))
+
+
 def table(records):
     head = ("| hosts x ranks | link | backend | dtype | strategy | variant | step (s) | "
             "compute alone (s) | "
             "exposed (s) | waited in collectives (s) | collectives, predicted (s) | "
-            "exposed / collectives | predicted step (s) | predicted / measured | tokens/s | "
-            "peak RSS (MiB) |\n" + "| --- " * 16 + "|\n")
+            "exposed / collectives | predicted step (s) | predicted / measured | repeats | "
+            "tokens/s | peak RSS (MiB) |\n" + "| --- " * 17 + "|\n")
     lines = []
     errors = []
     for r in records:
@@ -58,7 +64,7 @@ def table(records):
             f"{r['variant']} | {step:.2f} | {alone:.2f} | {exposed:.2f} | "
             f"{r['median']['in_collectives']:.2f} | {p['in_collectives']:.2f} | "
             f"{exposed / p['in_collectives'] if p['in_collectives'] > 0 else 0:.2f} | "
-            f"{p['step']:.2f} | {ratio:.3f} | {r['tokens_per_second']:.0f} | "
+            f"{p['step']:.2f} | {ratio:.3f} | {repeats(r)} | {r['tokens_per_second']:.0f} | "
             f"{r['peak_rss_bytes'] / 2**20:.0f} |")
     within = sum(1 for e in errors if abs(e) <= 0.15)
     worst = max(errors, key=abs) if errors else 0

@@ -116,6 +116,23 @@ TEST(StepTime, PrefetchHidesWhatComputeCovers) {
   EXPECT_GE(prefetch.step, prefetch.compute);
 }
 
+// Collectives that move only while waited on (MPI without its progress thread) hide nothing,
+// prefetched or not: the step is compute, the optimizer and every collective end to end.
+TEST(StepTime, WithoutBackgroundProgressNothingOverlaps) {
+  TrainConfig c = config(ShardingStrategy::kFullShard);
+  c.fsdp.forward_prefetch = true;
+  c.fsdp.backward_prefetch = BackwardPrefetch::kBackwardPre;
+  const Plan plan = plan_training(c, 2);
+  TimeModelOptions o = links(10.0);
+  const StepTimePlan overlapped = predict_step_time(plan, c, o);
+  o.background_progress = false;
+  const StepTimePlan waited = predict_step_time(plan, c, o);
+  EXPECT_NEAR(waited.in_collectives, overlapped.in_collectives, 1e-12);
+  EXPECT_NEAR(waited.step, waited.compute + waited.optimizer + waited.in_collectives, 1e-12);
+  EXPECT_NEAR(waited.exposed, waited.in_collectives, 1e-12);
+  EXPECT_LT(overlapped.exposed, 0.5 * waited.exposed);
+}
+
 // HYBRID on 2 hosts of 2 ranks: gathers and reductions stay inside a host; only the replicas'
 // all-reduce of the gradient shards crosses the slow link, where the host's two replica groups
 // share it. FULL_SHARD puts every collective on a ring that crosses it.

@@ -67,6 +67,10 @@ class Comm {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string backend() const = 0;
+  // Whether an issued collective moves while the caller computes (Gloo's worker, NCCL's kernels,
+  // the MPI backend's progress thread), so that prefetch can hide it; false: it moves only while
+  // waited on (MPI with FSDP_MPI_PROGRESS=0). The time model reads it.
+  virtual bool progresses_in_background() const { return true; }
   // kCpu for the host backends; kCuda for NCCL, whose device is `device_index()`.
   virtual CommDevice device() const { return CommDevice::kCpu; }
   virtual int device_index() const { return -1; }

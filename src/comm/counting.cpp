@@ -45,6 +45,7 @@ class CountingComm : public Comm {
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   std::string backend() const override { return inner_->backend(); }
+  bool progresses_in_background() const override { return inner_->progresses_in_background(); }
 
   WorkPtr all_gather_async(const void* in, void* out, size_t count, DType dtype) override {
     add(counts_->all_gather_bytes, count * static_cast<size_t>(size()), dtype);

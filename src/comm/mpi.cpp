@@ -347,6 +347,7 @@ class MpiComm : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
+  bool progresses_in_background() const override { return ProgressThread::enabled(); }
 
   WorkPtr all_gather_async(const void* in, void* out, size_t count, DType dtype) override {
     const std::string what = describe(*this, "all_gather", count, dtype);

@@ -22,7 +22,8 @@
 //
 // Per run: a warm-up step (it records the unit order prefetch follows and faults in every buffer),
 // then --steps timed steps; --repeats runs every (strategy, variant) again, in the same order, so
-// that a slow stretch of the machine spreads over all of them. Step times are medians over every
+// that a slow stretch of the machine spreads over all of them (and, predicting, measures the
+// compute alone again first; the prediction shown is the repeats' median). Step times are medians over every
 // timed step, each the slowest rank's, split into forward, backward and optimizer, and the time
 // spent inside collective calls (the communication compute did not hide). Memory is the peak,
 // during the timed steps, of the live tensor bytes (fsdp/host_memory.h) and of the resident set,
@@ -291,7 +292,9 @@ struct Result {
   int64_t optimizer_bytes = 0;
   int64_t comm_bytes = 0;  // per step
   fsdp::Plan plan;
-  std::optional<fsdp::StepTimePlan> predicted;  // the time model's, with --intra/--inter-gbit
+  // The time model's (with --intra/--inter-gbit), one per repeat, each from that repeat's own
+  // measurement of the compute alone.
+  std::vector<fsdp::StepTimePlan> predictions;
   int ranks_per_host = 0;
 
   // The median of each part on its own.
@@ -307,6 +310,15 @@ struct Result {
   }
   double tokens_per_second(const Args& a) const {
     return plan.world_size * a.batch * a.seq / seconds(median().step);
+  }
+  // The repeats' median prediction (by step), beside the median step.
+  std::optional<fsdp::StepTimePlan> predicted() const {
+    if (predictions.empty()) return std::nullopt;
+    std::vector<fsdp::StepTimePlan> v = predictions;
+    const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+    std::nth_element(v.begin(), mid, v.end(),
+                     [](const auto& x, const auto& y) { return x.step < y.step; });
+    return *mid;
   }
 };
 
@@ -391,6 +403,7 @@ fsdp::TimeModelOptions time_options(const Args& a, const std::string& variant, f
   o.comm_cpu_bandwidth = a.comm_cpu_gbit * 1e9 / 8;
   o.contention = a.contention;
   o.algorithms = fsdp::collective_algorithms(world.backend());
+  o.background_progress = world.progresses_in_background();
   return o;
 }
 
@@ -403,7 +416,9 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
   r.strategy = strategy;
   r.variant = variant;
   r.plan = fsdp::plan_training(c, n, world->local_size());  // HYBRID: a shard group per host
-  if (time && !c.fsdp.offload_params) r.predicted = fsdp::predict_step_time(r.plan, c, *time);
+  if (time && !c.fsdp.offload_params) {
+    r.predictions.push_back(fsdp::predict_step_time(r.plan, c, *time));
+  }
   r.ranks_per_host = world->local_size();
   fsdp::release_cached_host_memory();  // the previous run's blocks
   reset_peak_rss();
@@ -489,6 +504,8 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
 // Adds a repeat's measurements to the first run of the same strategy and variant.
 void merge(Result& into, const Result& again) {
   into.steps.insert(into.steps.end(), again.steps.begin(), again.steps.end());
+  into.predictions.insert(into.predictions.end(), again.predictions.begin(),
+                          again.predictions.end());
   into.peak_tensors = std::max(into.peak_tensors, again.peak_tensors);
   into.peak_rss = std::max(into.peak_rss, again.peak_rss);
   into.peak_rss_absolute = std::max(into.peak_rss_absolute, again.peak_rss_absolute);
@@ -540,14 +557,22 @@ std::string json_record(const Args& a, int n, const std::string& backend, const 
     << ", \"activation_bytes\": " << p.activations
     << ", \"embedding_grad_bytes\": " << p.embedding_grads << ", \"total_bytes\": " << p.total()
     << ", \"comm_bytes_per_step\": " << r.plan.comm.total() << "}";
-  if (r.predicted) {
-    const fsdp::StepTimePlan& t = *r.predicted;
+  if (const auto predicted = r.predicted()) {
+    const fsdp::StepTimePlan& t = *predicted;
     o << ", \"links\": {\"intra_gbit\": " << a.intra_gbit << ", \"intra_us\": " << a.intra_us
       << ", \"inter_gbit\": " << a.inter_gbit << ", \"inter_us\": " << a.inter_us
       << ", \"ranks_per_host\": " << r.ranks_per_host << "}, \"predicted\": {\"step\": " << t.step
       << ", \"compute\": " << t.compute << ", \"optimizer\": " << t.optimizer
       << ", \"in_collectives\": " << t.in_collectives << ", \"exposed\": " << t.exposed
-      << ", \"tokens_per_second\": " << t.tokens_per_second << "}";
+      << ", \"tokens_per_second\": " << t.tokens_per_second << "}, \"predicted_steps\": [";
+    for (size_t i = 0; i < r.predictions.size(); ++i) {
+      o << (i ? ", " : "") << r.predictions[i].step;
+    }
+    o << "], \"compute_alone_seconds\": [";
+    for (size_t i = 0; i < r.predictions.size(); ++i) {
+      o << (i ? ", " : "") << r.predictions[i].compute + r.predictions[i].optimizer;
+    }
+    o << "]";
   }
   o << ", \"label\": \"" << a.label << "\"}";
   return o.str();
@@ -619,8 +644,9 @@ void print_time_model(const Args& a, const std::vector<Result>& results) {
       "predicted step (s) | predicted / measured | predicted exposed (s) | predicted collectives "
       "(s) |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (const auto& r : results) {
-    if (!r.predicted) continue;
-    const fsdp::StepTimePlan& p = *r.predicted;
+    const auto predicted = r.predicted();
+    if (!predicted) continue;
+    const fsdp::StepTimePlan& p = *predicted;
     const StepTimes t = r.median();
     const double alone = p.compute + p.optimizer;
     std::printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.3f | %.2f | %.2f |\n",
@@ -655,6 +681,9 @@ int main(int argc, char** argv) {
     std::vector<IoResult> io;
     std::map<bool, fsdp::ComputeProfile> profiles;  // by activation checkpointing
     for (int repeat = 0; repeat < a.repeats; ++repeat) {
+      // Each repeat measures the compute alone again, for its own predictions: this project's
+      // VMs drift (the same compute took 2.6 to 5.3 s over one day), a repeat's cells less.
+      profiles.clear();
       size_t i = 0;
       for (const auto& s : a.strategies) {
         for (const auto& v : a.variants) {

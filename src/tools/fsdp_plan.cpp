@@ -93,6 +93,7 @@ struct TimeFlags {
   double memory_gbps = -1, intra_gbit = -1, intra_us = -1, inter_gbit = -1, inter_us = -1,
          comm_cpu_gbit = -1, contention = -1;
   std::string backend;  // gloo, mpi or nccl: how a reduce-scatter is carried out
+  bool progress = true;  // --progress off: collectives move only while waited on
   bool wanted() const { return profile_steps > 0 || tflops > 0; }
 
   void apply_defaults(bool cuda) {
@@ -125,6 +126,11 @@ TimeFlags take_time_flags(std::vector<std::string>& args) {
   if (!t.backend.empty() && t.backend != "gloo" && t.backend != "mpi" && t.backend != "nccl") {
     throw fsdp::flags::NumberError("--backend", "gloo, mpi or nccl, got '" + t.backend + "'");
   }
+  const std::string progress = take_flag(args, "--progress");
+  if (!progress.empty() && progress != "on" && progress != "off") {
+    throw fsdp::flags::NumberError("--progress", "on or off, got '" + progress + "'");
+  }
+  t.progress = progress != "off";
   if (t.profile_steps > 0 && t.tflops > 0) {
     throw fsdp::flags::NumberError("--profile", "give --profile or --tflops, not both");
   }
@@ -140,6 +146,7 @@ fsdp::TimeModelOptions time_options(const TimeFlags& f, const fsdp::TrainConfig&
   o.comm_cpu_bandwidth = f.comm_cpu_gbit * 1e9 / 8;
   o.contention = f.contention;
   o.algorithms = fsdp::collective_algorithms(f.backend);
+  o.background_progress = f.progress;
   if (f.profile_steps > 0) {
     std::cerr << "fsdp-plan: measuring compute here (" << f.profile_steps
               << " steps of the model as one rank)...\n";
@@ -256,6 +263,9 @@ const char* kUsage =
     "                     mpi (OpenMPI's: a reduce-scatter is a reduce to one rank\n"
     "                     and a scatter, an all-reduce a reduce and a broadcast) or\n"
     "                     nccl (default on cuda): rings\n"
+    "  --progress on|off  whether collectives move while compute runs (default on);\n"
+    "                     off: only while waited on, as MPI with FSDP_MPI_PROGRESS=0,\n"
+    "                     so none overlaps compute\n"
     "docs/plan.md explains the model and its error.\n\n";
 
 }  // namespace

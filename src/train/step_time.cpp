@@ -299,8 +299,10 @@ StepTimePlan Replay::run() {
   t.compute = static_cast<double>(micro) * (options_.compute.forward + options_.compute.backward);
   t.optimizer = options_.compute.optimizer * static_cast<double>(shard_elems) /
                 static_cast<double>(std::max<int64_t>(1, plan_.parameters));
-  t.step = now_ + t.optimizer;
   t.in_collectives = shard_q_.busy + replica_q_.busy;
+  // Without background progress every collective runs inside its wait, one after another.
+  t.step = options_.background_progress ? now_ + t.optimizer
+                                        : t.compute + t.optimizer + t.in_collectives;
   t.exposed = std::max(0.0, t.step - t.compute - t.optimizer);
   const double tokens = static_cast<double>(plan_.world_size) * static_cast<double>(micro) *
                         static_cast<double>(config_.train.micro_batch_size * config_.data.seq_len);
@@ -378,7 +380,7 @@ std::string format_step_time(const StepTimePlan& t, const TimeModelOptions& o) {
   std::snprintf(
       buf, sizeof(buf),
       "time per optimizer step (compute: %s; links: within a host %.3g Gbit/s, %.3g us; between "
-      "hosts %.3g Gbit/s, %.3g us, %s):\n"
+      "hosts %.3g Gbit/s, %.3g us, %s%s):\n"
       "  compute (forward, backward) %10.3f s\n"
       "  optimizer (the shard)       %10.3f s\n"
       "  in collectives             %10.3f s\n"
@@ -389,7 +391,7 @@ std::string format_step_time(const StepTimePlan& t, const TimeModelOptions& o) {
       o.inter.bandwidth * gbps, o.inter.latency * 1e6,
       o.ranks_per_host > 0 ? (std::to_string(o.ranks_per_host) + " ranks per host").c_str()
                            : "one host",
-      t.compute, t.optimizer, t.in_collectives, t.exposed, t.step, t.tokens_per_second);
+      o.background_progress ? "" : "; collectives move only when waited on", t.compute, t.optimizer, t.in_collectives, t.exposed, t.step, t.tokens_per_second);
   return buf;
 }
 

@@ -64,6 +64,10 @@ struct TimeModelOptions {
   // GPU's run on the NIC and copy engines).
   double comm_cpu_bandwidth = 0;  // bytes per second one core moves through collectives
   double contention = 0;
+  // Collectives move while compute runs (Comm::progresses_in_background). false: each moves only
+  // while the rank waits for it (MPI without its progress thread), so none overlaps compute and
+  // the step is compute, optimizer and every collective's time end to end.
+  bool background_progress = true;
 };
 
 struct StepTimePlan {
