@@ -4,7 +4,9 @@ one file per cell) next to the time model's prediction, written to OUT/table.md 
 OUT/step_vs_link.png (the plot needs Debian's python3-matplotlib; without it the tables are still
 made).
 
-Usage: bench/netem_table.py OUT
+Usage: bench/netem_table.py OUT [BASE]
+BASE: an earlier grid's folder: its cells that OUT has no file for join the table (a grid re-run
+in part, e.g. with --repeats, next to the rest of the first run).
 """
 import glob
 import json
@@ -12,9 +14,12 @@ import os
 import sys
 
 
-def rows(out):
+def rows(out, base=None):
+    """Every record of OUT's JSON files, and of BASE's files that OUT lacks."""
+    paths = {os.path.basename(p): p for p in glob.glob(os.path.join(base, "*.json"))} if base else {}
+    paths.update({os.path.basename(p): p for p in glob.glob(os.path.join(out, "*.json"))})
     records = []
-    for path in sorted(glob.glob(os.path.join(out, "*.json"))):
+    for _, path in sorted(paths.items()):
         with open(path) as f:
             for r in json.load(f):
                 r["cell"] = os.path.basename(path)[:-5]
@@ -113,11 +118,15 @@ def plot(records, out):
 
 
 def main():
-    if len(sys.argv) != 2:
-        sys.exit("usage: bench/netem_table.py OUT (a folder of bench/netem_grid.sh's JSON files)")
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: bench/netem_table.py OUT [BASE] (folders of bench/netem_grid.sh's JSON "
+                 "files; BASE's fill in the cells OUT lacks)")
     out = sys.argv[1]
+    base = sys.argv[2] if len(sys.argv) == 3 else None
+    if base and not os.path.isdir(base):
+        sys.exit(f"netem_table.py: BASE {base}: no such folder")
     order = ["NO_SHARD", "SHARD_GRAD_OP", "FULL_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2"]
-    records = sorted((r for r in rows(out) if "predicted" in r),
+    records = sorted((r for r in rows(out, base) if "predicted" in r),
                      key=lambda r: (r["world_size"], hosts(r), backend(r), r["dtype"] != "fp32",
                                     link_gbit(r), order.index(r["strategy"]), r["variant"]))
     if not records:

@@ -98,6 +98,8 @@ expect_error "plan --profile and --tflops" "give --profile or --tflops, not both
   "$BIN/fsdp-plan" --num_processes 2 --profile 1 --tflops 1
 expect_error "plan --backend" "--backend: gloo, mpi or nccl, got 'ucx'" \
   "$BIN/fsdp-plan" --num_processes 2 --tflops 1 --backend ucx
+expect_error "plan --progress" "--progress: on or off, got 'maybe'" \
+  "$BIN/fsdp-plan" --num_processes 2 --tflops 1 --progress maybe
 expect_error "plan --inter-gbit 0" "--inter-gbit: 0 is out of range" \
   "$BIN/fsdp-plan" --num_processes 2 --tflops 1 --inter-gbit 0
 expect_error "bench one link" "needs both --intra-gbit and --inter-gbit" \
@@ -115,6 +117,15 @@ grep -q '^time per optimizer step (compute: 0.05 TFLOP/s' "$WORK/plan" &&
   fail "fsdp-plan --profile: $(cat "$WORK/plan")"
 grep -q 'compute: measured here, one rank, median of 1 steps' "$WORK/plan" ||
   fail "fsdp-plan --profile: no measured step time: $(cat "$WORK/plan")"
+# Collectives that move only while waited on (MPI without its progress thread) hide nothing.
+"$BIN/fsdp-plan" --num_processes 2 --tflops 0.05 --backend mpi --progress off >"$WORK/plan" 2>&1 ||
+  fail "fsdp-plan --progress off: $(cat "$WORK/plan")"
+grep -q 'collectives move only when waited on' "$WORK/plan" ||
+  fail "fsdp-plan --progress off: not said: $(cat "$WORK/plan")"
+exposed=$(awk '/^  exposed communication/ {print $3}' "$WORK/plan")
+in_collectives=$(awk '/^  in collectives/ {print $3}' "$WORK/plan")
+[[ -n $exposed && $exposed == "$in_collectives" ]] ||
+  fail "fsdp-plan --progress off: exposed $exposed, not every collective ($in_collectives)"
 
 # A GPU job is planned from any machine: the device part against the GPU's memory (given, or
 # the visible GPU's), the offloaded model state against host memory.

@@ -23,12 +23,12 @@
 // Per run: a warm-up step (it records the unit order prefetch follows and faults in every buffer),
 // then --steps timed steps; --repeats runs every (strategy, variant) again, in the same order, so
 // that a slow stretch of the machine spreads over all of them (and, predicting, measures the
-// compute alone again first; the prediction shown is the repeats' median). Step times are medians over every
-// timed step, each the slowest rank's, split into forward, backward and optimizer, and the time
-// spent inside collective calls (the communication compute did not hide). Memory is the peak,
-// during the timed steps, of the live tensor bytes (fsdp/host_memory.h) and of the resident set,
-// both above their values before the model was built, next to the plan. Communication is counted
-// by fsdp::count_traffic. `prefetch` is forward prefetch with BACKWARD_PRE; `plain` has no
+// compute alone again first; the prediction shown is the repeats' median). Step times are medians
+// over every timed step, each the slowest rank's, split into forward, backward and optimizer, and
+// the time spent inside collective calls (the communication compute did not hide). Memory is the
+// peak, during the timed steps, of the live tensor bytes (fsdp/host_memory.h) and of the resident
+// set, both above their values before the model was built, next to the plan. Communication is
+// counted by fsdp::count_traffic. `prefetch` is forward prefetch with BACKWARD_PRE; `plain` has no
 // prefetch at all. --allocator: `fsdp` (default, as fsdp-train) caches large blocks
 // (fsdp/host_memory.h); `glibc` leaves every block to malloc, with freed memory kept in its heap.
 // --label (bench/ scripts pass the BLAS kernel) is copied into every JSON record.

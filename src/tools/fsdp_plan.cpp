@@ -92,7 +92,7 @@ struct TimeFlags {
   double tflops = 0;      // --tflops T: or assume this rate per rank
   double memory_gbps = -1, intra_gbit = -1, intra_us = -1, inter_gbit = -1, inter_us = -1,
          comm_cpu_gbit = -1, contention = -1;
-  std::string backend;  // gloo, mpi or nccl: how a reduce-scatter is carried out
+  std::string backend;   // gloo, mpi or nccl: how a reduce-scatter is carried out
   bool progress = true;  // --progress off: collectives move only while waited on
   bool wanted() const { return profile_steps > 0 || tflops > 0; }
 

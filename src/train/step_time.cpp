@@ -391,7 +391,8 @@ std::string format_step_time(const StepTimePlan& t, const TimeModelOptions& o) {
       o.inter.bandwidth * gbps, o.inter.latency * 1e6,
       o.ranks_per_host > 0 ? (std::to_string(o.ranks_per_host) + " ranks per host").c_str()
                            : "one host",
-      o.background_progress ? "" : "; collectives move only when waited on", t.compute, t.optimizer, t.in_collectives, t.exposed, t.step, t.tokens_per_second);
+      o.background_progress ? "" : "; collectives move only when waited on", t.compute, t.optimizer,
+      t.in_collectives, t.exposed, t.step, t.tokens_per_second);
   return buf;
 }
 
