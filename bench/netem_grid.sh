@@ -9,15 +9,17 @@
 # --repeats: fsdp-bench's; each repeat runs every strategy and variant of a file again after
 # measuring the compute alone again. The medians are what the table compares: on a 2-core VM
 # one run of a cell is 10-20% off another (bench/README.md, "Emulated networks").
-# The cells (strategies x {plain, prefetch} in each):
-#   1 host x 2 and x 4 ranks (loopback) fp32 NO_SHARD, SHARD_GRAD_OP, FULL_SHARD
-#   2 hosts x 1 rank at 1, 3, 10 Gbit  fp32  NO_SHARD, SHARD_GRAD_OP, FULL_SHARD
-#   2 hosts x 2 ranks at 1, 10 Gbit    fp32  NO_SHARD, FULL_SHARD, HYBRID_SHARD
-#   2 hosts x 2 ranks at 1 Gbit        fp32  SHARD_GRAD_OP
-#   2 hosts x 2 ranks at 1 Gbit        bf16  NO_SHARD, FULL_SHARD, HYBRID_SHARD
-#   2 hosts x 1 rank at 1, 10 Gbit     bf16  NO_SHARD, FULL_SHARD
-#   2 hosts x 1 rank at 1, 10 Gbit     fp32  NO_SHARD, FULL_SHARD over MPI
-#   2 hosts x 1 rank at 1 Gbit         fp32  FULL_SHARD over MPI without its progress thread
+# The cells (strategies x {plain, prefetch} in each), over Gloo unless said:
+#   1 host x 2 and x 4 ranks (loopback)  fp32, bf16  NO_SHARD, SHARD_GRAD_OP, FULL_SHARD
+#   2 hosts x 1 rank at 1, 3, 10 Gbit    fp32, bf16  NO_SHARD, SHARD_GRAD_OP, FULL_SHARD
+#   2 hosts x 2 ranks at 1, 3, 10 Gbit   fp32, bf16  NO_SHARD, SHARD_GRAD_OP, FULL_SHARD,
+#                                                    HYBRID_SHARD
+#   2 hosts x 1 rank at 1, 10 Gbit       fp32        NO_SHARD, FULL_SHARD over MPI
+#   2 hosts x 1 rank at 1 Gbit           fp32        FULL_SHARD over MPI without its progress
+#                                                    thread
+# HYBRID_SHARD is FULL_SHARD on one host and NO_SHARD with one rank per host: not measured there.
+# The files follow the order the grid grew in (a *-sgo file: SHARD_GRAD_OP, added to a
+# configuration measured before), so that a run with --cells can complete an earlier grid.
 # A cell that fails stops the grid with its log; what finished stays in OUT.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,8 +48,8 @@ cell() {
   local start=$SECONDS
   FSDP_MPI_PROGRESS=$progress bench/netem.sh --hosts "$hosts" --ranks-per-host "$per" \
     --rate "$rate" --backend "$backend" --bin "$BIN" --json "$OUT/$name.json" -- --model 124m \
-    --seq "$SEQ" --batch 1 --steps "$STEPS" --repeats "$REPEATS" --dtype "$dtype" --strategies "$strategies" \
-    --variants plain,prefetch --label "$label" >"$OUT/$name.log" 2>&1 ||
+    --seq "$SEQ" --batch 1 --steps "$STEPS" --repeats "$REPEATS" --dtype "$dtype" \
+    --strategies "$strategies" --variants plain,prefetch --label "$label" >"$OUT/$name.log" 2>&1 ||
     { echo "netem_grid: $name failed; its log:"; tail -30 "$OUT/$name.log"; exit 1; }
   echo "netem_grid: $name: $((SECONDS - start)) s"
 }
@@ -61,10 +63,20 @@ for rate in 1gbit 10gbit; do
   cell "h2x2-$rate-fp32" 2 2 "$rate" fp32 NO_SHARD,FULL_SHARD,HYBRID_SHARD
 done
 cell h2x2-1gbit-fp32-sgo 2 2 1gbit fp32 SHARD_GRAD_OP
+cell h2x2-10gbit-fp32-sgo 2 2 10gbit fp32 SHARD_GRAD_OP
+cell h2x2-3gbit-fp32 2 2 3gbit fp32 NO_SHARD,SHARD_GRAD_OP,FULL_SHARD,HYBRID_SHARD
 cell h2x2-1gbit-bf16 2 2 1gbit bf16 NO_SHARD,FULL_SHARD,HYBRID_SHARD
+cell h2x2-1gbit-bf16-sgo 2 2 1gbit bf16 SHARD_GRAD_OP
+for rate in 3gbit 10gbit; do
+  cell "h2x2-$rate-bf16" 2 2 "$rate" bf16 NO_SHARD,SHARD_GRAD_OP,FULL_SHARD,HYBRID_SHARD
+done
 for rate in 1gbit 10gbit; do
   cell "h2x1-$rate-bf16" 2 1 "$rate" bf16 NO_SHARD,FULL_SHARD
+  cell "h2x1-$rate-bf16-sgo" 2 1 "$rate" bf16 SHARD_GRAD_OP
 done
+cell h2x1-3gbit-bf16 2 1 3gbit bf16 NO_SHARD,SHARD_GRAD_OP,FULL_SHARD
+cell h1x2-bf16 1 2 10gbit bf16 NO_SHARD,SHARD_GRAD_OP,FULL_SHARD
+cell h1x4-bf16 1 4 10gbit bf16 NO_SHARD,SHARD_GRAD_OP,FULL_SHARD
 for rate in 1gbit 10gbit; do
   cell "h2x1-$rate-fp32-mpi" 2 1 "$rate" fp32 NO_SHARD,FULL_SHARD mpi
 done
