@@ -6,7 +6,10 @@
 #    plan's theory, live tensor memory within 15 % of the plan, and at most one large block mapped
 #    after the warm-up step (the host allocator's cache serves the steps; the warm-up may have
 #    given back one block it needs again; not in a sanitized build, where the allocator caches
-#    nothing so that AddressSanitizer sees every block);
+#    nothing so that AddressSanitizer sees every block); given links, each repeat measures the
+#    compute alone again and predicts from it (one prediction per repeat, the median shown; none
+#    for offload, which the time model does not describe);
+#  - bench/netem_table.py joins the recorded partial re-run with the grid it completes;
 #  - bench/vs_fsdp2_table.py reads the fsdp-bench and FSDP2 records of the recorded comparison;
 #  - fsdp-bench-adamw on a tiny shard (an odd size, two threads): it prints every row, and the
 #    op-by-op AdamW ends exactly where torch's does;
@@ -38,7 +41,7 @@ expect_error() {
 
 "$BIN/fsdp-run" --backend mpi --nproc-per-node 2 "$BIN/fsdp-bench" --model tiny --seq 48 \
   --steps 2 --repeats 2 --strategies NO_SHARD,FULL_SHARD --variants plain,prefetch,prefetch+offload \
-  --json "$WORK/bench.json" >"$WORK/bench.log" 2>&1 || fail "fsdp-bench: $(tail -5 "$WORK/bench.log")"
+  --intra-gbit 8.6 --inter-gbit 10 --json "$WORK/bench.json" >"$WORK/bench.log" 2>&1 || fail "fsdp-bench: $(tail -5 "$WORK/bench.log")"
 grep -q '^| FULL_SHARD | prefetch |' "$WORK/bench.log" || fail "fsdp-bench printed no table row"
 python3 - "$WORK/bench.json" <<'PY' || fail "fsdp-bench JSON"
 import json, os, sys
@@ -55,11 +58,26 @@ for r in records:
     assert sanitized or r["fresh_blocks"] <= 1, (name, r["fresh_blocks"])
     assert r["allocator"] == "fsdp", name
     assert r["peak_rss_absolute_bytes"] >= r["peak_rss_bytes"] > 0, name
+    if "offload" in r["variant"]:
+        assert "predicted" not in r, name
+        continue
+    steps, alone = r["predicted_steps"], r["compute_alone_seconds"]
+    assert len(steps) == 2 and len(alone) == 2 and min(alone) > 0, (name, steps, alone)
+    assert alone[0] != alone[1], (name, "the first repeat's compute alone reused", alone)
+    assert r["predicted"]["step"] in steps, (name, r["predicted"], steps)
 PY
+
+# bench/netem_table.py: the recorded re-runs (a copy: the script writes its table beside them)
+# joined with the grid they complete, every cell once.
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$WORK/netem" && cp "$REPO"/bench/results/netem-more-2026-11-26/*.json "$WORK/netem/"
+python3 "$REPO/bench/netem_table.py" "$WORK/netem" "$REPO/bench/results/netem-2026-11-26" \
+  >"$WORK/netem.md" 2>&1 || fail "netem_table.py: $(cat "$WORK/netem.md")"
+grep -q ' of 118 cells predicted within 15%' "$WORK/netem.md" ||
+  fail "netem_table.py did not join the grids: $(tail -3 "$WORK/netem.md")"
 
 # bench/vs_fsdp2.sh's table, from the run recorded in the repository (the JSON fields it reads),
 # and its refusal of an unknown option.
-REPO=$(cd "$(dirname "$0")/.." && pwd)
 python3 "$REPO/bench/vs_fsdp2_table.py" "$REPO/bench/results/vs-fsdp2-2026-11-26" >"$WORK/vs.md" ||
   fail "vs_fsdp2_table.py: $(cat "$WORK/vs.md")"
 grep -q '^| fsdp.cpp / FSDP2 | ' "$WORK/vs.md" || fail "vs_fsdp2_table.py printed no ratio row"
