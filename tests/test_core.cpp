@@ -520,6 +520,106 @@ TEST(Memory, HybridShardsWithinTheGroup) {
   EXPECT_EQ(sharded->memory().sharded_param_bytes, padded * 4 / 2);
 }
 
+// The root's reduction split ([Note: split root reduction]) gives the gradients the whole
+// reduction gives, in every strategy, with no_sync micro-batches before the synchronised one. Its
+// traffic: with a vocabulary the batches touch little of, the late part goes as rows (all-gathers
+// of a few rows, the reduce-scatters and all-reduces exactly those of the whole reduction, so the
+// root's is not sent twice), in every step; with one they touch most of, the first step sends the
+// late part whole and later steps are the unsplit reduction's, byte for byte.
+struct SplitRun {
+  std::vector<at::Tensor> grads;  // per step, every unit's gradient shard, concatenated
+  std::vector<int64_t> gathered, scattered, all_reduced;  // bytes per step
+};
+
+SplitRun train_for_split(const GPT2Config& config, ShardingOptions options, bool split) {
+  GPT2 model(config);
+  init_gpt2_weights(*model, 7);
+  auto counts = std::make_shared<TrafficCounts>();
+  auto sharded = fully_shard(model.ptr(), count_traffic(test::world(), counts),
+                             options.wrap(WrapPolicy::by_type({"GPT2Block"}))
+                                 .split_root_reduction(split));
+  const int rank = test::world()->rank();
+  const int64_t T = config.n_positions;
+  SplitRun run;
+  for (int step = 0; step < 3; ++step) {
+    for (auto& shard : sharded->shards()) shard.grad.zero_();
+    counts->reset();
+    for (int micro = 0; micro < 2; ++micro) {
+      sharded->set_requires_gradient_sync(micro == 1);
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(100 * step + 10 * rank + micro);
+      at::Tensor t = at::randint(config.vocab_size, {1, T + 1}, gen, at::kLong);
+      gpt2_loss(fsdp::forward(model, t.narrow(1, 0, T)), t.narrow(1, 1, T)).backward();
+    }
+    std::vector<at::Tensor> grads;
+    for (auto& shard : sharded->shards()) grads.push_back(shard.grad.clone());
+    run.grads.push_back(at::cat(grads));
+    run.gathered.push_back(counts->all_gather_bytes);
+    run.scattered.push_back(counts->reduce_scatter_bytes);
+    run.all_reduced.push_back(counts->all_reduce_bytes);
+  }
+  return run;
+}
+
+void expect_split_matches(const GPT2Config& config, bool sparse) {
+  const int n = test::world()->size();
+  std::vector<std::pair<std::string, ShardingOptions>> cases = {
+      {"FULL_SHARD", ShardingOptions()},
+      {"SHARD_GRAD_OP", ShardingOptions().strategy(ShardingStrategy::kShardGradOp)},
+      {"NO_SHARD", ShardingOptions().strategy(ShardingStrategy::kNoShard)}};
+  if (n == 4) {
+    cases.emplace_back("HYBRID_SHARD", ShardingOptions()
+                                           .strategy(ShardingStrategy::kHybridShard)
+                                           .shard_group_size(2));
+  }
+  int64_t root = 0;
+  for (const auto& u : unit_sizes(*GPT2(config), WrapPolicy::by_type({"GPT2Block"}))) {
+    root = u.numel;  // the root is last
+  }
+  for (const auto& [name, options] : cases) {
+    SCOPED_TRACE(name + ", world " + std::to_string(n));
+    const SplitRun whole = train_for_split(config, options, false);
+    const SplitRun split = train_for_split(config, options, true);
+    for (size_t step = 0; step < whole.grads.size(); ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      // fp32 sums of the same terms in another order.
+      EXPECT_TRUE(at::allclose(split.grads[step], whole.grads[step], 1e-5, 1e-7))
+          << (split.grads[step] - whole.grads[step]).abs().max().item<double>();
+      if (n == 1) {  // one rank: nothing is reduced, nothing split
+        EXPECT_EQ(split.gathered[step], whole.gathered[step]);
+        continue;
+      }
+      const bool rows = sparse;
+      const bool twice = !sparse && step == 0;  // the late part sent whole once
+      EXPECT_EQ(split.scattered[step] + split.all_reduced[step] >
+                    whole.scattered[step] + whole.all_reduced[step],
+                twice);
+      if (!twice) {
+        EXPECT_EQ(split.scattered[step], whole.scattered[step]);
+        EXPECT_EQ(split.all_reduced[step], whole.all_reduced[step]);
+      }
+      const int64_t extra = split.gathered[step] - whole.gathered[step];
+      if (rows) {
+        EXPECT_GT(extra, 0);
+        EXPECT_LT(extra, root * 4 / 2);  // the rows' test: under half a reduce-scatter's bytes
+      } else if (step > 0) {
+        EXPECT_EQ(extra, 0);
+      }
+    }
+  }
+}
+
+TEST(SplitRootReduction, SparseLateRowsMatchTheWholeReduction) {
+  GPT2Config c = small_config();
+  c.vocab_size = 2048;  // 2 x 16 tokens a rank touch at most 32 of its rows
+  expect_split_matches(c, /*sparse=*/true);
+}
+
+TEST(SplitRootReduction, DenseLateGradientsStopTheSplit) {
+  GPT2Config c = small_config();
+  c.vocab_size = 64;  // 16 tokens touch a quarter of it: rows cost more than the whole
+  expect_split_matches(c, /*sparse=*/false);
+}
+
 // fp16 compute on the CPU: refused, with the reason, where LibTorch has no fp16 CPU kernels (1.13);
 // elsewhere a forward computes in fp16 (the parity tests check its values).
 TEST(BadInput, Fp16ComputeOnTheCpuNeedsLibTorch2) {

@@ -123,6 +123,16 @@ struct ShardingOptions {
   // steps on the CPU (AdamW's fused CPU kernel). On a CPU device the shards are in host memory
   // anyway: the option then only keeps each shard apart from its gathered copy. Default false.
   bool offload_params_ = false;
+  // Reduce the root unit's gradients in two parts (docs/design.md, [Note: split root
+  // reduction]): what is final when backward reaches the first wrapped unit (the output head's
+  // gradients; with tied embeddings, the head's share of the table's) at that moment, behind the
+  // units' backward, and the rest (the embeddings' lookups) at the end as the rows the batch
+  // touched. Without it the root's whole reduction waits for the end of backward, where nothing
+  // hides it. The split stops by itself for good once the rest is too dense to send as rows (more
+  // than half a reduce-scatter's bytes); it is not made under offload_params, nor where the root
+  // is the only unit or a reduction involves one rank. Same gradients either way, summed in
+  // another order. Default true.
+  bool split_root_reduction_ = true;
   // Materialises deferred parameters (fsdp/init.h): fully_shard calls it once per deferred
   // parameter, on a temporary full-size fp32 tensor, and keeps only this rank's slice, so no rank
   // ever holds more than one full parameter at a time. PyTorch FSDP's param_init_fn. Default:
@@ -179,6 +189,10 @@ struct ShardingOptions {
   }
   ShardingOptions& offload_params(bool on) {
     offload_params_ = on;
+    return *this;
+  }
+  ShardingOptions& split_root_reduction(bool on) {
+    split_root_reduction_ = on;
     return *this;
   }
   ShardingOptions& param_init(ParamInit init) {

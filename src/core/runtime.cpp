@@ -147,6 +147,8 @@ Runtime::Runtime(std::shared_ptr<torch::nn::Module> root, CommPtr comm, Sharding
   move_buffers();
   make_groups();
   build_units(std::move(specs));
+  split_root_ = options_.split_root_reduction_ && !options_.offload_params_ && units_.size() > 1 &&
+                (shard_group_->size() > 1 || replicate_group_->size() > 1);
 }
 
 // Buffers (masks, running statistics) are the module's own business: they only follow it to the

@@ -72,6 +72,9 @@ class Unit : public ModuleHooks {
   // Called by autograd: before the unit's backward, and after each parameter's gradient lands.
   void pre_backward();
   void on_grad_accumulated();
+  // The root only: reduce what its gradients hold so far, once per backward, when the first
+  // wrapped unit's backward begins (docs/design.md, [Note: split root reduction]).
+  void reduce_early();
   // Reduce this unit's gradients (unless sync is off) and reshard. Idempotent per backward.
   void post_backward();
   // End-of-backward bookkeeping (the runtime's final callback).
@@ -98,6 +101,7 @@ class Unit : public ModuleHooks {
 
  private:
   void reduce_gradients();
+  void reduce_late();
   void register_grad_hooks();
   void set_context(const char* phase) const;
   // Clears a prefetch's mark, telling the runtime whether the unit used what it gathered.
@@ -122,11 +126,14 @@ class Unit : public ModuleHooks {
   // parameter only keeps a weak reference to its accumulator).
   std::vector<compat::GradAccumulatorPtr> accumulators_;
   std::vector<uintptr_t> hook_keys_;
+  std::unordered_map<const torch::autograd::Node*, at::Tensor> accumulator_params_;
   int trainable_params_ = 0;
+  int64_t late_row_;  // row length of the root's late gradient (reduce_late)
   // Per-backward state.
   bool forwarded_ = false;
   bool in_backward_ = false;
   bool post_backward_done_ = false;
+  bool early_reduced_ = false;  // the root's reduction split this backward
   int grads_pending_ = 0;
 };
 
@@ -163,6 +170,11 @@ class Runtime {
   int64_t step() const { return step_; }
 
   bool sync_gradients() const { return sync_gradients_; }
+  // Whether the root's reduction is split ([Note: split root reduction]): the option, where a
+  // reduction is a collective, the shards are on the device and there are wrapped units; off for
+  // good once a late part was too dense to send as rows.
+  bool splits_root_reduction() const { return split_root_; }
+  void stop_splitting_root_reduction() { split_root_ = false; }
   void set_sync_gradients(bool sync) { sync_gradients_ = sync; }
 
   // Root forward starts an iteration; the first backward hook of an iteration queues the final
@@ -245,6 +257,7 @@ class Runtime {
   };
   std::vector<OffloadedGrad> offloaded_grads_;
   bool sync_gradients_ = true;
+  bool split_root_ = false;
   bool callback_queued_ = false;
   int64_t step_ = 0;
   MemoryStats memory_;

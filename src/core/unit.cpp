@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/collectives.h"
 #include "core/runtime.h"
+#include "core/split_reduce.h"
 
 namespace fsdp {
 namespace {
@@ -41,6 +42,23 @@ struct GradAccumulatedHook : public torch::autograd::FunctionPostHook {
   Unit* unit_;
 };
 
+bool is_unit_boundary(const torch::autograd::Node* node) {
+  return dynamic_cast<const torch::autograd::CppNode<UnitBackwardHook>*>(node) != nullptr;
+}
+
+// The row length the root's late gradient is sent in: the last dimension of its largest matrix
+// (a token embedding's width, so that a row is a token's), else 256 elements.
+int64_t late_row_length(const std::vector<ParamSlot>& slots) {
+  int64_t row = 256, largest = 0;
+  for (const auto& s : slots) {
+    if (s.shape.size() >= 2 && s.numel > largest && s.shape.back() > 0) {
+      largest = s.numel;
+      row = s.shape.back();
+    }
+  }
+  return row;
+}
+
 std::vector<at::Tensor> wrap_for_backward(std::vector<at::Tensor> outputs, Unit* unit) {
   std::vector<size_t> positions;
   std::vector<at::Tensor> differentiable;
@@ -68,7 +86,8 @@ Unit::Unit(Runtime& runtime, std::string name, const torch::nn::Module* module,
       flat_(std::move(slots), runtime.shard_group().rank(), runtime.shard_group().size(),
             to_scalar_type(runtime.options().param_dtype_), runtime.options().param_init_,
             runtime.device(), runtime.options().offload_params_),
-      policy_(policy) {
+      policy_(policy),
+      late_row_(late_row_length(flat_.slots())) {
   register_grad_hooks();
   // FlatParam starts gathered (it was built from the full parameters); start sharded.
   flat_.free_full();
@@ -85,6 +104,7 @@ void Unit::register_grad_hooks() {
     auto acc = torch::autograd::impl::grad_accumulator(slot.param);
     FSDP_CHECK(acc, "no gradient accumulator for parameter '", slot.name, "'");
     hook_keys_.push_back(acc->add_post_hook(std::make_unique<GradAccumulatedHook>(this)));
+    accumulator_params_[acc.get()] = slot.param;
     accumulators_.push_back(std::move(acc));
     ++trainable_params_;
   }
@@ -189,6 +209,9 @@ std::vector<at::Tensor> Unit::post_forward(std::vector<at::Tensor> outputs) {
     for (const auto& t : outputs) backward_expected |= t.defined() && t.requires_grad();
   }
   if (policy_.reshard_after_forward) reshard();
+  if (backward_expected && is_root_ && runtime_.splits_root_reduction()) {
+    intercept_early_uses(outputs, accumulator_params_, is_unit_boundary);
+  }
   if (backward_expected) outputs = wrap_for_backward(std::move(outputs), this);
   if (is_root_) runtime_.end_forward(backward_expected);
   return outputs;
@@ -198,10 +221,13 @@ void Unit::pre_backward() {
   if (in_backward_) return;  // a unit run several times in one forward reaches here once each
   in_backward_ = true;
   post_backward_done_ = false;
+  early_reduced_ = false;
   runtime_.ensure_final_callback();
   settle_prefetch(/*used=*/true);
   issue_unshard("backward all-gather");
   runtime_.backward_reached(*this);
+  // Behind this unit's gathers in the queue: they are needed first.
+  if (!is_root_) runtime_.root_unit().reduce_early();
   wait_unshard();
   if (!flat_.has_full_grad()) {
     flat_.alloc_full_grad(runtime_.pool());
@@ -220,7 +246,13 @@ void Unit::on_grad_accumulated() {
 void Unit::post_backward() {
   if (post_backward_done_) return;
   post_backward_done_ = true;
-  if (runtime_.sync_gradients()) reduce_gradients();
+  if (runtime_.sync_gradients()) {
+    if (early_reduced_) {
+      reduce_late();
+    } else {
+      reduce_gradients();
+    }
+  }
   // Frozen parameters of this unit may still be read by backward nodes that have not run yet;
   // such units reshard in finish_backward instead.
   if (trainable_params_ == static_cast<int>(flat_.slots().size())) reshard();
@@ -256,6 +288,40 @@ void Unit::reduce_gradients() {
   runtime_.track_grad_buffers(pending.tracked_bytes - held);
   flat_.free_full_grad();
   runtime_.enqueue_reduce(std::move(pending));
+}
+
+// [Note: split root reduction] in docs/design.md. The first wrapped unit's backward has begun:
+// what the root's gradient buffer holds is final (the output head's gradients, the early share of
+// a tied embedding's, and any earlier no_sync micro-batches'), and is reduced now, behind the
+// units' backward; the buffer starts again from zero for the gradients still to come.
+void Unit::reduce_early() {
+  if (!is_root_ || !in_backward_ || early_reduced_ || post_backward_done_ ||
+      !flat_.has_full_grad() || !runtime_.sync_gradients() || !runtime_.splits_root_reduction()) {
+    return;
+  }
+  early_reduced_ = true;
+  reduce_gradients();
+  flat_.alloc_full_grad(runtime_.pool());
+  runtime_.track_grad_buffers(flat_.full_grad_bytes());
+}
+
+// The rest of a split reduction: sent as its nonzero rows (the batch's tokens' rows of an
+// embedding) when that is less than half a reduce-scatter's traffic, else reduced whole; then the
+// split stops for the model's later steps (they will be as dense: the batch size is fixed).
+void Unit::reduce_late() {
+  const double dense_bytes =
+      static_cast<double>(flat_.padded_numel()) *
+      static_cast<double>(dtype_size(runtime_.options().reduce_dtype_)) / 2;
+  set_context("backward gradient reduction (nonzero rows)");
+  if (!reduce_nonzero_rows(runtime_.world(), flat_.full_grad(), late_row_,
+                           flat_.shard_rank() * flat_.shard_numel(), flat_.shard_numel(),
+                           runtime_.world().size(), dense_bytes, flat_.grad_shard())) {
+    runtime_.stop_splitting_root_reduction();
+    reduce_gradients();
+    return;
+  }
+  runtime_.track_grad_buffers(-flat_.full_grad_bytes());
+  flat_.free_full_grad();
 }
 
 void Unit::finish_backward() {

@@ -1,0 +1,142 @@
+// The two halves of the split root reduction (core/split_reduce.h): intercepting a tied
+// parameter's early gradient in the autograd graph, and reducing a mostly-zero gradient as rows.
+#include "core/split_reduce.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+
+#include <algorithm>
+#include <unordered_set>
+#include <utility>
+
+#include "core/check.h"
+#include "core/collectives.h"
+
+namespace fsdp {
+namespace {
+
+using torch::autograd::Node;
+using torch::autograd::variable_list;
+
+// On an early use's node: its gradients for the listed outputs go into their parameters' .grad
+// here (where the accumulator would have added them: a view into the unit's gradient buffer),
+// and on to the accumulator as nothing. Adding where .grad points when the node runs keeps the
+// sum right in any order the engine picks; a parameter without .grad (not expected: the unit's
+// pre-backward attached it) is left to autograd.
+struct EarlyUseHook : public torch::autograd::FunctionPostHook {
+  explicit EarlyUseHook(std::vector<std::pair<size_t, at::Tensor>> uses) : uses_(std::move(uses)) {}
+  variable_list operator()(const variable_list& outputs, const variable_list& /*inputs*/) override {
+    variable_list out = outputs;
+    at::NoGradGuard no_grad;
+    for (auto& [index, param] : uses_) {
+      if (index >= out.size() || !out[index].defined()) continue;
+      const at::Tensor& grad = param.grad();
+      if (!grad.defined() || grad.sizes() != out[index].sizes()) continue;
+      grad.add_(out[index]);
+      out[index] = at::Tensor();
+    }
+    return out;
+  }
+  std::vector<std::pair<size_t, at::Tensor>> uses_;
+};
+
+template <typename Visit>
+void walk(std::vector<Node*> stack, std::unordered_set<Node*>& seen, Visit visit) {
+  while (!stack.empty()) {
+    Node* node = stack.back();
+    stack.pop_back();
+    if (!seen.insert(node).second) continue;
+    for (const auto& edge : node->next_edges()) {
+      Node* next = edge.function.get();
+      if (next != nullptr && visit(next)) stack.push_back(next);
+    }
+  }
+}
+
+}  // namespace
+
+void intercept_early_uses(const std::vector<at::Tensor>& outputs,
+                          const std::unordered_map<const Node*, at::Tensor>& accumulators,
+                          const std::function<bool(const Node*)>& boundary) {
+  // The nodes reachable from the outputs without crossing a boundary, and the boundaries met.
+  std::vector<Node*> roots, boundaries;
+  for (const auto& t : outputs) {
+    if (t.defined() && t.grad_fn()) roots.push_back(t.grad_fn().get());
+  }
+  std::unordered_set<Node*> before;
+  walk(roots, before, [&](Node* next) {
+    if (accumulators.count(next)) return false;
+    if (boundary(next)) {
+      boundaries.push_back(next);
+      return false;
+    }
+    return true;
+  });
+  if (boundaries.empty()) return;
+  // Everything beyond a boundary runs after it; a node also reachable from the outputs directly
+  // (a skip connection around the units) is one of them, since it waits for all its inputs.
+  std::unordered_set<Node*> beyond;
+  std::unordered_set<const Node*> late;  // accumulators a node beyond a boundary sends to
+  walk(boundaries, beyond, [&](Node* next) {
+    if (!accumulators.count(next)) return true;
+    late.insert(next);
+    return false;
+  });
+  for (Node* node : before) {
+    if (beyond.count(node)) continue;
+    std::vector<std::pair<size_t, at::Tensor>> uses;
+    const auto& edges = node->next_edges();
+    for (size_t i = 0; i < edges.size(); ++i) {
+      const Node* next = edges[i].function.get();
+      if (late.count(next)) uses.emplace_back(i, accumulators.at(next));
+    }
+    if (!uses.empty()) node->add_post_hook(std::make_unique<EarlyUseHook>(std::move(uses)));
+  }
+}
+
+bool reduce_nonzero_rows(Comm& comm, const at::Tensor& grad, int64_t row, int64_t begin,
+                         int64_t count, double divisor, double dense_bytes, const at::Tensor& out) {
+  FSDP_CHECK(row > 0 && grad.dim() == 1 && out.scalar_type() == at::kFloat,
+             "reduce_nonzero_rows: a flat gradient, positive row length and an fp32 output");
+  at::NoGradGuard no_grad;
+  const int64_t n = grad.numel(), full_rows = n / row, tail = n - full_rows * row;
+  const at::Tensor body = grad.narrow(0, 0, full_rows * row).view({full_rows, row});
+  // Rows with any element that is not zero: NaN and inf included, for the loss scaler to see.
+  at::Tensor index = body.ne(0).any(1).nonzero().view({-1});
+  at::Tensor rows = body.index_select(0, index);
+  if (tail > 0 && grad.narrow(0, full_rows * row, tail).ne(0).any().item<bool>()) {
+    at::Tensor last = at::zeros({1, row}, grad.options());
+    last.narrow(1, 0, tail).copy_(grad.narrow(0, full_rows * row, tail));
+    rows = at::cat({rows, last});
+    index = at::cat({index, at::full({1}, full_rows, index.options())});
+  }
+  const int world = comm.size();
+  const at::TensorOptions long_opts = index.options();
+  at::Tensor counts = at::empty({world}, long_opts);
+  all_gather(comm, at::full({1}, rows.size(0), long_opts), counts)->wait();
+  const int64_t most = counts.max().item<int64_t>();
+  const double row_bytes = static_cast<double>(row) * static_cast<double>(grad.element_size()) + 8;
+  if (static_cast<double>(world) * static_cast<double>(most) * row_bytes > dense_bytes) return false;
+  if (most == 0) return true;
+  // Padded to the longest list; padding rows carry index -1 and are dropped below.
+  at::Tensor my_rows = at::zeros({most, row}, grad.options());
+  at::Tensor my_index = at::full({most}, -1, long_opts);
+  my_rows.narrow(0, 0, rows.size(0)).copy_(rows);
+  my_index.narrow(0, 0, index.size(0)).copy_(index);
+  at::Tensor all_rows = at::empty({world * most, row}, grad.options());
+  at::Tensor all_index = at::empty({world * most}, long_opts);
+  WorkPtr gathered = all_gather(comm, my_index, all_index);
+  all_gather(comm, my_rows, all_rows)->wait();
+  gathered->wait();
+  // The rows meeting [begin, begin + count), summed in fp32 into the span of whole rows holding it.
+  const int64_t first = begin / row, last = (begin + count + row - 1) / row;
+  const at::Tensor mine = all_index.ge(first).logical_and(all_index.lt(last)).nonzero().view({-1});
+  at::Tensor span = at::zeros({last - first, row}, out.options());
+  span.index_add_(0, all_index.index_select(0, mine) - first,
+                  all_rows.index_select(0, mine).to(at::kFloat));
+  out.add_(span.view({-1}).narrow(0, begin - first * row, count), 1.0 / divisor);
+  return true;
+}
+
+}  // namespace fsdp
