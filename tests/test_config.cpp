@@ -663,12 +663,15 @@ TEST(ConfigFsdp, OffloadParamsBecomesAShardingOption) {
 TEST(ConfigFsdp, PrefetchAndCheckpointingBecomeShardingOptions) {
   const TrainConfig c = parse(
       "fsdp_config:\n  fsdp_backward_prefetch_policy: BACKWARD_POST\n  fsdp_forward_prefetch: "
-      "true\n  prefetch_depth: 2\n  limit_all_gathers: 0\n  fsdp_activation_checkpointing: true\n");
+      "true\n  prefetch_depth: 2\n  limit_all_gathers: 0\n  fsdp_activation_checkpointing: true\n"
+      "  split_root_reduction: false\n");
   const fsdp::ShardingOptions o = c.sharding_options();
   EXPECT_EQ(o.backward_prefetch_, fsdp::BackwardPrefetch::kBackwardPost);
   EXPECT_TRUE(o.forward_prefetch_);
   EXPECT_EQ(o.prefetch_depth_, 2);
   EXPECT_EQ(o.limit_all_gathers_, 0);
+  EXPECT_FALSE(o.split_root_reduction_);
+  EXPECT_TRUE(TrainConfig{}.sharding_options().split_root_reduction_);
   EXPECT_EQ(o.checkpoint_units_, std::vector<std::string>{"*"});
   EXPECT_TRUE(TrainConfig{}.sharding_options().checkpoint_units_.empty());
   EXPECT_TRUE(contains(parse_error("fsdp_config:\n  prefetch_depth: 0\n").what(),
@@ -717,6 +720,8 @@ std::map<std::string, Change> changes() {
        {[](TrainConfig& c) { c.fsdp.forward_prefetch = true; }}},
       {"fsdp_config.prefetch_depth", {[](TrainConfig& c) { c.fsdp.prefetch_depth = 3; }}},
       {"fsdp_config.limit_all_gathers", {[](TrainConfig& c) { c.fsdp.limit_all_gathers = 0; }}},
+      {"fsdp_config.split_root_reduction",
+       {[](TrainConfig& c) { c.fsdp.split_root_reduction = false; }}},
       {"fsdp_config.fsdp_offload_params", {[](TrainConfig& c) { c.fsdp.offload_params = true; }}},
       {"fsdp_config.fsdp_activation_checkpointing",
        {[](TrainConfig& c) { c.fsdp.activation_checkpointing = true; }}},

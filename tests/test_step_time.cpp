@@ -24,6 +24,9 @@ TrainConfig config(ShardingStrategy s) {
   c.fsdp.sharding_strategy = s;
   c.fsdp.backward_prefetch = BackwardPrefetch::kNoPrefetch;
   c.fsdp.forward_prefetch = false;
+  // The closed forms below are the root's reduction in one piece, after the last compute;
+  // SplitRootReduction* price the split.
+  c.fsdp.split_root_reduction = false;
   return c;
 }
 
@@ -114,6 +117,41 @@ TEST(StepTime, PrefetchHidesWhatComputeCovers) {
   const double root = ring(4.0 * static_cast<double>(padded(plan.units.back().numel, p)), p, 1e9);
   EXPECT_GE(prefetch.exposed, root - 1e-12);
   EXPECT_GE(prefetch.step, prefetch.compute);
+}
+
+// The root's reduction split ([Note: split root reduction]): its reduce-scatter issued as the
+// first block's backward begins, hidden when compute covers it, and the late part all-gathered as
+// rows at the end: with a vocabulary of 4096, 2 x 32 tokens and 32 positions a rank touch at most
+// 96 rows of 64 fp32 values (and an int64 index each) of the root's 4096 + 32 (+ 2 norm rows),
+// under half its bytes. With 512 rows in the table and 4 ranks the rows would be more: the late
+// part is reduced whole, the root's reduction costs twice, and nothing is hidden at the end.
+TEST(StepTime, SplitRootReductionHidesTheRootsReduceScatter) {
+  TrainConfig c = config(ShardingStrategy::kFullShard);
+  c.model.vocab_size = 4096;
+  c.fsdp.forward_prefetch = true;
+  c.fsdp.backward_prefetch = BackwardPrefetch::kBackwardPre;
+  const int p = 2;
+  const Plan plan = plan_training(c, p);
+  const TimeModelOptions o = links(10.0);
+  const StepTimePlan whole = predict_step_time(plan, c, o);
+  c.fsdp.split_root_reduction = true;
+  const StepTimePlan split = predict_step_time(plan, c, o);
+  const double root = ring(4.0 * static_cast<double>(padded(plan.units.back().numel, p)), p, 1e9);
+  const double rows = ring(p * 96.0 * (64 * 4 + 8), p, 1e9);
+  EXPECT_NEAR(split.in_collectives, whole.in_collectives + rows, 1e-12);
+  EXPECT_LT(split.exposed, whole.exposed - 0.9 * root);  // the root's reduce-scatter, hidden
+  EXPECT_GE(split.exposed, rows - 1e-12);                  // the rows after the last compute
+
+  // 4 ranks' 96 rows of a 512-row table: more than half the root's bytes.
+  c.model.vocab_size = 512;
+  const Plan dense = plan_training(c, 4);
+  const StepTimePlan twice = predict_step_time(dense, c, o);
+  c.fsdp.split_root_reduction = false;
+  const StepTimePlan once = predict_step_time(dense, c, o);
+  const double dense_root =
+      ring(4.0 * static_cast<double>(padded(dense.units.back().numel, 4)), 4, 1e9);
+  EXPECT_NEAR(twice.in_collectives, once.in_collectives + dense_root, 1e-12);
+  EXPECT_GE(twice.exposed, dense_root - 1e-12);
 }
 
 // Collectives that move only while waited on (MPI without its progress thread) hide nothing,

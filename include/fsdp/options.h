@@ -128,10 +128,11 @@ struct ShardingOptions {
   // gradients; with tied embeddings, the head's share of the table's) at that moment, behind the
   // units' backward, and the rest (the embeddings' lookups) at the end as the rows the batch
   // touched. Without it the root's whole reduction waits for the end of backward, where nothing
-  // hides it. The split stops by itself for good once the rest is too dense to send as rows (more
-  // than half a reduce-scatter's bytes); it is not made under offload_params, nor where the root
-  // is the only unit or a reduction involves one rank. Same gradients either way, summed in
-  // another order. Default true.
+  // hides it. Where the rest is too dense to send as rows (more than half a reduce-scatter's
+  // bytes: many tokens per step against the vocabulary) it is reduced whole, and the root's
+  // reduction costs twice its bytes, the first half hidden. Not made under offload_params, nor
+  // where the root is the only unit or a reduction involves one rank. Same gradients either way,
+  // summed in another order. Default true.
   bool split_root_reduction_ = true;
   // Materialises deferred parameters (fsdp/init.h): fully_shard calls it once per deferred
   // parameter, on a temporary full-size fp32 tensor, and keeps only this rank's slice, so no rank

@@ -171,10 +171,8 @@ class Runtime {
 
   bool sync_gradients() const { return sync_gradients_; }
   // Whether the root's reduction is split ([Note: split root reduction]): the option, where a
-  // reduction is a collective, the shards are on the device and there are wrapped units; off for
-  // good once a late part was too dense to send as rows.
+  // reduction is a collective, the shards are on the device and there are wrapped units.
   bool splits_root_reduction() const { return split_root_; }
-  void stop_splitting_root_reduction() { split_root_ = false; }
   void set_sync_gradients(bool sync) { sync_gradients_ = sync; }
 
   // Root forward starts an iteration; the first backward hook of an iteration queues the final

@@ -306,8 +306,9 @@ void Unit::reduce_early() {
 }
 
 // The rest of a split reduction: sent as its nonzero rows (the batch's tokens' rows of an
-// embedding) when that is less than half a reduce-scatter's traffic, else reduced whole; then the
-// split stops for the model's later steps (they will be as dense: the batch size is fixed).
+// embedding) when that is less than half a reduce-scatter's traffic, else reduced whole. Decided
+// afresh every step from that step's gradients alone, so that a run resumed from a checkpoint
+// sums in the same order as the run that wrote it.
 void Unit::reduce_late() {
   const double dense_bytes =
       static_cast<double>(flat_.padded_numel()) *
@@ -316,7 +317,6 @@ void Unit::reduce_late() {
   if (!reduce_nonzero_rows(runtime_.world(), flat_.full_grad(), late_row_,
                            flat_.shard_rank() * flat_.shard_numel(), flat_.shard_numel(),
                            runtime_.world().size(), dense_bytes, flat_.grad_shard())) {
-    runtime_.stop_splitting_root_reduction();
     reduce_gradients();
     return;
   }

@@ -339,6 +339,10 @@ std::vector<Option> fsdp_section() {
                   "units a prefetch gathers ahead, forward and backward (fsdp.cpp's key)"),
       int_setting(p + "limit_all_gathers", FIELD(fsdp.limit_all_gathers),
                   "at most this many units gathered ahead of use; 0: no limit (fsdp.cpp's key)"),
+      bool_setting(p + "split_root_reduction", FIELD(fsdp.split_root_reduction),
+                   "reduce the root's gradients in two parts: the output head's while the blocks' "
+                   "backward runs, the embeddings' at the end as the rows the batch touched "
+                   "(fsdp.cpp's key)"),
       bool_setting(p + "fsdp_offload_params", FIELD(fsdp.offload_params),
                    "master shards, gradient shards and optimizer state in host memory; the "
                    "optimizer steps on the CPU"),

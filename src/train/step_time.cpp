@@ -128,6 +128,10 @@ class Replay {
     double reduced = -1;  // when its all-reduce ends; -1: not issued
   };
   void reduce(size_t unit);
+  // The root's late part under a split reduction: the row counts and the rows, all-gathered over
+  // the world, behind the reductions already queued (the rank waits for them), or, too dense for
+  // rows, the counts and a second reduction of the whole root.
+  void reduce_late_rows();
   void start_all_reduce(Pending& p);
   void drain();
   double gather(size_t unit, double t) { return shard_q_.run(t, all_gather_[unit]); }
@@ -143,8 +147,19 @@ class Replay {
   Queue shard_q_, replica_q_;
   double now_ = 0;
   bool replicated_ = false;  // more than one replica: all-reduces follow the reduce-scatters
+  bool split_ = false;       // the root's reduction split ([Note: split root reduction])
+  bool late_as_rows_ = false;  // the split's late part is sent as rows, not reduced whole
+  double late_rows_ = 0;       // its row counts' (and rows') all-gathers
   std::deque<Pending> pending_;
 };
+
+// Rows of the root's gradient that the lookups at the bottom of the model touch in one
+// micro-batch, at most: a row of the token table per token, and GPT-2's position table's rows.
+int64_t late_rows(const TrainConfig& c) {
+  const int64_t tokens = c.train.micro_batch_size * c.data.seq_len;
+  return std::min<int64_t>(c.model.vocab_size, tokens) +
+         (c.model.type == ModelType::kGPT2 ? c.data.seq_len : 0);
+}
 
 // The vocabulary projection's FLOPs in one micro-batch's forward: 2 V h per token.
 double head_flops(const TrainConfig& c) {
@@ -209,6 +224,17 @@ Replay::Replay(const Plan& p, const TrainConfig& c, const TimeModelOptions& o)
     backward_.push_back(o.compute.backward * share[u]);
   }
   ahead_ = prefetch_ahead(c.fsdp, static_cast<int64_t>(blocks_));
+  // The runtime's test (core/unit.cpp, Unit::reduce_late): rows of the width, with their index,
+  // from every rank, against half the root's reduce-scatter input; rows that fail it leave the
+  // late part to a second reduction of the whole root.
+  split_ = c.fsdp.split_root_reduction && !c.fsdp.offload_params && blocks_ > 0 && world > 1;
+  const double row_bytes = static_cast<double>(c.model.width()) * elem + 8;
+  const double rows_bytes = world * static_cast<double>(late_rows(c)) * row_bytes;
+  const double root_bytes = static_cast<double>(padded(p.units.back().numel, shards)) * elem;
+  const Group everyone = group_over(world, world / per_host, 1, o);
+  late_as_rows_ = rows_bytes <= root_bytes / 2;
+  late_rows_ = ring(everyone, late_as_rows_ ? rows_bytes : 0, 1) +
+               (late_as_rows_ ? 3 : 1) * everyone.latency;  // counts, and indices with the rows
 }
 
 // The root is gathered first and kept; each block waits for its gather, and with forward
@@ -248,15 +274,27 @@ void Replay::backward(bool reduce_now) {
           if (gathered[i - k] < 0) gathered[i - k] = gather(i - k, now_);
         }
       }
-      now_ = std::max(now_, gathered[i]);
     }
+    // The split's early part goes as the first block's backward begins, behind its gathers.
+    if (reduce_now && split_ && i + 1 == blocks_) reduce(blocks_);
+    if (regather) now_ = std::max(now_, gathered[i]);
     compute(backward_[i]);
     if (reduce_now) reduce(i);
   }
   if (reduce_now) {
-    reduce(blocks_);
+    if (split_) {
+      reduce_late_rows();
+    } else {
+      reduce(blocks_);
+    }
     drain();
   }
+}
+
+void Replay::reduce_late_rows() {
+  Queue& q = plan_.shard_count > 1 ? shard_q_ : replica_q_;
+  now_ = std::max(now_, q.run(now_, late_rows_));
+  if (!late_as_rows_) reduce(blocks_);
 }
 
 void Replay::reduce(size_t unit) {

@@ -179,6 +179,9 @@ struct FsdpConfig {
   bool forward_prefetch = false;
   int prefetch_depth = 1;
   int limit_all_gathers = 2;
+  // ShardingOptions::split_root_reduction: the root's gradients reduced in two parts, the head's
+  // behind the blocks' backward and the embeddings' as the rows a batch touched. Default true.
+  bool split_root_reduction = true;
   // Master shards, gradient shards and optimizer state in host memory (ShardingOptions's
   // offload_params). Default false.
   bool offload_params = false;
