@@ -615,6 +615,68 @@ TEST(SplitRootReduction, DenseLateGradientsAreReducedWhole) {
   expect_split_matches(c, /*sparse=*/false);
 }
 
+// [Note: root gathered after its step]: with forward prefetch the optimizer's step leaves the
+// root gathering for the next forward (its gathered bytes count), and the steps that follow train
+// exactly as without (a gather is a copy). A write to the shards after the step reaches the next
+// forward: through FullyShardedModel::shards() (raw, as checkpoint loads write), and in place
+// through a handle kept from before (the version counter).
+struct AfterStepRun {
+  std::vector<double> losses;
+  std::vector<int64_t> gathered_after_step;
+};
+
+AfterStepRun train_with_root_ahead(bool forward_prefetch) {
+  GPT2 model(small_config());
+  init_gpt2_weights(*model, 7);
+  auto sharded = fully_shard(model.ptr(), test::world(),
+                             ShardingOptions()
+                                 .wrap(WrapPolicy::by_type({"GPT2Block"}))
+                                 .forward_prefetch(forward_prefetch));
+  std::vector<ShardedParam> params = sharded_params(*sharded);
+  AdamWOptions o;
+  o.lr = 1e-2;
+  AdamW opt(params, o);
+  const int64_t T = small_config().n_positions;
+  AfterStepRun run;
+  auto step = [&](int i) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(40 + i + 10 * test::world()->rank());
+    at::Tensor t = at::randint(small_config().vocab_size, {2, T + 1}, gen, at::kLong);
+    opt.zero_grad();
+    at::Tensor loss = gpt2_loss(fsdp::forward(model, t.narrow(1, 0, T)), t.narrow(1, 1, T));
+    run.losses.push_back(loss.item<double>());
+    loss.backward();
+    opt.step();
+    run.gathered_after_step.push_back(sharded->memory().gathered_param_bytes);
+  };
+  step(0);
+  step(1);
+  {
+    at::NoGradGuard no_grad;
+    params.back().param.add_(0.25);  // in place, through a handle from before the step
+  }
+  step(2);
+  float* root = sharded->shards().back().param.data_ptr<float>();  // raw, as a load writes
+  for (int i = 0; i < 16; ++i) root[i] += 0.5f;
+  step(3);
+  step(4);
+  return run;
+}
+
+TEST(RootAfterStep, GatheredDuringTheStepAndDroppedWhenWritten) {
+  const AfterStepRun ahead = train_with_root_ahead(true);
+  const AfterStepRun plain = train_with_root_ahead(false);
+  ASSERT_EQ(ahead.losses.size(), plain.losses.size());
+  for (size_t i = 0; i < ahead.losses.size(); ++i) {
+    EXPECT_EQ(ahead.losses[i], plain.losses[i]) << "step " << i;
+    EXPECT_EQ(plain.gathered_after_step[i], 0) << "step " << i;
+    if (test::world()->size() > 1) {
+      EXPECT_GT(ahead.gathered_after_step[i], 0) << "step " << i;  // the root, under way
+    } else {
+      EXPECT_EQ(ahead.gathered_after_step[i], 0) << "step " << i;  // nothing to gather
+    }
+  }
+}
+
 // fp16 compute on the CPU: refused, with the reason, where LibTorch has no fp16 CPU kernels (1.13);
 // elsewhere a forward computes in fp16 (the parity tests check its values).
 TEST(BadInput, Fp16ComputeOnTheCpuNeedsLibTorch2) {

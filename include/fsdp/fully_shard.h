@@ -75,6 +75,11 @@ struct UnitShard {
   // writing `param`, as the optimizers do. Empty where nothing can be pending. It stays valid
   // after the model is gone.
   std::function<void()> wait_writable = nullptr;
+  // Called once a step has written `param` (the optimizers do, shards last to first, so the
+  // root's first): with forward prefetch, the root's starts gathering for the next forward while
+  // the other shards step (docs/design.md, [Note: root gathered after its step]). Empty where
+  // nothing is to be done; it does nothing once the model is gone.
+  std::function<void()> stepped = nullptr;
 };
 
 // Which parameters get weight decay: by default those with two or more dimensions (matrices and

@@ -39,6 +39,8 @@ struct ShardedParam {
   at::Tensor decay_mask;
   // Called before each step writes `param` (UnitShard::wait_writable); may be empty.
   std::function<void()> wait_writable = nullptr;
+  // Called after a step has written `param` (UnitShard::stepped); may be empty.
+  std::function<void()> stepped = nullptr;
 };
 
 // A sharded model's shards, ready for an optimizer: one ShardedParam per unit, with the decay
@@ -47,7 +49,7 @@ inline std::vector<ShardedParam> sharded_params(const FullyShardedModel& model,
                                                 const DecayRule& rule = default_decay_rule) {
   std::vector<ShardedParam> out;
   for (const auto& s : model.shards(rule)) {
-    out.push_back({s.param, s.grad, s.decay_mask, s.wait_writable});
+    out.push_back({s.param, s.grad, s.decay_mask, s.wait_writable, s.stepped});
   }
   return out;
 }

@@ -95,7 +95,9 @@ struct ShardingOptions {
   // r' / size. Default 0: the ranks of one node (the launcher's LOCAL_WORLD_SIZE).
   int shard_group_size_ = 0;
   // Forward prefetch: when a unit's forward begins, start gathering the next units in the order
-  // the first forward recorded, so that their all-gathers overlap this unit's compute. Default
+  // the first forward recorded, so that their all-gathers overlap this unit's compute; and once an
+  // optimizer step has written the root's shard, start gathering the root for the next forward
+  // while the other shards step (docs/design.md, [Note: root gathered after its step]). Default
   // false (PyTorch's default).
   bool forward_prefetch_ = false;
   // Default BACKWARD_PRE (PyTorch's default).

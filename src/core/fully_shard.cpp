@@ -41,6 +41,7 @@ std::vector<UnitInfo> FullyShardedModel::units() const {
 
 std::vector<UnitShard> FullyShardedModel::shards(const DecayRule& rule) const {
   runtime_->sync_offload();  // the caller may write them: no queued copy may still read them
+  runtime_->drop_root_gathered_ahead();  // nor may a gather made before
   std::vector<UnitShard> out;
   std::function<void()> wait_writable;
   if (options().offload_params_ && !device().is_cpu()) {
@@ -52,6 +53,7 @@ std::vector<UnitShard> FullyShardedModel::shards(const DecayRule& rule) const {
     const FlatParam& f = u->flat();
     out.push_back({u->name(), f.shard(), f.grad_shard(), f.shard_mask(rule), wait_writable});
   }
+  out.back().stepped = runtime_->root_stepped_callback();
   return out;
 }
 

@@ -214,14 +214,17 @@ std::vector<UnitSize> unit_sizes(torch::nn::Module& root, const WrapPolicy& poli
 }
 
 Runtime::~Runtime() {
+  self_.reset();  // root_stepped_callback's callbacks do nothing from here on
   for (auto& u : units_) set_module_hooks(u->module(), nullptr);
-  // On a GPU the compute stream waits for the side streams' last work on buffers freed below, so
-  // that the caching allocator does not hand them out while a copy or collective still runs
-  // (stream waits: the host does not block). On the CPU nothing is in flight on another stream.
-  if (!streams_.gather()) return;
+  // Gathers still in flight (the root's after an optimizer step; on a GPU any) write into buffers
+  // freed below: wait for them. On a GPU the compute stream also waits for the side streams' last
+  // work, so that the caching allocator does not hand buffers out while a copy still runs (stream
+  // waits: the host does not block).
   try {
     for (auto& u : units_) u->wait_unshard();
-    for (auto& g : offloaded_grads_) wait_for(g.copied, device_);
+    if (streams_.gather()) {
+      for (auto& g : offloaded_grads_) wait_for(g.copied, device_);
+    }
   } catch (const std::exception&) {
     // A collective that failed: nothing more can be done for it while tearing down.
   }
@@ -341,11 +344,45 @@ void Runtime::prefetch_settled(bool used) {
 
 void Runtime::begin_forward() {
   // A forward whose backward never ran (or that ran without grad) may have left units gathered
-  // with parameters an optimizer has changed since: start from sharded.
+  // with parameters an optimizer has changed since: start from sharded. The root's gather issued
+  // after its step stays, unless something wrote the shard after it.
+  const bool keep_root = root_gathered_ahead_ && !callback_queued_ &&
+                         root_unit().flat().shard()._version() == root_gathered_version_;
+  root_gathered_ahead_ = false;
   if (!callback_queued_) {
-    for (auto& u : units_) u->reshard();
+    for (auto& u : units_) {
+      if (!(keep_root && u->is_root())) u->reshard();
+    }
   }
   for (auto& u : units_) u->clear_forwarded();
+}
+
+std::function<void()> Runtime::root_stepped_callback() {
+  const Unit& root = root_unit();
+  if (!options_.forward_prefetch_ || root.flat().aliased() || root.flat().shard_count() == 1) {
+    return nullptr;
+  }
+  if (!self_) self_ = std::make_shared<Runtime*>(this);
+  return [self = std::weak_ptr<Runtime*>(self_)] {
+    if (auto runtime = self.lock()) (*runtime)->gather_root_for_next_forward();
+  };
+}
+
+void Runtime::drop_root_gathered_ahead() {
+  if (!root_gathered_ahead_) return;
+  root_gathered_ahead_ = false;
+  root_unit().reshard();
+}
+
+// After the optimizer wrote the root's shard: whatever was gathered before is stale; gather
+// again, for the next forward's root to find under way (or done).
+void Runtime::gather_root_for_next_forward() {
+  if (callback_queued_) return;  // a step inside backward: not ours to anticipate
+  Unit& root = root_unit();
+  root.reshard();
+  root.issue_unshard("all-gather for the next forward, after the optimizer step");
+  root_gathered_ahead_ = true;
+  root_gathered_version_ = root.flat().shard()._version();
 }
 
 void Runtime::end_forward(bool backward_expected) {

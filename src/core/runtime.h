@@ -217,6 +217,14 @@ class Runtime {
 
   std::map<std::string, at::Tensor> gather_full_params();
 
+  // [Note: root gathered after its step] The root's UnitShard::stepped: with forward prefetch
+  // (and a root that gathers), starts gathering the root for the next forward; empty otherwise.
+  // It holds the runtime weakly.
+  std::function<void()> root_stepped_callback();
+  void gather_root_for_next_forward();
+  // Before the shards are handed out to be written (a checkpoint load): that gather is stale.
+  void drop_root_gathered_ahead();
+
  private:
   void make_groups();
   void move_buffers();
@@ -265,6 +273,11 @@ class Runtime {
   Order forward_order_, backward_order_;
   bool orders_recorded_ = false;
   bool finishing_ = false;  // inside finish_backward
+  // The root's gather for the next forward, issued after its shard stepped, and that shard's
+  // version then (begin_forward keeps the gather only if nothing has written the shard since).
+  bool root_gathered_ahead_ = false;
+  int64_t root_gathered_version_ = 0;
+  std::shared_ptr<Runtime*> self_;  // what root_stepped_callback holds; null once destroyed
   int ahead_ = 0;           // units gathered by prefetch and not yet used
   int64_t used_prefetches_ = 0, unused_prefetches_ = 0;
 };

@@ -33,7 +33,10 @@ SGD::SGD(std::vector<ShardedParam> params, SGDOptions options)
 void SGD::step() {
   wait_writable();
   at::NoGradGuard no_grad;
-  for (size_t i = 0; i < params_.size(); ++i) step_shard(i);
+  for (size_t i = params_.size(); i-- > 0;) {  // last to first: ShardedParam::stepped
+    step_shard(i);
+    if (params_[i].stepped) params_[i].stepped();
+  }
   ++step_count_;
 }
 

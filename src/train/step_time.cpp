@@ -116,7 +116,7 @@ class Replay {
   StepTimePlan run();
 
  private:
-  void forward();
+  void forward(bool first);
   void backward(bool reduce);
   // A unit's gradient reduction, in runtime.cpp's stages ([Note: reduction stages]): its
   // reduce-scatter issued; with one replica the previous unit's completes; across replicas the
@@ -150,6 +150,9 @@ class Replay {
   bool split_ = false;       // the root's reduction split ([Note: split root reduction])
   bool late_as_rows_ = false;  // the split's late part is sent as rows, not reduced whole
   double late_rows_ = 0;       // its row counts' (and rows') all-gathers
+  // How long before the step the root's gather starts: issued after the root's shard stepped,
+  // it runs while the other shards step ([Note: root gathered after its step]). 0: at the step.
+  double root_head_start_ = 0;
   std::deque<Pending> pending_;
 };
 
@@ -233,17 +236,31 @@ Replay::Replay(const Plan& p, const TrainConfig& c, const TimeModelOptions& o)
   const double root_bytes = static_cast<double>(padded(p.units.back().numel, shards)) * elem;
   const Group everyone = group_over(world, world / per_host, 1, o);
   late_as_rows_ = rows_bytes <= root_bytes / 2;
+  // The optimizers step the root's shard first, then the others (their share of the step).
+  if (shards > 1 && c.fsdp.forward_prefetch && !c.fsdp.offload_params) {
+    const double shard_elems = static_cast<double>(p.memory.params) / 4;
+    const double root_elems = static_cast<double>(padded(p.units.back().numel, shards) / shards);
+    const double optimizer = o.compute.optimizer * shard_elems /
+                             static_cast<double>(std::max<int64_t>(1, p.parameters));
+    root_head_start_ = optimizer * (1 - root_elems / std::max(1.0, shard_elems));
+  }
   late_rows_ = ring(everyone, late_as_rows_ ? rows_bytes : 0, 1) +
                (late_as_rows_ ? 3 : 1) * everyone.latency;  // counts, and indices with the rows
 }
 
-// The root is gathered first and kept; each block waits for its gather, and with forward
-// prefetch issues the next blocks' as it starts. The root's own compute (the vocabulary
-// projection) comes last.
-void Replay::forward() {
+// The root is gathered first and kept (in a step's first forward, with forward prefetch, from
+// before the step: root_head_start_); each block waits for its gather, and with forward prefetch
+// issues the next blocks' as it starts. The root's own compute (the vocabulary projection) comes
+// last.
+void Replay::forward(bool first) {
   const bool sharded = plan_.shard_count > 1;
   std::vector<double> gathered(blocks_, -1);
-  if (sharded) now_ = gather(blocks_, now_);
+  if (sharded && first && root_head_start_ > 0) {
+    shard_q_.free_at = std::min(shard_q_.free_at, now_ - root_head_start_);
+    now_ = std::max(now_, gather(blocks_, now_ - root_head_start_));
+  } else if (sharded) {
+    now_ = gather(blocks_, now_);
+  }
   for (size_t i = 0; i < blocks_; ++i) {
     if (sharded && gathered[i] < 0) gathered[i] = gather(i, now_);
     now_ = std::max(now_, sharded ? gathered[i] : 0.0);
@@ -329,7 +346,7 @@ void Replay::drain() {
 StepTimePlan Replay::run() {
   const int64_t micro = std::max<int64_t>(1, plan_.micro_batches);
   for (int64_t m = 0; m < micro; ++m) {
-    forward();
+    forward(/*first=*/m == 0);
     backward(/*reduce_now=*/m + 1 == micro);  // no_sync before the last micro-batch
   }
   const int64_t shard_elems = plan_.memory.params / 4;  // the fp32 master shards' elements
