@@ -28,6 +28,9 @@ TrainConfig small_config(ModelType type) {
   c.model.intermediate_size = 52;
   c.data.seq_len = 8;
   c.train.micro_batch_size = 2;
+  // The root's reduction in one piece: the split's late rows depend on the batch's tokens, which
+  // the plan only bounds (PlanSplitRoot checks them).
+  c.fsdp.split_root_reduction = false;
   return c;
 }
 
@@ -56,9 +59,9 @@ Measured run_one_step(const TrainConfig& c) {
     }
   };
   step();
+  counts->reset();  // with forward prefetch the optimizer step starts the root's next gather
   opt.step();
   model->reset_peak_memory();
-  counts->reset();
   reset_host_memory_peak();
   const int64_t live_before = host_memory().live;
   step();
@@ -161,6 +164,48 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(to_string(std::get<0>(info.param))) + "_" +
              kCases[std::get<1>(info.param)].name;
     });
+
+// The split root reduction against the runtime: gradient buffers and reductions exactly; the
+// all-gathers between the row counts alone and the plan's bound on the rows (the batch's distinct
+// tokens decide). A 4096-token table's rows go as rows at every world size; a 16-token table's,
+// touched whole, are reduced a second time, which the plan counts exactly.
+TEST(PlanSplitRoot, MatchesRuntime) {
+  const int n = test::world()->size();
+  for (const int64_t vocab : {4096, 16}) {
+    for (const ShardingStrategy s : {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
+                                     ShardingStrategy::kNoShard, ShardingStrategy::kHybridShard}) {
+      if (is_hybrid(s) && n % 2 != 0) continue;
+      SCOPED_TRACE(std::string(to_string(s)) + ", vocabulary " + std::to_string(vocab));
+      TrainConfig c = small_config(ModelType::kGPT2);
+      c.model.vocab_size = vocab;
+      c.fsdp.sharding_strategy = s;
+      c.fsdp.shard_group_size = is_hybrid(s) ? 2 : 0;
+      c.fsdp.split_root_reduction = true;
+      const Plan plan = plan_training(c, n, n);
+      c.fsdp.split_root_reduction = false;
+      const Plan whole = plan_training(c, n, n);
+      c.fsdp.split_root_reduction = true;
+      const Measured got = run_one_step(c);
+      EXPECT_EQ(got.memory.peak_grad_buffer_bytes, plan.memory.grad_buffers);
+      EXPECT_EQ(got.reduce_scatter, plan.comm.reduce_scatter);
+      EXPECT_EQ(got.all_reduce, plan.comm.all_reduce);
+      EXPECT_LE(got.all_gather, plan.comm.all_gather);
+      if (n == 1) {
+        EXPECT_EQ(got.all_gather, whole.comm.all_gather);  // one rank: no split
+        continue;
+      }
+      const LateRootPart late = late_root_part(plan, c);
+      EXPECT_EQ(late.as_rows, vocab == 4096);
+      if (late.as_rows) {
+        EXPECT_GT(got.all_gather, whole.comm.all_gather + n * 8);  // counts, then rows
+      } else {
+        EXPECT_EQ(got.all_gather, whole.comm.all_gather + n * 8);  // the counts only
+        EXPECT_GT(plan.comm.reduce_scatter + plan.comm.all_reduce,
+                  whole.comm.reduce_scatter + whole.comm.all_reduce);
+      }
+    }
+  }
+}
 
 // fsdp-plan counts fp16 as bf16: both are 2 bytes wherever the compute dtype is (gathered
 // parameters, gradient buffers, reductions, activations); only the loss scaler differs, and it

@@ -41,6 +41,53 @@ struct EarlyUseHook : public torch::autograd::FunctionPostHook {
   std::vector<std::pair<size_t, at::Tensor>> uses_;
 };
 
+// Indices of the rows of `body` with an element that is not zero (NaN and inf included, for the
+// loss scaler to see), found a block of rows at a time so that the comparison's scratch stays
+// small next to the gradient.
+at::Tensor nonzero_rows(const at::Tensor& body) {
+  constexpr int64_t kBlockElements = int64_t{1} << 22;
+  const int64_t rows = body.size(0), block = std::max<int64_t>(1, kBlockElements / body.size(1));
+  std::vector<at::Tensor> found;
+  for (int64_t r = 0; r < rows; r += block) {
+    const int64_t n = std::min(block, rows - r);
+    found.push_back(body.narrow(0, r, n).ne(0).any(1).nonzero().view({-1}) + r);
+  }
+  return found.empty() ? at::empty({0}, body.options().dtype(at::kLong)) : at::cat(found);
+}
+
+// One rank's rows (index -1: padding) added, divided by `divisor`, into `out`, elements
+// [begin, begin + out.numel()) of the flat gradient. A rank's indices are distinct, so each
+// index_add_ writes every element at most once: the same sums in the same order on every device.
+// Rows inside the range go through a view of `out` as whole rows; the at most two that straddle
+// its ends, one at a time.
+void add_rows(const at::Tensor& index, const at::Tensor& rows, int64_t row, int64_t begin,
+              double divisor, const at::Tensor& out) {
+  const int64_t end = begin + out.numel();
+  const int64_t inner_first = (begin + row - 1) / row, inner_last = end / row;  // [first, last)
+  const at::Tensor inner =
+      index.ge(inner_first).logical_and(index.lt(inner_last)).nonzero().view({-1});
+  if (inner.numel() > 0 && inner_last > inner_first) {
+    out.narrow(0, inner_first * row - begin, (inner_last - inner_first) * row)
+        .view({-1, row})
+        .index_add_(0, index.index_select(0, inner) - inner_first,
+                    rows.index_select(0, inner).to(at::kFloat).div_(divisor));
+  }
+  // The rows holding `begin` and `end`, when they are not whole inside: one row when the range
+  // lies within it.
+  const int64_t before = inner_first - 1;
+  for (const int64_t edge : {before, inner_last}) {
+    const bool straddles = edge >= 0 && edge * row < end && edge * row + row > begin &&
+                           (edge * row < begin || edge * row + row > end);
+    if (!straddles || (edge == inner_last && inner_last == before)) continue;
+    const at::Tensor at_edge = index.eq(edge).nonzero().view({-1});
+    if (at_edge.numel() == 0) continue;
+    const int64_t lo = std::max(begin, edge * row), hi = std::min(end, edge * row + row);
+    const at::Tensor part =
+        rows.select(0, at_edge.item<int64_t>()).narrow(0, lo - edge * row, hi - lo);
+    out.narrow(0, lo - begin, hi - lo).add_(part.to(at::kFloat).div(divisor));
+  }
+}
+
 template <typename Visit>
 void walk(std::vector<Node*> stack, std::unordered_set<Node*>& seen, Visit visit) {
   while (!stack.empty()) {
@@ -102,8 +149,7 @@ bool reduce_nonzero_rows(Comm& comm, const at::Tensor& grad, int64_t row, int64_
   at::NoGradGuard no_grad;
   const int64_t n = grad.numel(), full_rows = n / row, tail = n - full_rows * row;
   const at::Tensor body = grad.narrow(0, 0, full_rows * row).view({full_rows, row});
-  // Rows with any element that is not zero: NaN and inf included, for the loss scaler to see.
-  at::Tensor index = body.ne(0).any(1).nonzero().view({-1});
+  at::Tensor index = nonzero_rows(body);
   at::Tensor rows = body.index_select(0, index);
   if (tail > 0 && grad.narrow(0, full_rows * row, tail).ne(0).any().item<bool>()) {
     at::Tensor last = at::zeros({1, row}, grad.options());
@@ -129,13 +175,10 @@ bool reduce_nonzero_rows(Comm& comm, const at::Tensor& grad, int64_t row, int64_
   WorkPtr gathered = all_gather(comm, my_index, all_index);
   all_gather(comm, my_rows, all_rows)->wait();
   gathered->wait();
-  // The rows meeting [begin, begin + count), summed in fp32 into the span of whole rows holding it.
-  const int64_t first = begin / row, last = (begin + count + row - 1) / row;
-  const at::Tensor mine = all_index.ge(first).logical_and(all_index.lt(last)).nonzero().view({-1});
-  at::Tensor span = at::zeros({last - first, row}, out.options());
-  span.index_add_(0, all_index.index_select(0, mine) - first,
-                  all_rows.index_select(0, mine).to(at::kFloat));
-  out.add_(span.view({-1}).narrow(0, begin - first * row, count), 1.0 / divisor);
+  for (int r = 0; r < world; ++r) {
+    add_rows(all_index.narrow(0, r * most, most), all_rows.narrow(0, r * most, most), row, begin,
+             divisor, out);
+  }
   return true;
 }
 

@@ -82,8 +82,13 @@ int64_t grad_buffer_peak(const Plan& p, const TrainConfig& c, const UnitElems& e
       c.train.gradient_accumulation_steps > 1
           ? (e.root + e.all_blocks) * elem + in_flight * (reducing(e.block) - e.block * elem)
           : e.root * elem + in_flight * reducing(e.block) + (e.blocks >= 3 ? chunk : 0);
-  return std::max(during_blocks,
-                  reducing(e.root) + reducing(e.block) + (e.blocks >= 2 ? chunk : 0));
+  const int64_t at_end = reducing(e.root) + reducing(e.block) + (e.blocks >= 2 ? chunk : 0);
+  if (!splits_root_reduction(p, c)) return std::max(during_blocks, at_end);
+  // Split ([Note: split root reduction]): through the first block's backward the root's early
+  // reduction (its buffer and chunk) and the new buffer its late part fills, beside the block's;
+  // at the end the late part goes as rows (a few rows of scratch), or is reduced as unsplit.
+  const int64_t early = reducing(e.root) + e.root * elem + reducing(e.block);
+  return std::max({during_blocks, early, late_root_part(p, c).as_rows ? 0 : at_end});
 }
 
 // Elements one transformer block keeps for backward outside the attention kernel.
@@ -150,6 +155,16 @@ CommPlan comm_plan(const Plan& p, const TrainConfig& c, int64_t elem, int64_t re
     }
     if (replicas > 1) comm.all_reduce += n / p.shard_count * reduce;
   }
+  if (splits_root_reduction(p, c)) {
+    // Every rank's row count; then at most the rows with their indices, or the root again.
+    const LateRootPart late = late_root_part(p, c);
+    comm.all_gather += p.world_size * 8 + (late.as_rows ? p.world_size * late.rows * late.row_bytes : 0);
+    if (!late.as_rows) {
+      const int64_t root = padded(p.units.back().numel, p.shard_count);
+      if (p.shard_count > 1) comm.reduce_scatter += root * reduce;
+      if (replicas > 1) comm.all_reduce += root / p.shard_count * reduce;
+    }
+  }
   return comm;
 }
 
@@ -160,6 +175,23 @@ std::string mib(int64_t bytes) {
 }
 
 }  // namespace
+
+bool splits_root_reduction(const Plan& p, const TrainConfig& c) {
+  return c.fsdp.split_root_reduction && !c.fsdp.offload_params && p.units.size() > 1 &&
+         p.world_size > 1;
+}
+
+LateRootPart late_root_part(const Plan& p, const TrainConfig& c) {
+  LateRootPart late;
+  const int64_t elem = dtype_size(c.mixed_precision);
+  const int64_t tokens = c.train.micro_batch_size * c.data.seq_len;
+  late.rows = std::min<int64_t>(c.model.vocab_size, tokens) +
+              (c.model.type == ModelType::kGPT2 ? c.data.seq_len : 0);
+  late.row_bytes = c.model.width() * elem + 8;
+  const int64_t root_bytes = padded(p.units.back().numel, p.shard_count) * elem;
+  late.as_rows = 2 * p.world_size * late.rows * late.row_bytes <= root_bytes;
+  return late;
+}
 
 int64_t prefetch_ahead(const FsdpConfig& f, int64_t blocks) {
   int64_t n = f.prefetch_depth;

@@ -156,14 +156,6 @@ class Replay {
   std::deque<Pending> pending_;
 };
 
-// Rows of the root's gradient that the lookups at the bottom of the model touch in one
-// micro-batch, at most: a row of the token table per token, and GPT-2's position table's rows.
-int64_t late_rows(const TrainConfig& c) {
-  const int64_t tokens = c.train.micro_batch_size * c.data.seq_len;
-  return std::min<int64_t>(c.model.vocab_size, tokens) +
-         (c.model.type == ModelType::kGPT2 ? c.data.seq_len : 0);
-}
-
 // The vocabulary projection's FLOPs in one micro-batch's forward: 2 V h per token.
 double head_flops(const TrainConfig& c) {
   return 2.0 * static_cast<double>(c.model.vocab_size) * static_cast<double>(c.model.width()) *
@@ -230,12 +222,12 @@ Replay::Replay(const Plan& p, const TrainConfig& c, const TimeModelOptions& o)
   // The runtime's test (core/unit.cpp, Unit::reduce_late): rows of the width, with their index,
   // from every rank, against half the root's reduce-scatter input; rows that fail it leave the
   // late part to a second reduction of the whole root.
-  split_ = c.fsdp.split_root_reduction && !c.fsdp.offload_params && blocks_ > 0 && world > 1;
-  const double row_bytes = static_cast<double>(c.model.width()) * elem + 8;
-  const double rows_bytes = world * static_cast<double>(late_rows(c)) * row_bytes;
-  const double root_bytes = static_cast<double>(padded(p.units.back().numel, shards)) * elem;
+  split_ = splits_root_reduction(p, c);
+  const LateRootPart late = late_root_part(p, c);
+  const double rows_bytes = static_cast<double>(world) * static_cast<double>(late.rows) *
+                            static_cast<double>(late.row_bytes);
   const Group everyone = group_over(world, world / per_host, 1, o);
-  late_as_rows_ = rows_bytes <= root_bytes / 2;
+  late_as_rows_ = late.as_rows;
   // The optimizers step the root's shard first, then the others (their share of the step).
   if (shards > 1 && c.fsdp.forward_prefetch && !c.fsdp.offload_params) {
     const double shard_elems = static_cast<double>(p.memory.params) / 4;

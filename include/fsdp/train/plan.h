@@ -73,6 +73,20 @@ Plan plan_training(const TrainConfig& config, int world_size, int local_size,
 // `limit_all_gathers` and by the blocks (non-root units) there are.
 int64_t prefetch_ahead(const FsdpConfig& fsdp, int64_t blocks);
 
+// Whether the runtime splits the root's reduction in this plan: the option, with wrapped units,
+// more than one rank and no offload (docs/design.md, [Note: split root reduction]).
+bool splits_root_reduction(const Plan& plan, const TrainConfig& config);
+// The split's late part as the plan bounds it: at most `rows` rows of the model's width from each
+// rank (a token table's row per token of a micro-batch, and GPT-2's position rows), sent with an
+// int64 index each when all ranks' rows are at most half the root's bytes, else the root reduced
+// a second time (core/unit.cpp, Unit::reduce_late, decides on the rows it finds).
+struct LateRootPart {
+  int64_t rows = 0;
+  bool as_rows = false;
+  int64_t row_bytes = 0;  // a row's values and its index
+};
+LateRootPart late_root_part(const Plan& plan, const TrainConfig& config);
+
 // A human-readable breakdown (MiB) of one plan.
 std::string format_plan(const Plan& plan);
 
