@@ -535,9 +535,9 @@ SplitRun train_for_split(const GPT2Config& config, ShardingOptions options, bool
   GPT2 model(config);
   init_gpt2_weights(*model, 7);
   auto counts = std::make_shared<TrafficCounts>();
-  auto sharded = fully_shard(model.ptr(), count_traffic(test::world(), counts),
-                             options.wrap(WrapPolicy::by_type({"GPT2Block"}))
-                                 .split_root_reduction(split));
+  auto sharded =
+      fully_shard(model.ptr(), count_traffic(test::world(), counts),
+                  options.wrap(WrapPolicy::by_type({"GPT2Block"})).split_root_reduction(split));
   const int rank = test::world()->rank();
   const int64_t T = config.n_positions;
   SplitRun run;
@@ -567,9 +567,9 @@ void expect_split_matches(const GPT2Config& config, bool sparse) {
       {"SHARD_GRAD_OP", ShardingOptions().strategy(ShardingStrategy::kShardGradOp)},
       {"NO_SHARD", ShardingOptions().strategy(ShardingStrategy::kNoShard)}};
   if (n == 4) {
-    cases.emplace_back("HYBRID_SHARD", ShardingOptions()
-                                           .strategy(ShardingStrategy::kHybridShard)
-                                           .shard_group_size(2));
+    cases.emplace_back(
+        "HYBRID_SHARD",
+        ShardingOptions().strategy(ShardingStrategy::kHybridShard).shard_group_size(2));
   }
   int64_t root = 0;
   for (const auto& u : unit_sizes(*GPT2(config), WrapPolicy::by_type({"GPT2Block"}))) {
@@ -593,7 +593,7 @@ void expect_split_matches(const GPT2Config& config, bool sparse) {
       const int64_t extra = split.gathered[step] - whole.gathered[step];
       if (sparse) {
         EXPECT_EQ(reduced, whole_reduced);
-        EXPECT_GT(extra, 8 * n);  // rows, beyond the counts
+        EXPECT_GT(extra, 8 * n);         // rows, beyond the counts
         EXPECT_LT(extra, root * 4 / 2);  // the rows' test: under half a reduce-scatter's bytes
       } else {
         EXPECT_GT(reduced, whole_reduced);

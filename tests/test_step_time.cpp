@@ -140,7 +140,7 @@ TEST(StepTime, SplitRootReductionHidesTheRootsReduceScatter) {
   const double rows = ring(p * 96.0 * (64 * 4 + 8), p, 1e9);
   EXPECT_NEAR(split.in_collectives, whole.in_collectives + rows, 1e-12);
   EXPECT_LT(split.exposed, whole.exposed - 0.9 * root);  // the root's reduce-scatter, hidden
-  EXPECT_GE(split.exposed, rows - 1e-12);                  // the rows after the last compute
+  EXPECT_GE(split.exposed, rows - 1e-12);                // the rows after the last compute
 
   // 4 ranks' 96 rows of a 512-row table: more than half the root's bytes.
   c.model.vocab_size = 512;

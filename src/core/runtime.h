@@ -278,7 +278,7 @@ class Runtime {
   bool root_gathered_ahead_ = false;
   int64_t root_gathered_version_ = 0;
   std::shared_ptr<Runtime*> self_;  // what root_stepped_callback holds; null once destroyed
-  int ahead_ = 0;           // units gathered by prefetch and not yet used
+  int ahead_ = 0;                   // units gathered by prefetch and not yet used
   int64_t used_prefetches_ = 0, unused_prefetches_ = 0;
 };
 

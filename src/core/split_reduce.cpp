@@ -163,7 +163,8 @@ bool reduce_nonzero_rows(Comm& comm, const at::Tensor& grad, int64_t row, int64_
   all_gather(comm, at::full({1}, rows.size(0), long_opts), counts)->wait();
   const int64_t most = counts.max().item<int64_t>();
   const double row_bytes = static_cast<double>(row) * static_cast<double>(grad.element_size()) + 8;
-  if (static_cast<double>(world) * static_cast<double>(most) * row_bytes > dense_bytes) return false;
+  if (static_cast<double>(world) * static_cast<double>(most) * row_bytes > dense_bytes)
+    return false;
   if (most == 0) return true;
   // Padded to the longest list; padding rows carry index -1 and are dropped below.
   at::Tensor my_rows = at::zeros({most, row}, grad.options());

@@ -310,10 +310,12 @@ void Unit::reduce_early() {
 // afresh every step from that step's gradients alone, so that a run resumed from a checkpoint
 // sums in the same order as the run that wrote it.
 void Unit::reduce_late() {
-  const double dense_bytes =
-      static_cast<double>(flat_.padded_numel()) *
-      static_cast<double>(dtype_size(runtime_.options().reduce_dtype_)) / 2;
+  const double dense_bytes = static_cast<double>(flat_.padded_numel()) *
+                             static_cast<double>(dtype_size(runtime_.options().reduce_dtype_)) / 2;
   set_context("backward gradient reduction (nonzero rows)");
+  runtime_.world().set_context("unit '" + display_name_ +
+                               "' backward gradient reduction (nonzero rows), step " +
+                               std::to_string(runtime_.step()));
   if (!reduce_nonzero_rows(runtime_.world(), flat_.full_grad(), late_row_,
                            flat_.shard_rank() * flat_.shard_numel(), flat_.shard_numel(),
                            runtime_.world().size(), dense_bytes, flat_.grad_shard())) {

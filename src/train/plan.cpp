@@ -158,7 +158,8 @@ CommPlan comm_plan(const Plan& p, const TrainConfig& c, int64_t elem, int64_t re
   if (splits_root_reduction(p, c)) {
     // Every rank's row count; then at most the rows with their indices, or the root again.
     const LateRootPart late = late_root_part(p, c);
-    comm.all_gather += p.world_size * 8 + (late.as_rows ? p.world_size * late.rows * late.row_bytes : 0);
+    comm.all_gather +=
+        p.world_size * 8 + (late.as_rows ? p.world_size * late.rows * late.row_bytes : 0);
     if (!late.as_rows) {
       const int64_t root = padded(p.units.back().numel, p.shard_count);
       if (p.shard_count > 1) comm.reduce_scatter += root * reduce;

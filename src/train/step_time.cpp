@@ -146,8 +146,8 @@ class Replay {
   Intervals busy_;
   Queue shard_q_, replica_q_;
   double now_ = 0;
-  bool replicated_ = false;  // more than one replica: all-reduces follow the reduce-scatters
-  bool split_ = false;       // the root's reduction split ([Note: split root reduction])
+  bool replicated_ = false;    // more than one replica: all-reduces follow the reduce-scatters
+  bool split_ = false;         // the root's reduction split ([Note: split root reduction])
   bool late_as_rows_ = false;  // the split's late part is sent as rows, not reduced whole
   double late_rows_ = 0;       // its row counts' (and rows') all-gathers
   // How long before the step the root's gather starts: issued after the root's shard stepped,
@@ -219,25 +219,24 @@ Replay::Replay(const Plan& p, const TrainConfig& c, const TimeModelOptions& o)
     backward_.push_back(o.compute.backward * share[u]);
   }
   ahead_ = prefetch_ahead(c.fsdp, static_cast<int64_t>(blocks_));
-  // The runtime's test (core/unit.cpp, Unit::reduce_late): rows of the width, with their index,
-  // from every rank, against half the root's reduce-scatter input; rows that fail it leave the
-  // late part to a second reduction of the whole root.
+  // The split's late part as the plan bounds it (late_root_part: the runtime's test on the rows it
+  // finds): the rows all-gathered over the world, or the root reduced a second time.
   split_ = splits_root_reduction(p, c);
   const LateRootPart late = late_root_part(p, c);
   const double rows_bytes = static_cast<double>(world) * static_cast<double>(late.rows) *
                             static_cast<double>(late.row_bytes);
   const Group everyone = group_over(world, world / per_host, 1, o);
   late_as_rows_ = late.as_rows;
+  late_rows_ = ring(everyone, late_as_rows_ ? rows_bytes : 0, 1) +
+               (late_as_rows_ ? 3 : 1) * everyone.latency;  // counts, and indices with the rows
   // The optimizers step the root's shard first, then the others (their share of the step).
   if (shards > 1 && c.fsdp.forward_prefetch && !c.fsdp.offload_params) {
     const double shard_elems = static_cast<double>(p.memory.params) / 4;
     const double root_elems = static_cast<double>(padded(p.units.back().numel, shards) / shards);
-    const double optimizer = o.compute.optimizer * shard_elems /
-                             static_cast<double>(std::max<int64_t>(1, p.parameters));
+    const double optimizer =
+        o.compute.optimizer * shard_elems / static_cast<double>(std::max<int64_t>(1, p.parameters));
     root_head_start_ = optimizer * (1 - root_elems / std::max(1.0, shard_elems));
   }
-  late_rows_ = ring(everyone, late_as_rows_ ? rows_bytes : 0, 1) +
-               (late_as_rows_ ? 3 : 1) * everyone.latency;  // counts, and indices with the rows
 }
 
 // The root is gathered first and kept (in a step's first forward, with forward prefetch, from
