@@ -105,6 +105,9 @@ class ShardedOptimizer {
   void on_decayed(size_t i, const at::Tensor& t, const RegionFn& fn) const;
   // Each shard's wait_writable: a step calls it before it writes the shards.
   void wait_writable() const;
+  // Runs `step_shard(i)` on every shard, last to first (the root's first: a sharded model's root
+  // comes last), calling the shard's `stepped` after each (UnitShard::stepped).
+  void step_each(const std::function<void(size_t)>& step_shard);
 
   std::vector<ShardedParam> params_;
   std::vector<detail::DecayRegions> decay_;

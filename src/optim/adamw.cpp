@@ -69,14 +69,13 @@ void AdamW::step() {
   // torch computes these in double from the per-parameter step count; all shards step together.
   const double bias_correction1 = 1 - std::pow(options_.beta1, static_cast<double>(step_count_));
   const double bias_correction2 = 1 - std::pow(options_.beta2, static_cast<double>(step_count_));
-  for (size_t i = params_.size(); i-- > 0;) {  // last to first: ShardedParam::stepped
+  step_each([&](size_t i) {
     if (fused_[i]) {
       step_fused(i, bias_correction1, bias_correction2);
     } else {
       step_reference(i, bias_correction1, bias_correction2);
     }
-    if (params_[i].stepped) params_[i].stepped();
-  }
+  });
 }
 
 void AdamW::step_fused(size_t i, double bias_correction1, double bias_correction2) {

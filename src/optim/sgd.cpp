@@ -33,10 +33,7 @@ SGD::SGD(std::vector<ShardedParam> params, SGDOptions options)
 void SGD::step() {
   wait_writable();
   at::NoGradGuard no_grad;
-  for (size_t i = params_.size(); i-- > 0;) {  // last to first: ShardedParam::stepped
-    step_shard(i);
-    if (params_[i].stepped) params_[i].stepped();
-  }
+  step_each([this](size_t i) { step_shard(i); });
   ++step_count_;
 }
 

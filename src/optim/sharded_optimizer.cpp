@@ -120,4 +120,11 @@ void ShardedOptimizer::wait_writable() const {
   }
 }
 
+void ShardedOptimizer::step_each(const std::function<void(size_t)>& step_shard) {
+  for (size_t i = params_.size(); i-- > 0;) {
+    step_shard(i);
+    if (params_[i].stepped) params_[i].stepped();
+  }
+}
+
 }  // namespace fsdp
