@@ -115,6 +115,7 @@ void Unit::set_context(const char* phase) const {
       "unit '" + display_name_ + "' " + phase + ", step " + std::to_string(runtime_.step());
   runtime_.shard_group().set_context(label);
   runtime_.replicate_group().set_context(label);
+  runtime_.world().set_context(label);  // the split reduction's rows go over the whole world
 }
 
 // Gathering, on the gather stream where the device has one (core/streams.h): an offloaded shard
@@ -313,9 +314,6 @@ void Unit::reduce_late() {
   const double dense_bytes = static_cast<double>(flat_.padded_numel()) *
                              static_cast<double>(dtype_size(runtime_.options().reduce_dtype_)) / 2;
   set_context("backward gradient reduction (nonzero rows)");
-  runtime_.world().set_context("unit '" + display_name_ +
-                               "' backward gradient reduction (nonzero rows), step " +
-                               std::to_string(runtime_.step()));
   if (!reduce_nonzero_rows(runtime_.world(), flat_.full_grad(), late_row_,
                            flat_.shard_rank() * flat_.shard_numel(), flat_.shard_numel(),
                            runtime_.world().size(), dense_bytes, flat_.grad_shard())) {
