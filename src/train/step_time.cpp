@@ -230,7 +230,7 @@ Replay::Replay(const Plan& p, const TrainConfig& c, const TimeModelOptions& o)
   late_rows_ = ring(everyone, late_as_rows_ ? rows_bytes : 0, 1) +
                (late_as_rows_ ? 3 : 1) * everyone.latency;  // counts, and indices with the rows
   // The optimizers step the root's shard first, then the others (their share of the step).
-  if (shards > 1 && c.fsdp.forward_prefetch && !c.fsdp.offload_params) {
+  if (shards > 1 && c.fsdp.forward_prefetch) {
     const double shard_elems = static_cast<double>(p.memory.params) / 4;
     const double root_elems = static_cast<double>(padded(p.units.back().numel, shards) / shards);
     const double optimizer =
