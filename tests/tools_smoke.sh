@@ -9,6 +9,8 @@
 #    nothing so that AddressSanitizer sees every block); given links, each repeat measures the
 #    compute alone again and predicts from it (one prediction per repeat, the median shown; none
 #    for offload, which the time model does not describe);
+#    with the ranks' training threads on one CPU and their collectives' threads on another
+#    (--compute-cpus, --comm-cpus), every thread is on one of the two;
 #  - bench/netem_table.py joins the recorded partial re-run with the grid it completes;
 #  - bench/vs_fsdp2_table.py reads the fsdp-bench and FSDP2 records of the recorded comparison;
 #  - fsdp-bench-adamw on a tiny shard (an odd size, two threads): it prints every row, and the
@@ -39,17 +41,28 @@ expect_error() {
   fi
 }
 
+# The first and last CPU this process may use (the same one where it has one): the ranks' training
+# threads on the first, the threads that move their collectives on the last.
+read -r CPU_COMPUTE CPU_COMM < <(python3 -c 'import os; c = sorted(os.sched_getaffinity(0)); print(c[0], c[-1])')
 "$BIN/fsdp-run" --backend mpi --nproc-per-node 2 "$BIN/fsdp-bench" --model tiny --seq 48 \
   --steps 2 --repeats 2 --strategies NO_SHARD,FULL_SHARD --variants plain,prefetch,prefetch+offload \
-  --intra-gbit 8.6 --inter-gbit 10 --json "$WORK/bench.json" >"$WORK/bench.log" 2>&1 || fail "fsdp-bench: $(tail -5 "$WORK/bench.log")"
+  --intra-gbit 8.6 --inter-gbit 10 --compute-cpus "$CPU_COMPUTE" --comm-cpus "$CPU_COMM" \
+  --json "$WORK/bench.json" >"$WORK/bench.log" 2>&1 || fail "fsdp-bench: $(tail -5 "$WORK/bench.log")"
 grep -q '^| FULL_SHARD | prefetch |' "$WORK/bench.log" || fail "fsdp-bench printed no table row"
-python3 - "$WORK/bench.json" <<'PY' || fail "fsdp-bench JSON"
+python3 - "$WORK/bench.json" "$CPU_COMPUTE" "$CPU_COMM" <<'PY' || fail "fsdp-bench JSON"
 import json, os, sys
 sanitized = os.environ["FSDP_SMOKE_SANITIZED"] == "1"
 records = json.load(open(sys.argv[1]))
 assert len(records) == 6, len(records)
 for r in records:
     name = r["strategy"] + " " + r["variant"]
+    # The training thread on its CPU; the MPI progress thread and OpenMPI's own on the other;
+    # none left on both.
+    cpus = r["cpus"]
+    assert (cpus["compute"], cpus["comm"]) == (sys.argv[2], sys.argv[3]), (name, cpus)
+    assert cpus["threads_on_compute"] >= 1 and cpus["threads_on_comm"] >= 2, (name, cpus)
+    if sys.argv[2] != sys.argv[3]:
+        assert cpus["threads_on_compute"] + cpus["threads_on_comm"] == cpus["threads"], (name, cpus)
     assert (r["host_shard_bytes"] > 0) == ("offload" in r["variant"]), name
     assert r["timed_steps"] == 4 and len(r["step_seconds"]) == 4, name
     assert r["comm_bytes_per_step"] == r["plan"]["comm_bytes_per_step"], name
@@ -96,6 +109,12 @@ expect_error "bench-adamw unknown option" "unknown option --stesp" "$BIN/fsdp-be
 expect_error "bench --steps 0" "--steps: 0 is out of range \[1, " "$BIN/fsdp-bench" --steps 0
 expect_error "bench --allocator" "--allocator: fsdp or glibc" "$BIN/fsdp-bench" --allocator tc
 expect_error "bench --model" "--model: 124m, large, xl, tiny or llama; got xxl" "$BIN/fsdp-bench" --model xxl
+expect_error "bench --compute-cpus alone" "--compute-cpus and --comm-cpus go together" \
+  "$BIN/fsdp-bench" --compute-cpus 0
+expect_error "bench --comm-cpus list" "--comm-cpus: 'x' is not an integer" \
+  "$BIN/fsdp-bench" --compute-cpus 0 --comm-cpus 0-x
+expect_error "bench --compute-cpus absent" "--compute-cpus 1023: cannot run a thread there" \
+  "$BIN/fsdp-bench" --compute-cpus 1023 --comm-cpus 0
 expect_error "bench --device" "--device: cpu or cuda; got gpu" "$BIN/fsdp-bench" --device gpu
 expect_error "bench --variants" "joined by '+'; got prefetch+offlaod" "$BIN/fsdp-bench" --variants prefetch+offlaod
 expect_error "bench unknown option" "unknown option --stpes" "$BIN/fsdp-bench" --stpes 3

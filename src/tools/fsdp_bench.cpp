@@ -8,7 +8,7 @@
 //            [--variants plain,prefetch,ac,prefetch+ac] [--allocator fsdp|glibc] [--json FILE]
 //            [--label TEXT] [--checkpoint DIR] [--nproc 2] [--device cpu|cuda]
 //            [--intra-gbit G --inter-gbit G [--intra-us U] [--inter-us U]
-//             [--comm-cpu-gbit G] [--contention C]]
+//             [--comm-cpu-gbit G] [--contention C]] [--compute-cpus LIST --comm-cpus LIST]
 // --model: GPT-2 124M, large (774M), XL (1.5B), a 2-layer toy, or `llama`, the shape of
 // configs/llama-small.yaml (grouped-query attention, SwiGLU, tied embeddings).
 // Started without a launcher it re-launches itself under `mpirun -np 2` (--nproc). A variant is
@@ -39,7 +39,13 @@
 // ones it makes): every rank first measures the compute alone (the model as a world of one, all
 // ranks at once), and a second table puts each step beside the time model's prediction
 // (fsdp/train/step_time.h; not for offload variants, which it does not model).
+// --compute-cpus and --comm-cpus (CPU lists as taskset takes them, e.g. 0 or 0-3,6): the training
+// thread on the first, the threads that move the collectives (the backend's workers, Gloo's
+// transport loop, MPI's progress thread) on the second, as on a machine whose collectives have
+// cores compute does not use (see pin_thread below). Recorded in the JSON (`cpus`).
 #include <malloc.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -87,7 +93,11 @@ struct Args {
   // on the prediction and the compute-alone measurement. 0: not given.
   double intra_gbit = 0, intra_us = 0, inter_gbit = 0, inter_us = 0;
   double comm_cpu_gbit = 0, contention = 0;  // TimeModelOptions' comm_cpu_bandwidth, contention
+  // --compute-cpus, --comm-cpus as given, and their CPUs; empty: threads left where they run.
+  std::string compute_cpus_text, comm_cpus_text;
+  std::vector<int> compute_cpus, comm_cpus;
   bool predict() const { return intra_gbit > 0 || inter_gbit > 0; }
+  bool pinned() const { return !compute_cpus.empty(); }
 };
 
 std::vector<std::string> split_list(const std::string& s) {
@@ -110,6 +120,81 @@ bool has_feature(const std::string& variant, const std::string& feature) {
   const std::vector<std::string> f = split_variant(variant);
   return std::find(f.begin(), f.end(), feature) != f.end();
 }
+
+// "0", "0-3,6": the CPUs of a list as taskset takes it.
+std::vector<int> parse_cpus(const std::string& flag, const std::string& text) {
+  std::vector<int> cpus;
+  for (const std::string& part : split_list(text)) {
+    const size_t dash = part.find('-');
+    const int64_t first = fsdp::flags::parse_int(flag, part.substr(0, dash), 0, CPU_SETSIZE - 1);
+    const int64_t last =
+        dash == std::string::npos
+            ? first
+            : fsdp::flags::parse_int(flag, part.substr(dash + 1), first, CPU_SETSIZE - 1);
+    for (int64_t c = first; c <= last; ++c) cpus.push_back(static_cast<int>(c));
+  }
+  if (cpus.empty()) throw std::invalid_argument(flag + ": no CPU in '" + text + "'");
+  return cpus;
+}
+
+cpu_set_t cpu_set_of(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  return set;
+}
+
+// The calling thread onto `cpus`; an errno, 0 on success. A thread starts with the affinity of the
+// thread that creates it, which is how the collectives' threads get theirs: the training thread
+// holds the comm CPUs while it starts them (CommCpus below) and the compute CPUs otherwise.
+int set_thread_cpus(const std::vector<int>& cpus) {
+  const cpu_set_t set = cpu_set_of(cpus);
+  return pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
+void pin_thread(const std::vector<int>& cpus, const std::string& flag, const std::string& text) {
+  if (const int err = set_thread_cpus(cpus)) {
+    throw std::runtime_error(flag + " " + text + ": cannot run a thread there (" +
+                             std::strerror(err) + "; `taskset -p $$` shows the CPUs allowed)");
+  }
+}
+
+// This process's threads, and how many of them may run on exactly `compute` and `comm`: what the
+// JSON records, so that a reader (and tools_smoke) sees where the threads went.
+struct ThreadPlaces {
+  int threads = 0, on_compute = 0, on_comm = 0;
+};
+ThreadPlaces thread_places(const Args& a) {
+  const cpu_set_t compute = cpu_set_of(a.compute_cpus), comm = cpu_set_of(a.comm_cpus);
+  ThreadPlaces p;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    cpu_set_t set;
+    const pid_t tid = static_cast<pid_t>(std::stol(task.path().filename().string()));
+    if (sched_getaffinity(tid, sizeof(set), &set) != 0) continue;  // it has just exited
+    ++p.threads;
+    p.on_compute += CPU_EQUAL(&set, &compute) ? 1 : 0;
+    p.on_comm += CPU_EQUAL(&set, &comm) ? 1 : 0;
+  }
+  return p;
+}
+
+// While it lives, the training thread is on the comm CPUs (when pinning), so that the threads it
+// starts run there; then back on the compute CPUs, which main has already pinned it to once (so
+// going back cannot fail).
+class CommCpus {
+ public:
+  explicit CommCpus(const Args& a) : a_(a) {
+    if (a_.pinned()) pin_thread(a_.comm_cpus, "--comm-cpus", a_.comm_cpus_text);
+  }
+  ~CommCpus() {
+    if (a_.pinned() && set_thread_cpus(a_.compute_cpus) != 0) std::abort();
+  }
+  CommCpus(const CommCpus&) = delete;
+  CommCpus& operator=(const CommCpus&) = delete;
+
+ private:
+  const Args& a_;
+};
 
 Args parse_args(int argc, char** argv) {
   Args a;
@@ -156,13 +241,18 @@ Args parse_args(int argc, char** argv) {
       a.comm_cpu_gbit = fsdp::flags::parse_number(k, value(), 0, 1e7);
     } else if (k == "--intra-us" || k == "--inter-us") {
       (k == "--intra-us" ? a.intra_us : a.inter_us) = fsdp::flags::parse_number(k, value(), 0, 1e6);
+    } else if (k == "--compute-cpus" || k == "--comm-cpus") {
+      const bool compute = k == "--compute-cpus";
+      const std::string list = value();
+      (compute ? a.compute_cpus_text : a.comm_cpus_text) = list;
+      (compute ? a.compute_cpus : a.comm_cpus) = parse_cpus(k, list);
     } else {
       throw std::invalid_argument(
           "unknown option " + k +
           " (known: --model --seq --batch --steps --repeats --dtype "
           "--strategies --variants --json --label "
           "--nproc --checkpoint --allocator --device --intra-gbit --intra-us "
-          "--inter-gbit --inter-us --comm-cpu-gbit --contention)");
+          "--inter-gbit --inter-us --comm-cpu-gbit --contention --compute-cpus --comm-cpus)");
     }
   }
   if (a.model != "124m" && a.model != "large" && a.model != "xl" && a.model != "tiny" &&
@@ -171,6 +261,9 @@ Args parse_args(int argc, char** argv) {
   }
   if (a.predict() && (a.intra_gbit <= 0 || a.inter_gbit <= 0)) {
     throw std::invalid_argument("the time model needs both --intra-gbit and --inter-gbit");
+  }
+  if (a.compute_cpus.empty() != a.comm_cpus.empty()) {
+    throw std::invalid_argument("--compute-cpus and --comm-cpus go together: give both or neither");
   }
   if (a.device != "cpu" && a.device != "cuda") {
     throw std::invalid_argument("--device: cpu or cuda; got " + a.device);
@@ -428,8 +521,11 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
   const int64_t baseline_tensors = fsdp::host_memory().live;
   auto counts = std::make_shared<fsdp::TrafficCounts>();
   fsdp::CausalLM lm = fsdp::build_model(c);
-  auto model = fsdp::fully_shard(lm.module, fsdp::count_traffic(world, counts),
-                                 c.sharding_options().param_init(lm.param_init));
+  auto model = [&] {
+    CommCpus on_comm(a);  // the groups HYBRID_SHARD splits off start their workers
+    return fsdp::fully_shard(lm.module, fsdp::count_traffic(world, counts),
+                             c.sharding_options().param_init(lm.param_init));
+  }();
   const c10::Device device = model->device();
   fsdp::AdamW opt(fsdp::sharded_params(*model), fsdp::AdamWOptions());
   // fp16 steps as PyTorch's do with a GradScaler: the loss scaled, the optimizer phase unscaling,
@@ -576,6 +672,13 @@ std::string json_record(const Args& a, int n, const std::string& backend, const 
     }
     o << "]";
   }
+  if (a.pinned()) {
+    const ThreadPlaces t = thread_places(a);
+    o << ", \"cpus\": {\"compute\": \"" << a.compute_cpus_text << "\", \"comm\": \""
+      << a.comm_cpus_text << "\", \"threads\": " << t.threads
+      << ", \"threads_on_compute\": " << t.on_compute << ", \"threads_on_comm\": " << t.on_comm
+      << "}";
+  }
   o << ", \"label\": \"" << a.label << "\"}";
   return o.str();
 }
@@ -665,6 +768,18 @@ void print_time_model(const Args& a, const std::vector<Result>& results) {
       a.intra_gbit, a.intra_us, a.inter_gbit, a.inter_us, a.comm_cpu_gbit, a.contention);
 }
 
+// The world, its threads on the comm CPUs when pinning. MPI starts its progress thread at the
+// first nonblocking collective: one is issued here, so that it starts there too.
+fsdp::CommPtr start_world(const Args& a, int argc, char** argv) {
+  CommCpus on_comm(a);
+  fsdp::CommPtr world = fsdp::tools::start_ranks(argc, argv, a.nproc, a.device);
+  if (a.pinned()) {
+    int64_t one = 1;
+    world->all_reduce_async(&one, 1, fsdp::DType::kInt64, fsdp::ReduceOp::kSum)->wait();
+  }
+  return world;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -674,7 +789,8 @@ int main(int argc, char** argv) {
     fsdp::HostAllocatorOptions host;
     if (a.allocator == "glibc") host.cache_min_bytes = SIZE_MAX;  // count only: all to malloc
     fsdp::install_host_allocator(host);
-    fsdp::CommPtr world = fsdp::tools::start_ranks(argc, argv, a.nproc, a.device);
+    if (a.pinned()) pin_thread(a.compute_cpus, "--compute-cpus", a.compute_cpus_text);
+    fsdp::CommPtr world = start_world(a, argc, argv);
     // As fsdp-train: keep freed memory in the heap so that each step reuses the last one's pages.
     mallopt(M_MMAP_THRESHOLD, 1 << 30);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
