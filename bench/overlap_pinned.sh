@@ -9,7 +9,8 @@
 # about twice what it takes with a core each.
 # Cells: GPT-2 124M fp32, sequence 256, batch 1, 2 hosts x 1 rank, FULL_SHARD without prefetch,
 # with prefetch, and with prefetch but the root's gradients reduced whole (`prefetch+whole`); over
-# Gloo at 1, 3 and 10 Gbit/s and over MPI at 10 Gbit/s. About 25 minutes with 3 repeats.
+# Gloo at 1, 3 and 10 Gbit/s and over MPI at 10 Gbit/s. About 35 minutes with 3 repeats, 10 of them
+# the 1 Gbit/s cell (where communication exceeds compute; --cells '10gbit|3gbit' leaves it out).
 # Then the table (bench/netem_table.py) in OUT.
 #
 # Usage: bench/overlap_pinned.sh [--out bench/results/overlap-pinned-DATE] [--bin build/bin]
