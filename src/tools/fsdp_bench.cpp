@@ -42,7 +42,8 @@
 // --compute-cpus and --comm-cpus (CPU lists as taskset takes them, e.g. 0 or 0-3,6): the training
 // thread on the first, the threads that move the collectives (the backend's workers, Gloo's
 // transport loop, MPI's progress thread) on the second, as on a machine whose collectives have
-// cores compute does not use (see set_thread_cpus below). Recorded in the JSON (`cpus`).
+// cores compute does not use (see set_thread_cpus below). Recorded in the JSON (`cpus`). Default:
+// neither, every thread where the system puts it; one without the other is refused.
 #include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
