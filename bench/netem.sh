@@ -22,8 +22,10 @@
 # fsdp-bench also predicts each step with the time model (fsdp/train/step_time.h): the script
 # gives it the link it made (--inter-gbit: RATE times 0.95, what TCP carries of an Ethernet
 # link's bytes, 1448 of every 1514) and this machine's defaults for the rest (--intra-gbit 8.6,
-# --intra-us 30, --comm-cpu-gbit 8.6 and --contention 1.5, fitted on one host: docs/plan.md);
-# arguments after -- win.
+# --intra-us 30, --comm-cpu-gbit 8.6 and --contention 1.5, fitted on one host; the CPU bound's
+# --intra-cpu-gbit 14 and --inter-cpu-gbit 8.7, measured: docs/plan.md) and, since every emulated
+# host shares this machine, --cores-per-rank: this machine's CPUs over all the ranks; arguments
+# after -- win.
 # Everything it makes (namespaces, links, addresses in 10.214.0.0/24) is named after this
 # process's id and removed at exit, also when a run fails or is interrupted.
 set -uo pipefail
@@ -81,8 +83,10 @@ INTER_GBIT=$(awk -v b="$RATE_BPS" 'BEGIN { printf "%.6g", b * 0.95 / 1e9 }')
 DELAY_US=0
 [[ $DELAY =~ ^([0-9]+)us$ ]] && DELAY_US=${BASH_REMATCH[1]}
 [[ $DELAY =~ ^([0-9]+)ms$ ]] && DELAY_US=$((BASH_REMATCH[1] * 1000))
+CORES_PER_RANK=$(awk -v c="$(nproc)" -v r=$((HOSTS * PER_HOST)) 'BEGIN { printf "%.6g", c / r }')
 BENCH_ARGS=(--intra-gbit 8.6 --intra-us 30 --comm-cpu-gbit 8.6 --contention 1.5 --inter-gbit "$INTER_GBIT"
-  --inter-us "$((DELAY_US + 50))" "${USER_ARGS[@]}")
+  --inter-us "$((DELAY_US + 50))" --intra-cpu-gbit 14 --inter-cpu-gbit 8.7
+  --cores-per-rank "$CORES_PER_RANK" "${USER_ARGS[@]}")
 
 TAG=$$
 BR=fsdp_nb_$TAG

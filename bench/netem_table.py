@@ -48,12 +48,28 @@ def repeats(r):
     return len(r.get("predicted_steps", [0]))
 
 
+def collectives_cpu(r):
+    """The CPU seconds a step took beyond the compute alone's (the process's, the busiest rank's),
+    measured, and the collectives' CPU seconds the model counts; None where the record predates
+    them (2026-11-27)."""
+    profiles = r.get("compute_alone_profiles")
+    if not profiles or "cpu" not in r["median"]:
+        return None, None
+    alone = sum(p["cpu"] for p in profiles) / len(profiles)
+    return r["median"]["cpu"] - alone, r["predicted"]["comm_cpu"]
+
+
+def cell(value):
+    return "-" if value is None else f"{value:.2f}"
+
+
 def table(records):
     head = ("| hosts x ranks | link | backend | dtype | strategy | variant | step (s) | "
             "compute alone (s) | "
             "exposed (s) | waited in collectives (s) | collectives, predicted (s) | "
-            "exposed / collectives | predicted step (s) | predicted / measured | repeats | "
-            "tokens/s | peak RSS (MiB) |\n" + "| --- " * 17 + "|\n")
+            "exposed / collectives | CPU beyond compute's (s) | collectives' CPU, predicted (s) | "
+            "CPU bound (s) | predicted step (s) | predicted / measured | repeats | "
+            "tokens/s | peak RSS (MiB) |\n" + "| --- " * 20 + "|\n")
     lines = []
     errors = []
     for r in records:
@@ -64,11 +80,14 @@ def table(records):
         link = "loopback" if hosts(r) == 1 else r["label"].split(", ")[1]
         ratio = p["step"] / step
         errors.append(ratio - 1)
+        cpu_measured, cpu_predicted = collectives_cpu(r)
+        bound = p.get("cpu_bound") or None
         lines.append(
             f"| {r['label'].split(', ')[0]} | {link} | {backend(r)} | {r['dtype']} | {r['strategy']} | "
             f"{r['variant']} | {step:.2f} | {alone:.2f} | {exposed:.2f} | "
             f"{r['median']['in_collectives']:.2f} | {p['in_collectives']:.2f} | "
             f"{exposed / p['in_collectives'] if p['in_collectives'] > 0 else 0:.2f} | "
+            f"{cell(cpu_measured)} | {cell(cpu_predicted)} | {cell(bound)} | "
             f"{p['step']:.2f} | {ratio:.3f} | {repeats(r)} | {r['tokens_per_second']:.0f} | "
             f"{r['peak_rss_bytes'] / 2**20:.0f} |")
     within = sum(1 for e in errors if abs(e) <= 0.15)
@@ -104,7 +123,10 @@ def plot(records, out):
         if full:
             x = [link_gbit(r) for r in full]
             floor = [r["predicted"]["compute"] + r["predicted"]["optimizer"] for r in full]
-            ceiling = [f + r["predicted"]["in_collectives"] for f, r in zip(floor, full)]
+            # Nothing hidden: every collective after the compute, or, where the collectives'
+            # CPU work is more (the CPU bound), that.
+            ceiling = [max(f + r["predicted"]["in_collectives"], r["predicted"].get("cpu_bound", 0))
+                       for f, r in zip(floor, full)]
             ax.plot(x, floor, "k:", label="compute alone (floor)")
             ax.plot(x, ceiling, "k-.", label="FULL_SHARD, nothing hidden (ceiling)")
         ax.set_xscale("log")

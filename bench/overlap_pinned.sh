@@ -4,7 +4,8 @@
 # (the time model's contention): no schedule can hide it there. Here both ranks' training threads
 # run on one CPU and the threads that move their collectives (Gloo's worker and transport loop,
 # MPI's progress thread and OpenMPI's own) on another (fsdp-bench --compute-cpus, --comm-cpus),
-# over bench/netem.sh's emulated hosts, and the time model predicts with contention 0. The compute
+# over bench/netem.sh's emulated hosts, and the time model predicts with contention 0 and no CPU
+# bound (--cores-per-rank 0: compute and collectives do not share cores). The compute
 # alone is measured the same way (both ranks' training threads sharing their CPU), so a step takes
 # about twice what it takes with a core each.
 # Cells: GPT-2 124M fp32, sequence 256, batch 1, 2 hosts x 1 rank, FULL_SHARD without prefetch,
@@ -48,7 +49,7 @@ cell() {
     --json "$OUT/$name.json" -- --model 124m --seq 256 --batch 1 --steps "$STEPS" \
     --repeats "$REPEATS" --dtype fp32 --strategies FULL_SHARD \
     --variants plain,prefetch,prefetch+whole --compute-cpus "$COMPUTE" --comm-cpus "$COMM" \
-    --contention 0 --label "$label" >"$OUT/$name.log" 2>&1 ||
+    --contention 0 --cores-per-rank 0 --label "$label" >"$OUT/$name.log" 2>&1 ||
     { echo "overlap_pinned: $name failed; its log:"; tail -30 "$OUT/$name.log"; exit 1; }
   echo "overlap_pinned: $name: $((SECONDS - start)) s"
 }

@@ -271,6 +271,119 @@ TEST(StepTime, ReplicaAllReducesOverlapBackward) {
   }
 }
 
+// The CPU bound (TimeModelOptions::cores_per_rank): on 2 hosts of 2 ranks, a FULL_SHARD ring has
+// 2 of its 4 hops between hosts, so a member's byte costs half a network byte and half a loopback
+// byte of a core's time; each block is gathered twice and reduced by Gloo as an all-reduce (two
+// passes), the root gathered once and reduced so, each pass moving 3/4 of the buffer per member.
+// With links that take no time the replay's step is compute and optimizer, and the bound decides:
+// the collectives' CPU seconds over the rank's half core are added. No cores given: no bound, the
+// same CPU seconds reported; one rank: nothing to add.
+TEST(StepTime, CpuBoundAddsTheCollectivesCpuWorkOverTheRanksCores) {
+  const TrainConfig c = config(ShardingStrategy::kFullShard);
+  const int p = 4;
+  const Plan plan = plan_training(c, p, 2);
+  TimeModelOptions o = links(1.0);
+  o.algorithms = CollectiveAlgorithms::kGloo;
+  o.ranks_per_host = 2;
+  o.intra = {1e18, 0, 2e9};
+  o.inter = {1e18, 0, 1e9};
+  double moved = 0;  // bytes a member sends (and receives) in the step
+  for (size_t u = 0; u < plan.units.size(); ++u) {
+    const double bytes = 4.0 * static_cast<double>(padded(plan.units[u].numel, p));
+    const bool root = u + 1 == plan.units.size();
+    moved += (root ? 3 : 4) * 0.75 * bytes;
+  }
+  const double cpu = moved * (0.5 / 1e9 + 0.5 / 2e9);
+  const StepTimePlan free_cores = predict_step_time(plan, c, o);
+  EXPECT_NEAR(free_cores.comm_cpu, cpu, 1e-9 * cpu);
+  EXPECT_DOUBLE_EQ(free_cores.cpu_bound, 0);
+  EXPECT_NEAR(free_cores.step, 1.0, 1e-6);
+
+  o.cores_per_rank = 0.5;
+  const StepTimePlan bound = predict_step_time(plan, c, o);
+  EXPECT_NEAR(bound.cpu_bound, 1.0 + bound.optimizer + cpu / 0.5, 1e-9);
+  EXPECT_DOUBLE_EQ(bound.step, bound.cpu_bound);
+  EXPECT_NEAR(bound.exposed, cpu / 0.5, 1e-9);
+
+  // On one host every hop is loopback; a world of one moves nothing.
+  o.ranks_per_host = 4;
+  EXPECT_NEAR(predict_step_time(plan_training(c, p), c, o).comm_cpu, moved / 2e9, 1e-9 * cpu);
+  const StepTimePlan one = predict_step_time(plan_training(c, 1), c, o);
+  EXPECT_DOUBLE_EQ(one.comm_cpu, 0);
+  EXPECT_NEAR(one.step, 1.0, 1e-12);
+}
+
+// OpenMPI's reduce-scatter moves, over its 4 members, 3 whole buffers to rank 0 and 3 chunks out:
+// a member's CPU share is 3/4 of (the buffer and a quarter of it).
+TEST(StepTime, CpuBoundCountsOpenMpisTreesBytes) {
+  TrainConfig c = config(ShardingStrategy::kShardGradOp);
+  const int p = 4;
+  const Plan plan = plan_training(c, p);
+  TimeModelOptions o = links(1.0);
+  o.algorithms = CollectiveAlgorithms::kOpenMpi;
+  o.intra = {1e18, 0, 1e9};
+  double moved = 0;
+  for (const auto& u : plan.units) {
+    const double bytes = 4.0 * static_cast<double>(padded(u.numel, p));
+    moved += 0.75 * bytes + 0.75 * (bytes + bytes / 4);  // the forward's gather, the reduction
+  }
+  EXPECT_NEAR(predict_step_time(plan, c, o).comm_cpu, moved / 1e9, 1e-9 * moved / 1e9);
+}
+
+double sum_of_waits(const StepTimePlan& t) {
+  double sum = 0;
+  for (const auto& w : t.waits) sum += w.seconds;
+  return sum;
+}
+
+double wait_for(const StepTimePlan& t, const std::string& cause) {
+  for (const auto& w : t.waits) {
+    if (w.cause == cause) return w.seconds;
+  }
+  return 0;
+}
+
+// The exposed time by cause (fsdp-plan prints it): the causes add up to the exposed time, whatever
+// the schedule, and name what the schedule waited for. Without prefetch FULL_SHARD waits for every
+// block's gathers; with it and compute far longer, hardly at all; contention and the CPU bound
+// are causes of their own; without background progress one cause is every collective.
+TEST(StepTime, WaitsAddUpToTheExposedTime) {
+  TrainConfig c = config(ShardingStrategy::kFullShard);
+  TimeModelOptions o = links(0.01);
+  o.ranks_per_host = 2;
+  const Plan plan = plan_training(c, 4, 2);
+  const auto check = [&](const char* what) {
+    SCOPED_TRACE(what);
+    const StepTimePlan t = predict_step_time(plan, c, o);
+    EXPECT_GT(t.exposed, 0);
+    EXPECT_NEAR(sum_of_waits(t), t.exposed, 1e-9 * t.step);
+    return t;
+  };
+  const StepTimePlan plain = check("plain");
+  EXPECT_GT(wait_for(plain, "a block's all-gather in forward"), 0);
+  EXPECT_GT(wait_for(plain, "a block's all-gather in backward"), 0);
+  EXPECT_GT(wait_for(plain, "the root's all-gather, before forward"), 0);
+  c.fsdp.forward_prefetch = true;
+  c.fsdp.backward_prefetch = BackwardPrefetch::kBackwardPre;
+  c.fsdp.split_root_reduction = true;
+  check("prefetch, split");
+  o.comm_cpu_bandwidth = 1e8;
+  o.contention = 1;
+  EXPECT_GT(wait_for(check("contention"), "compute slowed by collectives (contention)"), 0);
+  o.intra.cpu_bandwidth = o.inter.cpu_bandwidth = 1e6;
+  o.cores_per_rank = 1;
+  EXPECT_GT(wait_for(check("CPU bound"), "the CPU bound, beyond the schedule"), 0);
+  o.cores_per_rank = 0;
+  o.background_progress = false;
+  const StepTimePlan waited = check("no background progress");
+  ASSERT_EQ(waited.waits.size(), 1u);
+  EXPECT_EQ(waited.waits[0].cause, "every collective, inside its wait");
+  c.fsdp.sharding_strategy = ShardingStrategy::kHybridShard;
+  o.background_progress = true;
+  const StepTimePlan hybrid = predict_step_time(plan_training(c, 4, 2), c, o);
+  EXPECT_NEAR(sum_of_waits(hybrid), hybrid.exposed, 1e-9 * hybrid.step);
+}
+
 TEST(StepTime, FlopsCountTheMatricesTheHeadAndAttention) {
   TrainConfig c = config(ShardingStrategy::kFullShard);
   const Plan plan = plan_training(c, 1);

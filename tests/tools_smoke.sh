@@ -11,7 +11,8 @@
 #    for offload, which the time model does not describe);
 #    with the ranks' training threads on one CPU and their collectives' threads on another
 #    (--compute-cpus, --comm-cpus), every thread is on one of the two;
-#  - bench/netem_table.py joins the recorded partial re-run with the grid it completes;
+#  - bench/netem_table.py joins the recorded partial re-run with the grid it completes, with the
+#    CPU columns, and still reads records from before them;
 #  - bench/vs_fsdp2_table.py reads the fsdp-bench and FSDP2 records of the recorded comparison;
 #  - fsdp-bench-adamw on a tiny shard (an odd size, two threads): it prints every row, and the
 #    op-by-op AdamW ends exactly where torch's does;
@@ -46,7 +47,7 @@ expect_error() {
 read -r CPU_COMPUTE CPU_COMM < <(python3 -c 'import os; c = sorted(os.sched_getaffinity(0)); print(c[0], c[-1])')
 "$BIN/fsdp-run" --backend mpi --nproc-per-node 2 "$BIN/fsdp-bench" --model tiny --seq 48 \
   --steps 2 --repeats 2 --strategies NO_SHARD,FULL_SHARD --variants plain,prefetch,prefetch+offload \
-  --intra-gbit 8.6 --inter-gbit 10 --compute-cpus "$CPU_COMPUTE" --comm-cpus "$CPU_COMM" \
+  --intra-gbit 8.6 --inter-gbit 10 --intra-cpu-gbit 14 --compute-cpus "$CPU_COMPUTE" --comm-cpus "$CPU_COMM" \
   --json "$WORK/bench.json" >"$WORK/bench.log" 2>&1 || fail "fsdp-bench: $(tail -5 "$WORK/bench.log")"
 grep -q '^| FULL_SHARD | prefetch |' "$WORK/bench.log" || fail "fsdp-bench printed no table row"
 python3 - "$WORK/bench.json" "$CPU_COMPUTE" "$CPU_COMM" <<'PY' || fail "fsdp-bench JSON"
@@ -78,16 +79,30 @@ for r in records:
     assert len(steps) == 2 and len(alone) == 2 and min(alone) > 0, (name, steps, alone)
     assert alone[0] != alone[1], (name, "the first repeat's compute alone reused", alone)
     assert r["predicted"]["step"] in steps, (name, r["predicted"], steps)
+    # The CPU each step and each compute alone took; the collectives' core-seconds counted, but
+    # no CPU bound: pinned, the collectives have a CPU of their own.
+    profiles = r["compute_alone_profiles"]
+    assert r["median"]["cpu"] > 0 and len(profiles) == 2, (name, r["median"], profiles)
+    assert all(p["cpu"] > 0 and p["forward"] > 0 for p in profiles), (name, profiles)
+    assert r["links"]["cores_per_rank"] == 0 and r["predicted"]["cpu_bound"] == 0, (name, r)
+    assert r["predicted"]["comm_cpu"] > 0, (name, r["predicted"])
 PY
 
 # bench/netem_table.py: the recorded re-runs (a copy: the script writes its table beside them)
 # joined with the grid they complete, every cell once.
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-mkdir -p "$WORK/netem" && cp "$REPO"/bench/results/netem-more-2026-11-26/*.json "$WORK/netem/"
-python3 "$REPO/bench/netem_table.py" "$WORK/netem" "$REPO/bench/results/netem-2026-11-26" \
+mkdir -p "$WORK/netem" && cp "$REPO"/bench/results/netem-cpu-more-2026-11-27/*.json "$WORK/netem/"
+python3 "$REPO/bench/netem_table.py" "$WORK/netem" "$REPO/bench/results/netem-cpu-2026-11-27" \
   >"$WORK/netem.md" 2>&1 || fail "netem_table.py: $(cat "$WORK/netem.md")"
 grep -q ' of 118 cells predicted within 15%' "$WORK/netem.md" ||
   fail "netem_table.py did not join the grids: $(tail -3 "$WORK/netem.md")"
+# Every row with the CPU its collectives took, measured and predicted, and the CPU bound.
+grep -Ec '^\| 2 x 2 \| 10gbit \| gloo \| fp32 \| FULL_SHARD \| prefetch( \| [0-9.-]+){6}( \| [0-9.]+){3} \| ' \
+  "$WORK/netem.md" | grep -qx 1 || fail "netem_table.py: no CPU columns: $(grep -m3 '2 x 2' "$WORK/netem.md")"
+# Records from before the CPU was recorded still make a table, with '-' there.
+mkdir -p "$WORK/old" && cp "$REPO"/bench/results/netem-more-2026-11-26/*.json "$WORK/old/"
+python3 "$REPO/bench/netem_table.py" "$WORK/old" >"$WORK/old.md" 2>&1 &&
+  grep -q '| - | - | - |' "$WORK/old.md" || fail "netem_table.py on older records: $(tail -3 "$WORK/old.md")"
 
 # bench/vs_fsdp2.sh's table, from the run recorded in the repository (the JSON fields it reads),
 # and its refusal of an unknown option.
@@ -139,6 +154,12 @@ expect_error "plan --progress" "--progress: on or off, got 'maybe'" \
   "$BIN/fsdp-plan" --num_processes 2 --tflops 1 --progress maybe
 expect_error "plan --inter-gbit 0" "--inter-gbit: 0 is out of range" \
   "$BIN/fsdp-plan" --num_processes 2 --tflops 1 --inter-gbit 0
+expect_error "plan --cores-per-rank" "--cores-per-rank: -1 is out of range" \
+  "$BIN/fsdp-plan" --num_processes 2 --tflops 1 --cores-per-rank -1
+expect_error "plan --inter-cpu-gbit" "--inter-cpu-gbit: 'x' is not a number" \
+  "$BIN/fsdp-plan" --num_processes 2 --tflops 1 --inter-cpu-gbit x
+expect_error "bench --intra-cpu-gbit" "--intra-cpu-gbit: 'fast' is not a number" \
+  "$BIN/fsdp-bench" --intra-cpu-gbit fast
 expect_error "bench one link" "needs both --intra-gbit and --inter-gbit" \
   "$BIN/fsdp-bench" --intra-gbit 10
 
@@ -154,6 +175,16 @@ grep -q '^time per optimizer step (compute: 0.05 TFLOP/s' "$WORK/plan" &&
   fail "fsdp-plan --profile: $(cat "$WORK/plan")"
 grep -q 'compute: measured here, one rank, median of 1 steps' "$WORK/plan" ||
   fail "fsdp-plan --profile: no measured step time: $(cat "$WORK/plan")"
+# The CPU bound: on the CPU by default (this machine's cores over the host's ranks), with the
+# collectives' core-seconds; asked for no cores, or on a GPU, none.
+grep -Eq '^  CPU bound: collectives take [0-9.]+ core-seconds a rank \(a core moves 14 Gbit/s within a host, 8.7 between hosts\), [0-9.]+ cores a rank: step >= [0-9.]+ s' "$WORK/plan" ||
+  fail "fsdp-plan: no CPU bound by default: $(cat "$WORK/plan")"
+"$BIN/fsdp-plan" --num_processes 4 --num_machines 2 --tflops 0.05 --inter-gbit 1 \
+  --cores-per-rank 0 >"$WORK/plan" 2>&1 || fail "fsdp-plan --cores-per-rank 0: $(cat "$WORK/plan")"
+! grep -q 'CPU bound' "$WORK/plan" || fail "fsdp-plan --cores-per-rank 0: a CPU bound: $(cat "$WORK/plan")"
+"$BIN/fsdp-plan" --num_processes 2 --device cuda --gpu-memory 80 --tflops 400 >"$WORK/plan" 2>&1 ||
+  fail "fsdp-plan --device cuda --tflops: $(cat "$WORK/plan")"
+! grep -q 'CPU bound' "$WORK/plan" || fail "fsdp-plan on a GPU: a CPU bound: $(cat "$WORK/plan")"
 # Collectives that move only while waited on (MPI without its progress thread) hide nothing.
 "$BIN/fsdp-plan" --num_processes 2 --tflops 0.05 --backend mpi --progress off >"$WORK/plan" 2>&1 ||
   fail "fsdp-plan --progress off: $(cat "$WORK/plan")"

@@ -8,7 +8,8 @@
 //            [--variants plain,prefetch,ac,prefetch+ac] [--allocator fsdp|glibc] [--json FILE]
 //            [--label TEXT] [--checkpoint DIR] [--nproc 2] [--device cpu|cuda]
 //            [--intra-gbit G --inter-gbit G [--intra-us U] [--inter-us U]
-//             [--comm-cpu-gbit G] [--contention C]] [--compute-cpus LIST --comm-cpus LIST]
+//             [--comm-cpu-gbit G] [--contention C] [--intra-cpu-gbit G] [--inter-cpu-gbit G]
+//             [--cores-per-rank N]] [--compute-cpus LIST --comm-cpus LIST]
 // --model: GPT-2 124M, large (774M), XL (1.5B), a 2-layer toy, or `llama`, the shape of
 // configs/llama-small.yaml (grouped-query attention, SwiGLU, tied embeddings).
 // Started without a launcher it re-launches itself under `mpirun -np 2` (--nproc). A variant is
@@ -39,6 +40,11 @@
 // ones it makes): every rank first measures the compute alone (the model as a world of one, all
 // ranks at once), and a second table puts each step beside the time model's prediction
 // (fsdp/train/step_time.h; not for offload variants, which it does not model).
+// --intra-cpu-gbit, --inter-cpu-gbit and --cores-per-rank: the model's CPU bound (what a core
+// moves over each link; the cores a rank shares with its collectives, by default the CPUs this
+// process may use over its host's ranks, and none when pinned). Each step also records the
+// process's CPU time, and the compute alone its own, so that the tables show what the
+// collectives cost the CPU beside what the model says.
 // --compute-cpus and --comm-cpus (CPU lists as taskset takes them, e.g. 0 or 0-3,6): the training
 // thread on the first, the threads that move the collectives (the backend's workers, Gloo's
 // transport loop, MPI's progress thread) on the second, as on a machine whose collectives have
@@ -53,6 +59,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -94,6 +101,10 @@ struct Args {
   // on the prediction and the compute-alone measurement. 0: not given.
   double intra_gbit = 0, intra_us = 0, inter_gbit = 0, inter_us = 0;
   double comm_cpu_gbit = 0, contention = 0;  // TimeModelOptions' comm_cpu_bandwidth, contention
+  // The CPU bound: what a core moves over each link (LinkSpec::cpu_bandwidth, Gbit/s; 0: free)
+  // and the cores a rank shares with its collectives (-1: this process's CPUs over the host's
+  // ranks; 0: no bound).
+  double intra_cpu_gbit = 0, inter_cpu_gbit = 0, cores_per_rank = -1;
   // --compute-cpus, --comm-cpus as given, and their CPUs; empty: threads left where they run.
   std::string compute_cpus_text, comm_cpus_text;
   std::vector<int> compute_cpus, comm_cpus;
@@ -240,6 +251,11 @@ Args parse_args(int argc, char** argv) {
       a.contention = fsdp::flags::parse_number(k, value(), 0, 100);
     } else if (k == "--comm-cpu-gbit") {
       a.comm_cpu_gbit = fsdp::flags::parse_number(k, value(), 0, 1e7);
+    } else if (k == "--intra-cpu-gbit" || k == "--inter-cpu-gbit") {
+      (k == "--intra-cpu-gbit" ? a.intra_cpu_gbit : a.inter_cpu_gbit) =
+          fsdp::flags::parse_number(k, value(), 0, 1e7);
+    } else if (k == "--cores-per-rank") {
+      a.cores_per_rank = fsdp::flags::parse_number(k, value(), 0, 1e4);
     } else if (k == "--intra-us" || k == "--inter-us") {
       (k == "--intra-us" ? a.intra_us : a.inter_us) = fsdp::flags::parse_number(k, value(), 0, 1e6);
     } else if (k == "--compute-cpus" || k == "--comm-cpus") {
@@ -253,7 +269,8 @@ Args parse_args(int argc, char** argv) {
           " (known: --model --seq --batch --steps --repeats --dtype "
           "--strategies --variants --json --label "
           "--nproc --checkpoint --allocator --device --intra-gbit --intra-us "
-          "--inter-gbit --inter-us --comm-cpu-gbit --contention --compute-cpus --comm-cpus)");
+          "--inter-gbit --inter-us --comm-cpu-gbit --contention --intra-cpu-gbit "
+          "--inter-cpu-gbit --cores-per-rank --compute-cpus --comm-cpus)");
     }
   }
   if (a.model != "124m" && a.model != "large" && a.model != "xl" && a.model != "tiny" &&
@@ -351,6 +368,10 @@ int64_t minor_faults() {
   return u.ru_minflt;
 }
 
+// The process's CPU time so far, every thread's, user and system: std::clock, as the compute
+// alone's (measure_compute_profile) is read, so that the two subtract.
+int64_t cpu_ns() { return static_cast<int64_t>(std::clock()) * (1000000000 / CLOCKS_PER_SEC); }
+
 double mib(int64_t bytes) { return bytes / (1024.0 * 1024.0); }
 
 // The largest value over the ranks.
@@ -364,8 +385,9 @@ int64_t max_over_ranks(fsdp::Comm& world, int64_t mine) {
 // cost about 2 us each here), each the slowest rank's.
 struct StepTimes {
   int64_t step = 0, forward = 0, backward = 0, optimizer = 0, comm = 0, faults = 0;
+  int64_t cpu = 0;  // the process's CPU time in the step, every thread's
 };
-constexpr int kStepParts = 6;
+constexpr int kStepParts = 7;
 
 double seconds(int64_t ns) { return ns * 1e-9; }
 
@@ -391,7 +413,9 @@ struct Result {
   // The time model's (with --intra/--inter-gbit), one per repeat, each from that repeat's own
   // measurement of the compute alone.
   std::vector<fsdp::StepTimePlan> predictions;
+  std::vector<fsdp::ComputeProfile> profiles;  // the compute alone each prediction came from
   int ranks_per_host = 0;
+  double cores_per_rank = 0;  // the CPU bound's (TimeModelOptions::cores_per_rank)
 
   // The median of each part on its own.
   StepTimes median() const {
@@ -402,7 +426,8 @@ struct Result {
       return v[v.size() / 2];
     };
     return {med(&StepTimes::step),      med(&StepTimes::forward), med(&StepTimes::backward),
-            med(&StepTimes::optimizer), med(&StepTimes::comm),    med(&StepTimes::faults)};
+            med(&StepTimes::optimizer), med(&StepTimes::comm),    med(&StepTimes::faults),
+            med(&StepTimes::cpu)};
   }
   double tokens_per_second(const Args& a) const {
     return plan.world_size * a.batch * a.seq / seconds(median().step);
@@ -422,7 +447,7 @@ struct Result {
 std::vector<StepTimes> slowest_rank(fsdp::Comm& world, const std::vector<StepTimes>& mine) {
   std::vector<int64_t> flat;
   for (const auto& t : mine)
-    flat.insert(flat.end(), {t.step, t.forward, t.backward, t.optimizer, t.comm, t.faults});
+    flat.insert(flat.end(), {t.step, t.forward, t.backward, t.optimizer, t.comm, t.faults, t.cpu});
   std::vector<int64_t> all(flat.size() * static_cast<size_t>(world.size()));
   world.all_gather(flat.data(), all.data(), flat.size(), fsdp::DType::kInt64);
   std::vector<StepTimes> out = mine;
@@ -431,7 +456,8 @@ std::vector<StepTimes> slowest_rank(fsdp::Comm& world, const std::vector<StepTim
       const int64_t* t = &all[r * flat.size() + i * kStepParts];
       StepTimes& o = out[i];
       o = {std::max(o.step, t[0]),      std::max(o.forward, t[1]), std::max(o.backward, t[2]),
-           std::max(o.optimizer, t[3]), std::max(o.comm, t[4]),    std::max(o.faults, t[5])};
+           std::max(o.optimizer, t[3]), std::max(o.comm, t[4]),    std::max(o.faults, t[5]),
+           std::max(o.cpu, t[6])};
     }
   }
   return out;
@@ -481,8 +507,18 @@ fsdp::ComputeProfile compute_alone(const Args& a, const std::string& variant, fs
   p.forward = slowest(p.forward);
   p.backward = slowest(p.backward);
   p.optimizer = slowest(p.optimizer);
+  p.cpu = slowest(p.cpu);
   p.source = "measured in this run, every rank alone at once";
   return p;
+}
+
+// The cores a rank shares with its collectives for the CPU bound: --cores-per-rank, else none
+// when pinned (the collectives have CPUs of their own), else the CPUs this process may use over
+// the ranks on its host. bench/netem.sh, whose emulated hosts share one machine, gives it.
+double cores_per_rank(const Args& a, fsdp::Comm& world) {
+  if (a.cores_per_rank >= 0) return a.cores_per_rank;
+  if (a.pinned()) return 0;
+  return static_cast<double>(fsdp::tools::usable_cpus()) / std::max(1, world.local_size());
 }
 
 // The time model's options for `variant` (its compute measured once per activation-checkpointing
@@ -493,9 +529,10 @@ fsdp::TimeModelOptions time_options(const Args& a, const std::string& variant, f
   if (!profiles.count(ac)) profiles[ac] = compute_alone(a, ac ? "ac" : "plain", world);
   fsdp::TimeModelOptions o;
   o.compute = profiles[ac];
-  o.intra = fsdp::link_from_gbit(a.intra_gbit, a.intra_us);
-  o.inter = fsdp::link_from_gbit(a.inter_gbit, a.inter_us);
+  o.intra = fsdp::link_from_gbit(a.intra_gbit, a.intra_us, a.intra_cpu_gbit);
+  o.inter = fsdp::link_from_gbit(a.inter_gbit, a.inter_us, a.inter_cpu_gbit);
   o.ranks_per_host = world.local_size();
+  o.cores_per_rank = cores_per_rank(a, world);
   o.comm_cpu_bandwidth = a.comm_cpu_gbit * 1e9 / 8;
   o.contention = a.contention;
   o.algorithms = fsdp::collective_algorithms(world.backend());
@@ -514,6 +551,8 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
   r.plan = fsdp::plan_training(c, n, world->local_size());  // HYBRID: a shard group per host
   if (time && !c.fsdp.offload_params) {
     r.predictions.push_back(fsdp::predict_step_time(r.plan, c, *time));
+    r.profiles.push_back(time->compute);
+    r.cores_per_rank = time->cores_per_rank;
   }
   r.ranks_per_host = world->local_size();
   fsdp::release_cached_host_memory();  // the previous run's blocks
@@ -542,7 +581,7 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
     StepTimes t;
     fsdp::synchronize_current_stream(device);
     world->barrier();
-    const int64_t blocked = counts->blocked_ns, faults = minor_faults();
+    const int64_t blocked = counts->blocked_ns, faults = minor_faults(), cpu0 = cpu_ns();
     const auto t0 = Clock::now();
     opt.zero_grad();
     at::Tensor loss =
@@ -569,7 +608,8 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
                      ns(t2 - t1),
                      ns(t3 - t2),
                      counts->blocked_ns - blocked,
-                     minor_faults() - faults};
+                     minor_faults() - faults,
+                     cpu_ns() - cpu0};
   };
   step();  // warm-up: records the unit order, faults in buffers, allocates AdamW state
   world->barrier();
@@ -605,6 +645,7 @@ void merge(Result& into, const Result& again) {
   into.steps.insert(into.steps.end(), again.steps.begin(), again.steps.end());
   into.predictions.insert(into.predictions.end(), again.predictions.begin(),
                           again.predictions.end());
+  into.profiles.insert(into.profiles.end(), again.profiles.begin(), again.profiles.end());
   into.peak_tensors = std::max(into.peak_tensors, again.peak_tensors);
   into.peak_rss = std::max(into.peak_rss, again.peak_rss);
   into.peak_rss_absolute = std::max(into.peak_rss_absolute, again.peak_rss_absolute);
@@ -639,10 +680,10 @@ std::string json_record(const Args& a, int n, const std::string& backend, const 
     << "], \"median\": {\"step\": " << seconds(t.step) << ", \"forward\": " << seconds(t.forward)
     << ", \"backward\": " << seconds(t.backward) << ", \"optimizer\": " << seconds(t.optimizer)
     << ", \"in_collectives\": " << seconds(t.comm) << ", \"page_faults\": " << t.faults
-    << "}, \"tokens_per_second\": " << r.tokens_per_second(a) << ", \"loss\": " << r.loss
-    << ", \"allocator\": \"" << a.allocator << "\", \"fresh_blocks\": " << r.fresh_blocks
-    << ", \"peak_tensor_bytes\": " << r.peak_tensors << ", \"peak_held_bytes\": " << r.peak_held
-    << ", \"peak_rss_bytes\": " << r.peak_rss
+    << ", \"cpu\": " << seconds(t.cpu) << "}, \"tokens_per_second\": " << r.tokens_per_second(a)
+    << ", \"loss\": " << r.loss << ", \"allocator\": \"" << a.allocator
+    << "\", \"fresh_blocks\": " << r.fresh_blocks << ", \"peak_tensor_bytes\": " << r.peak_tensors
+    << ", \"peak_held_bytes\": " << r.peak_held << ", \"peak_rss_bytes\": " << r.peak_rss
     << ", \"peak_rss_absolute_bytes\": " << r.peak_rss_absolute
     << ", \"peak_device_allocated_bytes\": " << r.peak_device_allocated
     << ", \"peak_device_reserved_bytes\": " << r.peak_device_reserved
@@ -660,16 +701,30 @@ std::string json_record(const Args& a, int n, const std::string& backend, const 
     const fsdp::StepTimePlan& t = *predicted;
     o << ", \"links\": {\"intra_gbit\": " << a.intra_gbit << ", \"intra_us\": " << a.intra_us
       << ", \"inter_gbit\": " << a.inter_gbit << ", \"inter_us\": " << a.inter_us
-      << ", \"ranks_per_host\": " << r.ranks_per_host << "}, \"predicted\": {\"step\": " << t.step
+      << ", \"ranks_per_host\": " << r.ranks_per_host
+      << ", \"intra_cpu_gbit\": " << a.intra_cpu_gbit
+      << ", \"inter_cpu_gbit\": " << a.inter_cpu_gbit
+      << ", \"cores_per_rank\": " << r.cores_per_rank << "}, \"predicted\": {\"step\": " << t.step
       << ", \"compute\": " << t.compute << ", \"optimizer\": " << t.optimizer
       << ", \"in_collectives\": " << t.in_collectives << ", \"exposed\": " << t.exposed
-      << ", \"tokens_per_second\": " << t.tokens_per_second << "}, \"predicted_steps\": [";
+      << ", \"tokens_per_second\": " << t.tokens_per_second << ", \"comm_cpu\": " << t.comm_cpu
+      << ", \"cpu_bound\": " << t.cpu_bound << ", \"waits\": {";
+    for (size_t i = 0; i < t.waits.size(); ++i) {
+      o << (i ? ", " : "") << "\"" << t.waits[i].cause << "\": " << t.waits[i].seconds;
+    }
+    o << "}}, \"predicted_steps\": [";
     for (size_t i = 0; i < r.predictions.size(); ++i) {
       o << (i ? ", " : "") << r.predictions[i].step;
     }
     o << "], \"compute_alone_seconds\": [";
     for (size_t i = 0; i < r.predictions.size(); ++i) {
       o << (i ? ", " : "") << r.predictions[i].compute + r.predictions[i].optimizer;
+    }
+    o << "], \"compute_alone_profiles\": [";
+    for (size_t i = 0; i < r.profiles.size(); ++i) {
+      const fsdp::ComputeProfile& p = r.profiles[i];
+      o << (i ? ", " : "") << "{\"forward\": " << p.forward << ", \"backward\": " << p.backward
+        << ", \"optimizer\": " << p.optimizer << ", \"cpu\": " << p.cpu << "}";
     }
     o << "]";
   }
@@ -748,25 +803,33 @@ void print_time_model(const Args& a, const std::vector<Result>& results) {
   std::printf(
       "\n| strategy | variant | step (s) | compute alone (s) | exposed (s) | in collectives (s) | "
       "predicted step (s) | predicted / measured | predicted exposed (s) | predicted collectives "
-      "(s) |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+      "(s) | CPU beyond compute's (s) | predicted (s) | CPU bound (s) |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (const auto& r : results) {
     const auto predicted = r.predicted();
     if (!predicted) continue;
     const fsdp::StepTimePlan& p = *predicted;
     const StepTimes t = r.median();
     const double alone = p.compute + p.optimizer;
-    std::printf("| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.3f | %.2f | %.2f |\n",
-                r.strategy.c_str(), r.variant.c_str(), seconds(t.step), alone,
-                seconds(t.step) - alone, seconds(t.comm), p.step, p.step / seconds(t.step),
-                p.exposed, p.in_collectives);
+    double alone_cpu = 0;
+    for (const auto& profile : r.profiles) alone_cpu += profile.cpu / r.profiles.size();
+    std::printf(
+        "| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f "
+        "|\n",
+        r.strategy.c_str(), r.variant.c_str(), seconds(t.step), alone, seconds(t.step) - alone,
+        seconds(t.comm), p.step, p.step / seconds(t.step), p.exposed, p.in_collectives,
+        seconds(t.cpu) - alone_cpu, p.comm_cpu, p.cpu_bound);
   }
   std::printf(
       "(links: within a host %g Gbit/s, %g us; between hosts %g Gbit/s, %g us; a core moves %g "
-      "Gbit/s, contention %g; "
-      "compute alone: every "
+      "Gbit/s, contention %g; CPU bound: a core moves %g Gbit/s within a host, %g between, %g "
+      "cores a rank (0: none); compute alone: every "
       "rank training a world of one at once, the slowest; in collectives: measured, the time the "
-      "compute thread waited; predicted collectives: how long the collectives run)\n",
-      a.intra_gbit, a.intra_us, a.inter_gbit, a.inter_us, a.comm_cpu_gbit, a.contention);
+      "compute thread waited; predicted collectives: how long the collectives run; CPU beyond "
+      "compute's: the process's CPU seconds a step over the compute alone's, measured, and "
+      "predicted for the collectives)\n",
+      a.intra_gbit, a.intra_us, a.inter_gbit, a.inter_us, a.comm_cpu_gbit, a.contention,
+      a.intra_cpu_gbit, a.inter_cpu_gbit, results.empty() ? 0.0 : results.front().cores_per_rank);
 }
 
 // The world, its threads on the comm CPUs when pinning. MPI starts its progress thread at the

@@ -33,6 +33,7 @@
 #include "fsdp/train/config.h"
 #include "fsdp/train/plan.h"
 #include "fsdp/train/step_time.h"
+#include "tools/tool_util.h"
 #include "util/number_flag.h"
 
 namespace {
@@ -86,17 +87,24 @@ double take_number(std::vector<std::string>& args, const char* flag, double lo, 
 // through Gloo's loopback TCP, and compute overlapping that runs 2.5 times as long.
 constexpr double kCpuCommGbit = 8.6;
 constexpr double kCpuContention = 1.5;
+// The CPU bound's rates on the same machines (docs/plan.md, "CPU bound"): the bytes a core moves
+// through Gloo over loopback and over an emulated 1500-byte-MTU Ethernet link, the process CPU
+// time of NO_SHARD steps over the compute alone's.
+constexpr double kCpuLoopbackGbit = 14;
+constexpr double kCpuNetworkGbit = 8.7;
 
 struct TimeFlags {
   int profile_steps = 0;  // --profile STEPS: measure compute here
   double tflops = 0;      // --tflops T: or assume this rate per rank
   double memory_gbps = -1, intra_gbit = -1, intra_us = -1, inter_gbit = -1, inter_us = -1,
-         comm_cpu_gbit = -1, contention = -1;
+         comm_cpu_gbit = -1, contention = -1, intra_cpu_gbit = -1, inter_cpu_gbit = -1,
+         cores_per_rank = -1;
   std::string backend;   // gloo, mpi or nccl: how a reduce-scatter is carried out
   bool progress = true;  // --progress off: collectives move only while waited on
   bool wanted() const { return profile_steps > 0 || tflops > 0; }
 
-  void apply_defaults(bool cuda) {
+  // `local`: ranks per host, over which this machine's cores are shared by default.
+  void apply_defaults(bool cuda, int local) {
     const auto set = [](double& v, double fallback) {
       if (v < 0) v = fallback;
     };
@@ -107,6 +115,10 @@ struct TimeFlags {
     set(inter_us, cuda ? 9.6 : 50);
     set(comm_cpu_gbit, cuda ? 0 : kCpuCommGbit);
     set(contention, cuda ? 0 : kCpuContention);
+    set(intra_cpu_gbit, cuda ? 0 : kCpuLoopbackGbit);
+    set(inter_cpu_gbit, cuda ? 0 : kCpuNetworkGbit);
+    set(cores_per_rank,
+        cuda ? 0 : static_cast<double>(fsdp::tools::usable_cpus()) / std::max(1, local));
     if (backend.empty()) backend = cuda ? "nccl" : "gloo";
   }
 };
@@ -122,6 +134,9 @@ TimeFlags take_time_flags(std::vector<std::string>& args) {
   t.inter_us = take_number(args, "--inter-us", 0, 1e6, -1);
   t.comm_cpu_gbit = take_number(args, "--comm-cpu-gbit", 0, 1e7, -1);
   t.contention = take_number(args, "--contention", 0, 100, -1);
+  t.intra_cpu_gbit = take_number(args, "--intra-cpu-gbit", 0, 1e7, -1);
+  t.inter_cpu_gbit = take_number(args, "--inter-cpu-gbit", 0, 1e7, -1);
+  t.cores_per_rank = take_number(args, "--cores-per-rank", 0, 1e4, -1);
   t.backend = take_flag(args, "--backend");
   if (!t.backend.empty() && t.backend != "gloo" && t.backend != "mpi" && t.backend != "nccl") {
     throw fsdp::flags::NumberError("--backend", "gloo, mpi or nccl, got '" + t.backend + "'");
@@ -140,8 +155,9 @@ TimeFlags take_time_flags(std::vector<std::string>& args) {
 fsdp::TimeModelOptions time_options(const TimeFlags& f, const fsdp::TrainConfig& c, int local,
                                     int64_t parameters) {
   fsdp::TimeModelOptions o;
-  o.intra = fsdp::link_from_gbit(f.intra_gbit, f.intra_us);
-  o.inter = fsdp::link_from_gbit(f.inter_gbit, f.inter_us);
+  o.intra = fsdp::link_from_gbit(f.intra_gbit, f.intra_us, f.intra_cpu_gbit);
+  o.inter = fsdp::link_from_gbit(f.inter_gbit, f.inter_us, f.inter_cpu_gbit);
+  o.cores_per_rank = f.cores_per_rank;
   o.ranks_per_host = local;
   o.comm_cpu_bandwidth = f.comm_cpu_gbit * 1e9 / 8;
   o.contention = f.contention;
@@ -259,6 +275,10 @@ const char* kUsage =
     "  --comm-cpu-gbit G, --contention C   collectives take cores from compute: one\n"
     "                     at G Gbit/s keeps a core busy, and compute overlapping it runs\n"
     "                     1 + C x (its rate / G) times as long (cpu 8.6 and 1.5; cuda 0)\n"
+    "  --intra-cpu-gbit G, --inter-cpu-gbit G, --cores-per-rank N   the CPU bound: a\n"
+    "                     core moves G Gbit/s over each link, and a rank's N cores do its\n"
+    "                     compute and then its collectives' CPU work (cpu 14 and 8.7,\n"
+    "                     this machine's cores over the ranks per host; cuda 0: none)\n"
     "  --backend B        gloo (default on cpu: a reduce-scatter is an all-reduce),\n"
     "                     mpi (OpenMPI's: a reduce-scatter is a reduce to one rank\n"
     "                     and a scatter, an all-reduce a reduce and a broadcast) or\n"
@@ -303,13 +323,13 @@ int main(int argc, char** argv) {
               << kGpuMemoryFlag << " out\n";
     return 2;
   }
-  time_flags.apply_defaults(cuda);
+  const int local = c.num_processes / std::max(1, c.num_machines);  // the config checked it divides
+  time_flags.apply_defaults(cuda, local);
   if (time_flags.profile_steps > 0 && cuda && !at::globalContext().hasCUDA()) {
     std::cerr << "fsdp-plan: --profile runs the model here, but the config trains on cuda and "
                  "CUDA is not available here: give --tflops T (a GPU's compute rate) instead\n";
     return 2;
   }
-  const int local = c.num_processes / std::max(1, c.num_machines);  // the config checked it divides
   try {
     const std::vector<fsdp::UnitSize> units = fsdp::plan_units(c);
     const fsdp::Plan plan = fsdp::plan_training(c, c.num_processes, local, units);

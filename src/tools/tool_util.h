@@ -2,6 +2,7 @@
 #pragma once
 
 #include <ATen/Parallel.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,6 +50,14 @@ inline void write_whole_lines() {
   execvp("mpirun", cargs.data());
   std::perror("could not start mpirun");
   std::exit(1);
+}
+
+// The CPUs this process may run on (its affinity mask; the machine's count where that fails).
+inline int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
 // Joins the group this process was started in; a tool started by hand (one rank) re-launches

@@ -1,6 +1,7 @@
 // The planner's time model (fsdp/train/step_time.h): a replay of one optimizer step's schedule as
 // src/core/unit.cpp and runtime.cpp issue it, with each collective priced by a ring over the
-// links it crosses. docs/plan.md, "Step time", derives the terms and lists what it leaves out.
+// links it crosses, and the CPU bound (the collectives' bytes in core-seconds) beside it.
+// docs/plan.md, "Step time", derives the terms and lists what it leaves out.
 #include "fsdp/train/step_time.h"
 
 #include <algorithm>
@@ -19,6 +20,16 @@ struct Group {
   int size = 1;
   double bandwidth = 0;  // of its slowest hop
   double latency = 0;    // one block's way round the ring: every hop's latency
+  // Core-seconds per byte a member moves, averaged over the ring's hops (a share hosts / size of
+  // them cross hosts), each hop's sender's and receiver's work together.
+  double cpu_per_byte = 0;
+};
+
+// A collective as the replay schedules it: how long it runs, and the core-seconds its bytes take
+// (the CPU bound's, StepTimePlan::comm_cpu).
+struct Cost {
+  double seconds = 0;
+  double cpu = 0;
 };
 
 // A ring over `g` ranks on `hosts` hosts. Spanning hosts, its slowest hop is a host's network link,
@@ -31,14 +42,21 @@ Group group_over(int g, int hosts, int sharing, const TimeModelOptions& o) {
     group.bandwidth = std::min(o.intra.bandwidth, o.inter.bandwidth / std::max(1, sharing));
   }
   group.latency = (hosts - 1) * o.inter.latency + (g - hosts) * o.intra.latency;
+  const auto per_byte = [](const LinkSpec& l) {
+    return l.cpu_bandwidth > 0 ? 1 / l.cpu_bandwidth : 0.0;
+  };
+  const double crossing = hosts > 1 ? static_cast<double>(hosts) / g : 0;
+  group.cpu_per_byte = crossing * per_byte(o.inter) + (1 - crossing) * per_byte(o.intra);
   return group;
 }
 
 // A ring collective moving `bytes` (its full buffer) `passes` times: g - 1 steps of bytes / g
-// over the slowest hop, plus the latency of one way round.
-double ring(const Group& g, double bytes, int passes) {
-  if (g.size <= 1 || bytes <= 0) return 0;
-  return passes * ((g.size - 1) * bytes / g.size / g.bandwidth + g.latency);
+// over the slowest hop, plus the latency of one way round. Each member sends and receives
+// (g - 1) / g of the buffer per pass.
+Cost ring(const Group& g, double bytes, int passes) {
+  if (g.size <= 1 || bytes <= 0) return {};
+  const double moved = passes * (g.size - 1) * bytes / g.size;
+  return {moved / g.bandwidth + passes * g.latency, moved * g.cpu_per_byte};
 }
 
 // OpenMPI libnbc's binomial rounds: ceil(log2 g), each moving the whole buffer one hop.
@@ -50,18 +68,23 @@ int binomial_rounds(int g) {
 
 // libnbc's reduce-scatter of `bytes` (the whole input): a binomial reduce to rank 0, then g - 1
 // chunks sent from rank 0 one after another; each message pays one hop's latency.
-double binomial_reduce_then_scatter(const Group& g, double bytes) {
-  if (g.size <= 1 || bytes <= 0) return 0;
+// Over the ranks, the reduce moves g - 1 whole buffers and the scatter g - 1 chunks: a member's
+// CPU share is those over g.
+Cost binomial_reduce_then_scatter(const Group& g, double bytes) {
+  if (g.size <= 1 || bytes <= 0) return {};
   const double hop = g.latency / (g.size - 1);  // one message's latency, on average
-  return binomial_rounds(g.size) * (bytes / g.bandwidth + hop) +
-         (g.size - 1) * (bytes / g.size / g.bandwidth + hop);
+  const double moved = (g.size - 1) * (bytes + bytes / g.size) / g.size;
+  return {binomial_rounds(g.size) * (bytes / g.bandwidth + hop) +
+              (g.size - 1) * (bytes / g.size / g.bandwidth + hop),
+          moved * g.cpu_per_byte};
 }
 
 // libnbc's in-place all-reduce: a binomial reduce and a binomial broadcast of the whole buffer.
-double binomial_all_reduce(const Group& g, double bytes) {
-  if (g.size <= 1 || bytes <= 0) return 0;
+Cost binomial_all_reduce(const Group& g, double bytes) {
+  if (g.size <= 1 || bytes <= 0) return {};
   const double hop = g.latency / (g.size - 1);
-  return 2 * binomial_rounds(g.size) * (bytes / g.bandwidth + hop);
+  const double moved = 2.0 * (g.size - 1) * bytes / g.size;
+  return {2 * binomial_rounds(g.size) * (bytes / g.bandwidth + hop), moved * g.cpu_per_byte};
 }
 
 // When collectives run and how much of a core each keeps busy. An interval never starts before
@@ -76,13 +99,15 @@ struct Queue {
   double load = 0;  // share of a core its collectives keep busy
   double free_at = 0;
   double busy = 0;
+  double cpu = 0;  // core-seconds of the collectives run
   Intervals* log = nullptr;
-  // Work issued at `t` taking `seconds`; returns when it ends.
-  double run(double t, double seconds) {
+  // A collective issued at `t`; returns when it ends.
+  double run(double t, const Cost& c) {
     const double start = std::max(t, free_at);
-    free_at = start + seconds;
-    busy += seconds;
-    if (seconds > 0) log->push_back({start, free_at, load});
+    free_at = start + c.seconds;
+    busy += c.seconds;
+    cpu += c.cpu;
+    if (c.seconds > 0) log->push_back({start, free_at, load});
     return free_at;
   }
 };
@@ -106,6 +131,19 @@ double advance(double t, double work, Intervals busy, double contention) {
     t = b.end;
   }
   return t + work;
+}
+
+constexpr const char* kRootGather = "the root's all-gather, before forward";
+constexpr const char* kPreviousReduction = "a unit's reduce-scatter, before the next is issued";
+
+void add_wait(std::vector<StepTimePlan::Wait>& waits, const std::string& cause, double seconds) {
+  for (auto& w : waits) {
+    if (w.cause == cause) {
+      w.seconds += seconds;
+      return;
+    }
+  }
+  waits.push_back({cause, seconds});
 }
 
 // The step's replay: per unit the collectives' durations and the compute, the clock of the rank's
@@ -133,23 +171,36 @@ class Replay {
   // rows, the counts and a second reduction of the whole root.
   void reduce_late_rows();
   void start_all_reduce(Pending& p);
-  void drain();
+  void drain(const char* cause);
   double gather(size_t unit, double t) { return shard_q_.run(t, all_gather_[unit]); }
-  void compute(double seconds) { now_ = advance(now_, seconds, busy_, options_.contention); }
+  void compute(double seconds) {
+    const double end = advance(now_, seconds, busy_, options_.contention);
+    stretched_ += end - now_ - seconds;
+    now_ = end;
+  }
+  // The compute thread waits until `t` for what `cause` names (StepTimePlan::waits).
+  void wait_until(double t, const char* cause) {
+    if (t <= now_) return;
+    add_wait(waits_, cause, t - now_);
+    now_ = t;
+  }
 
   const Plan& plan_;
   const TrainConfig& config_;
   const TimeModelOptions& options_;
   size_t blocks_ = 0;  // units before the root
   int64_t ahead_ = 0;  // prefetch depth in effect
-  std::vector<double> all_gather_, reduce_scatter_, all_reduce_, forward_, backward_;
+  std::vector<Cost> all_gather_, reduce_scatter_, all_reduce_;
+  std::vector<double> forward_, backward_;
   Intervals busy_;
   Queue shard_q_, replica_q_;
   double now_ = 0;
+  std::vector<StepTimePlan::Wait> waits_;
+  double stretched_ = 0;       // compute's time beyond its own, from contention
   bool replicated_ = false;    // more than one replica: all-reduces follow the reduce-scatters
   bool split_ = false;         // the root's reduction split ([Note: split root reduction])
   bool late_as_rows_ = false;  // the split's late part is sent as rows, not reduced whole
-  double late_rows_ = 0;       // its row counts' (and rows') all-gathers
+  Cost late_rows_;             // its row counts' (and rows') all-gathers
   // How long before the step the root's gather starts: issued after the root's shard stepped,
   // it runs while the other shards step ([Note: root gathered after its step]). 0: at the step.
   double root_head_start_ = 0;
@@ -198,8 +249,8 @@ Replay::Replay(const Plan& p, const TrainConfig& c, const TimeModelOptions& o)
   const auto load = [&](const Group& g) {
     return o.comm_cpu_bandwidth > 0 ? std::min(1.0, g.bandwidth / o.comm_cpu_bandwidth) : 0;
   };
-  shard_q_ = {load(shard), 0, 0, &busy_};
-  replica_q_ = {load(replica), 0, 0, &busy_};
+  shard_q_ = {load(shard), 0, 0, 0, &busy_};
+  replica_q_ = {load(replica), 0, 0, 0, &busy_};
   const double elem = static_cast<double>(dtype_size(c.mixed_precision));
   const bool open_mpi = o.algorithms == CollectiveAlgorithms::kOpenMpi;
   const auto reduce_scatter = [&](double bytes) {
@@ -227,8 +278,8 @@ Replay::Replay(const Plan& p, const TrainConfig& c, const TimeModelOptions& o)
                             static_cast<double>(late.row_bytes);
   const Group everyone = group_over(world, world / per_host, 1, o);
   late_as_rows_ = late.as_rows;
-  late_rows_ = ring(everyone, late_as_rows_ ? rows_bytes : 0, 1) +
-               (late_as_rows_ ? 3 : 1) * everyone.latency;  // counts, and indices with the rows
+  late_rows_ = ring(everyone, late_as_rows_ ? rows_bytes : 0, 1);
+  late_rows_.seconds += (late_as_rows_ ? 3 : 1) * everyone.latency;  // counts, indices with rows
   // The optimizers step the root's shard first, then the others (their share of the step).
   if (shards > 1 && c.fsdp.forward_prefetch) {
     const double shard_elems = static_cast<double>(p.memory.params) / 4;
@@ -248,13 +299,13 @@ void Replay::forward(bool first) {
   std::vector<double> gathered(blocks_, -1);
   if (sharded && first && root_head_start_ > 0) {
     shard_q_.free_at = std::min(shard_q_.free_at, now_ - root_head_start_);
-    now_ = std::max(now_, gather(blocks_, now_ - root_head_start_));
+    wait_until(gather(blocks_, now_ - root_head_start_), kRootGather);
   } else if (sharded) {
-    now_ = gather(blocks_, now_);
+    wait_until(gather(blocks_, now_), kRootGather);
   }
   for (size_t i = 0; i < blocks_; ++i) {
     if (sharded && gathered[i] < 0) gathered[i] = gather(i, now_);
-    now_ = std::max(now_, sharded ? gathered[i] : 0.0);
+    if (sharded) wait_until(gathered[i], "a block's all-gather in forward");
     if (sharded && config_.fsdp.forward_prefetch) {
       for (size_t j = i + 1; j < blocks_ && j <= i + static_cast<size_t>(ahead_); ++j) {
         if (gathered[j] < 0) gathered[j] = gather(j, now_);
@@ -285,7 +336,7 @@ void Replay::backward(bool reduce_now) {
     }
     // The split's early part goes as the first block's backward begins, behind its gathers.
     if (reduce_now && split_ && i + 1 == blocks_) reduce(blocks_);
-    if (regather) now_ = std::max(now_, gathered[i]);
+    if (regather) wait_until(gathered[i], "a block's all-gather in backward");
     compute(backward_[i]);
     if (reduce_now) reduce(i);
   }
@@ -295,25 +346,25 @@ void Replay::backward(bool reduce_now) {
     } else {
       reduce(blocks_);
     }
-    drain();
+    drain("the last reductions, before the optimizer");
   }
 }
 
 void Replay::reduce_late_rows() {
   Queue& q = plan_.shard_count > 1 ? shard_q_ : replica_q_;
-  now_ = std::max(now_, q.run(now_, late_rows_));
+  wait_until(q.run(now_, late_rows_), "the root's late rows (split root reduction)");
   if (!late_as_rows_) reduce(blocks_);
 }
 
 void Replay::reduce(size_t unit) {
   Pending mine{unit, shard_q_.run(now_, reduce_scatter_[unit])};
   if (!replicated_) {
-    drain();
+    drain(kPreviousReduction);
     pending_.push_back(mine);
     return;
   }
   while (!pending_.empty() && pending_.front().reduced >= 0) {
-    now_ = std::max(now_, pending_.front().reduced);
+    wait_until(pending_.front().reduced, "a unit's all-reduce across replicas");
     pending_.pop_front();
   }
   for (Pending& p : pending_) start_all_reduce(p);
@@ -322,15 +373,15 @@ void Replay::reduce(size_t unit) {
 }
 
 void Replay::start_all_reduce(Pending& p) {
-  now_ = std::max(now_, p.scattered);
+  wait_until(p.scattered, kPreviousReduction);
   p.reduced = replica_q_.run(now_, all_reduce_[p.unit]);
 }
 
-void Replay::drain() {
+void Replay::drain(const char* cause) {
   for (Pending& p : pending_) {
     if (replicated_ && p.reduced < 0) start_all_reduce(p);
   }
-  for (const Pending& p : pending_) now_ = std::max({now_, p.scattered, p.reduced});
+  for (const Pending& p : pending_) wait_until(std::max(p.scattered, p.reduced), cause);
   pending_.clear();
 }
 
@@ -349,6 +400,20 @@ StepTimePlan Replay::run() {
   // Without background progress every collective runs inside its wait, one after another.
   t.step = options_.background_progress ? now_ + t.optimizer
                                         : t.compute + t.optimizer + t.in_collectives;
+  if (options_.background_progress) {
+    t.waits = waits_;
+    if (stretched_ > 0) add_wait(t.waits, "compute slowed by collectives (contention)", stretched_);
+  } else {
+    t.waits.push_back({"every collective, inside its wait", t.in_collectives});
+  }
+  t.comm_cpu = shard_q_.cpu + replica_q_.cpu;
+  if (options_.cores_per_rank > 0) {
+    t.cpu_bound = t.compute + t.optimizer + t.comm_cpu / options_.cores_per_rank;
+    if (t.cpu_bound > t.step) {
+      add_wait(t.waits, "the CPU bound, beyond the schedule", t.cpu_bound - t.step);
+      t.step = t.cpu_bound;
+    }
+  }
   t.exposed = std::max(0.0, t.step - t.compute - t.optimizer);
   const double tokens = static_cast<double>(plan_.world_size) * static_cast<double>(micro) *
                         static_cast<double>(config_.train.micro_batch_size * config_.data.seq_len);
@@ -407,8 +472,8 @@ CollectiveAlgorithms collective_algorithms(const std::string& backend) {
   return CollectiveAlgorithms::kRing;
 }
 
-LinkSpec link_from_gbit(double gbit_per_second, double latency_us) {
-  return {gbit_per_second * 1e9 / 8, latency_us * 1e-6};
+LinkSpec link_from_gbit(double gbit_per_second, double latency_us, double cpu_gbit) {
+  return {gbit_per_second * 1e9 / 8, latency_us * 1e-6, cpu_gbit * 1e9 / 8};
 }
 
 StepTimePlan predict_step_time(const Plan& plan, const TrainConfig& config,
@@ -439,7 +504,23 @@ std::string format_step_time(const StepTimePlan& t, const TimeModelOptions& o) {
                            : "one host",
       o.background_progress ? "" : "; collectives move only when waited on", t.compute, t.optimizer,
       t.in_collectives, t.exposed, t.step, t.tokens_per_second);
-  return buf;
+  std::string out = buf;
+  for (const StepTimePlan::Wait& w : t.waits) {
+    if (w.seconds < 5e-4) continue;  // below what the table prints
+    std::snprintf(buf, sizeof(buf), "    exposed: %-52s %8.3f s\n", w.cause.c_str(), w.seconds);
+    out += buf;
+  }
+  if (o.cores_per_rank > 0) {
+    // Which of the two bounds decided the step, so that a reader sees what to change.
+    std::snprintf(
+        buf, sizeof(buf),
+        "  CPU bound: collectives take %.3f core-seconds a rank (a core moves %.3g "
+        "Gbit/s within a host, %.3g between hosts), %.3g cores a rank: step >= %.3f s%s\n",
+        t.comm_cpu, o.intra.cpu_bandwidth * gbps, o.inter.cpu_bandwidth * gbps, o.cores_per_rank,
+        t.cpu_bound, t.cpu_bound >= t.step ? " (this decides the step)" : "");
+    out += buf;
+  }
+  return out;
 }
 
 }  // namespace fsdp

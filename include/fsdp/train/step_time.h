@@ -5,11 +5,14 @@
 // by a ring algorithm over the links its ranks span (within a host, or between hosts through the
 // hosts' network links). Waits happen where the runtime waits: a unit's compute for its all-gather,
 // the next unit's reduction for the previous one (and, across replicas, for its blocking
-// all-reduce), the optimizer for every reduction. docs/plan.md derives each term and says where it
-// is wrong. No LibTorch here except in measure_compute_profile, which runs the model.
+// all-reduce), the optimizer for every reduction. On the CPU the step is also bounded below by the
+// cores' work: the compute alone's, then every byte the collectives move (cores_per_rank).
+// docs/plan.md derives each term and says where it is wrong. No LibTorch here except in
+// measure_compute_profile, which runs the model.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "fsdp/train/config.h"
 #include "fsdp/train/plan.h"
@@ -20,6 +23,10 @@ namespace fsdp {
 struct LinkSpec {
   double bandwidth = 0;  // bytes per second a ring step gets across this link, each way
   double latency = 0;    // seconds a message adds per hop over this link (software and wire)
+  // Bytes one core moves across this link per second of its time, the sender's and the
+  // receiver's work together (TCP's copies and packets, a reduction's sums); 0: moving data costs
+  // the CPU nothing (NCCL over NVLink and InfiniBand, a NIC's DMA).
+  double cpu_bandwidth = 0;
 };
 
 // Seconds one rank computes, for the whole model at its micro-batch, with no collective.
@@ -28,6 +35,10 @@ struct ComputeProfile {
   double backward = 0;   // its backward (with the recomputation under activation checkpointing)
   double optimizer = 0;  // AdamW over every parameter; a rank steps its shard's share
   std::string source;    // where the figures came from, for the printout
+  // CPU seconds the process used in one whole step (user and system, every thread); 0: not
+  // measured (a profile from rates). Only reported: beside a distributed run's, it shows what
+  // the collectives cost the CPU.
+  double cpu = 0;
 };
 
 // How the backend carries collectives out, which decides what a reduce-scatter and an all-reduce
@@ -46,8 +57,9 @@ enum class CollectiveAlgorithms {
 // "mpi"; anything else (nccl) rings.
 CollectiveAlgorithms collective_algorithms(const std::string& backend);
 
-// A link given as people quote one: Gbit/s and microseconds.
-LinkSpec link_from_gbit(double gbit_per_second, double latency_us);
+// A link given as people quote one: Gbit/s and microseconds, and what a core moves over it in
+// Gbit/s (0: free).
+LinkSpec link_from_gbit(double gbit_per_second, double latency_us, double cpu_gbit = 0);
 
 struct TimeModelOptions {
   ComputeProfile compute;
@@ -64,6 +76,12 @@ struct TimeModelOptions {
   // GPU's run on the NIC and copy engines).
   double comm_cpu_bandwidth = 0;  // bytes per second one core moves through collectives
   double contention = 0;
+  // The cores a rank's compute and its collectives share (a host's cores over its ranks). With
+  // the links' cpu_bandwidth it bounds the step from below: those cores do the compute alone's
+  // work and then the collectives' (their bytes over each link's cpu_bandwidth), so the step is
+  // at least compute + optimizer + comm_cpu / cores_per_rank, whatever the schedule overlaps.
+  // 0: no bound (collectives that cost the CPU nothing, or cores of their own).
+  double cores_per_rank = 0;
   // Collectives move while compute runs (Comm::progresses_in_background). false: each moves only
   // while the rank waits for it (MPI without its progress thread), so none overlaps compute and
   // the step is compute, optimizer and every collective's time end to end.
@@ -76,6 +94,19 @@ struct StepTimePlan {
   double optimizer = 0;       // the shard's AdamW step
   double in_collectives = 0;  // seconds the collectives run, all groups together
   double exposed = 0;         // step - compute - optimizer: the communication compute did not hide
+  // CPU seconds one rank's collectives take (bytes over the links' cpu_bandwidth), on average
+  // over the ranks; cpu_bound: compute + optimizer + comm_cpu / cores_per_rank (0 without it).
+  // The step is the larger of the schedule's replay and cpu_bound.
+  double comm_cpu = 0;
+  double cpu_bound = 0;
+  // What `exposed` is made of: where the compute thread waited, by cause (a block's all-gather,
+  // the last reductions, ...), compute stretched by contention and the CPU bound beyond the
+  // replay, in the order first met; the seconds add up to `exposed`.
+  struct Wait {
+    std::string cause;
+    double seconds = 0;
+  };
+  std::vector<Wait> waits;
   double tokens_per_second = 0;  // over all ranks
 };
 
