@@ -16,8 +16,9 @@
 // not checked against this machine.
 // With a compute figure (--profile STEPS: the model measured here as one rank; or --tflops T, a
 // rate per rank) it adds the time model (fsdp/train/step_time.h, docs/plan.md): step time, the
-// communication compute does not hide and tokens/s, for each strategy too. Its links have defaults
-// (kTimeFlags below) that the --intra-*/--inter-* flags replace.
+// communication compute does not hide (and where the replay waited for it), the CPU bound on the
+// CPU, and tokens/s, for each strategy too. Its links and the CPU bound's rates have defaults
+// (TimeFlags below) that the --intra-*/--inter-*/--cores-per-rank flags replace.
 // Exit codes: 0 done, 2 a bad command line or config.
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
