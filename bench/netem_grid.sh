@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 26's measurements in one command (as root): GPT-2 124M on emulated networks
 # (bench/netem.sh), each cell measured by fsdp-bench next to the time model's prediction, then
-# the tables and the plot (bench/netem_table.py) in OUT. About 90 minutes on 2 cores per repeat.
+# the tables and the plot (bench/netem_table.py) in OUT. About 55 minutes on 2 cores per repeat
+# (52 on 2026-11-27).
 #
 # Usage: bench/netem_grid.sh [--out bench/results/netem-DATE] [--bin build/bin] [--steps 3]
 #                            [--seq 256] [--repeats 1] [--cells REGEX]
