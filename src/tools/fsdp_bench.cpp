@@ -41,8 +41,9 @@
 // ranks at once), and a second table puts each step beside the time model's prediction
 // (fsdp/train/step_time.h; not for offload variants, which it does not model).
 // --intra-cpu-gbit, --inter-cpu-gbit and --cores-per-rank: the model's CPU bound (what a core
-// moves over each link; the cores a rank shares with its collectives, by default the CPUs this
-// process may use over its host's ranks, and none when pinned). Each step also records the
+// moves over each link, default 0: free, bench/netem.sh gives 14 and 8.7; the cores a rank shares
+// with its collectives, by default the CPUs this process may use over its host's ranks, and none
+// when pinned). Each step also records the
 // process's CPU time, and the compute alone its own, so that the tables show what the
 // collectives cost the CPU beside what the model says.
 // --compute-cpus and --comm-cpus (CPU lists as taskset takes them, e.g. 0 or 0-3,6): the training
