@@ -9,9 +9,11 @@
 # alone is measured the same way (both ranks' training threads sharing their CPU), so a step takes
 # about twice what it takes with a core each.
 # Cells: GPT-2 124M fp32, sequence 256, batch 1, 2 hosts x 1 rank, FULL_SHARD without prefetch,
-# with prefetch, and with prefetch but the root's gradients reduced whole (`prefetch+whole`); over
-# Gloo at 1, 3 and 10 Gbit/s and over MPI at 10 Gbit/s. About 35 minutes with 3 repeats, 10 of them
-# the 1 Gbit/s cell (where communication exceeds compute; --cells '10gbit|3gbit' leaves it out).
+# with prefetch (the root's early gradients in pieces, 6 for this model), with prefetch and the
+# early part in one piece (`prefetch+onepiece`, the schedule before 2026-11-27), and with prefetch
+# but the root's gradients reduced whole (`prefetch+whole`); over Gloo at 1, 3 and 10 Gbit/s and
+# over MPI at 10 Gbit/s. About 45 minutes with 3 repeats, 13 of them the 1 Gbit/s cell (where
+# communication exceeds compute; --cells '10gbit|3gbit' leaves it out).
 # Then the table (bench/netem_table.py) in OUT.
 #
 # Usage: bench/overlap_pinned.sh [--out bench/results/overlap-pinned-DATE] [--bin build/bin]
@@ -48,7 +50,7 @@ cell() {
   bench/netem.sh --hosts 2 --ranks-per-host 1 --rate "$rate" --backend "$backend" --bin "$BIN" \
     --json "$OUT/$name.json" -- --model 124m --seq 256 --batch 1 --steps "$STEPS" \
     --repeats "$REPEATS" --dtype fp32 --strategies FULL_SHARD \
-    --variants plain,prefetch,prefetch+whole --compute-cpus "$COMPUTE" --comm-cpus "$COMM" \
+    --variants plain,prefetch,prefetch+onepiece,prefetch+whole --compute-cpus "$COMPUTE" --comm-cpus "$COMM" \
     --contention 0 --cores-per-rank 0 --label "$label" >"$OUT/$name.log" 2>&1 ||
     { echo "overlap_pinned: $name failed; its log:"; tail -30 "$OUT/$name.log"; exit 1; }
   echo "overlap_pinned: $name: $((SECONDS - start)) s"

@@ -722,6 +722,8 @@ std::map<std::string, Change> changes() {
       {"fsdp_config.limit_all_gathers", {[](TrainConfig& c) { c.fsdp.limit_all_gathers = 0; }}},
       {"fsdp_config.split_root_reduction",
        {[](TrainConfig& c) { c.fsdp.split_root_reduction = false; }}},
+      {"fsdp_config.root_reduction_chunks",
+       {[](TrainConfig& c) { c.fsdp.root_reduction_chunks = 4; }}},
       {"fsdp_config.fsdp_offload_params", {[](TrainConfig& c) { c.fsdp.offload_params = true; }}},
       {"fsdp_config.fsdp_activation_checkpointing",
        {[](TrainConfig& c) { c.fsdp.activation_checkpointing = true; }}},

@@ -525,19 +525,24 @@ TEST(Memory, HybridShardsWithinTheGroup) {
 // traffic: with a vocabulary the batches touch little of, the late part goes as rows (all-gathers
 // of a few rows, the reduce-scatters and all-reduces exactly those of the whole reduction, so the
 // root's is not sent twice); with one they touch most of, the late part goes whole, the root's
-// reduction twice, and only the row counts are gathered besides. Every step alike.
+// reduction twice, and only the row counts are gathered besides. Every step alike. The early part
+// in pieces (root_reduction_chunks: 1, 2, and 5, more than the 3 blocks, the rest sent at the end)
+// sums the same and sends the same bytes, in one more collective per piece and stage.
 struct SplitRun {
   std::vector<at::Tensor> grads;  // per step, every unit's gradient shard, concatenated
   std::vector<int64_t> gathered, scattered, all_reduced;  // bytes per step
+  std::vector<int64_t> collectives;                       // per step
 };
 
-SplitRun train_for_split(const GPT2Config& config, ShardingOptions options, bool split) {
+SplitRun train_for_split(const GPT2Config& config, ShardingOptions options, bool split,
+                         int pieces = 1) {
   GPT2 model(config);
   init_gpt2_weights(*model, 7);
   auto counts = std::make_shared<TrafficCounts>();
-  auto sharded =
-      fully_shard(model.ptr(), count_traffic(test::world(), counts),
-                  options.wrap(WrapPolicy::by_type({"GPT2Block"})).split_root_reduction(split));
+  auto sharded = fully_shard(model.ptr(), count_traffic(test::world(), counts),
+                             options.wrap(WrapPolicy::by_type({"GPT2Block"}))
+                                 .split_root_reduction(split)
+                                 .root_reduction_chunks(pieces));
   const int rank = test::world()->rank();
   const int64_t T = config.n_positions;
   SplitRun run;
@@ -556,6 +561,7 @@ SplitRun train_for_split(const GPT2Config& config, ShardingOptions options, bool
     run.gathered.push_back(counts->all_gather_bytes);
     run.scattered.push_back(counts->reduce_scatter_bytes);
     run.all_reduced.push_back(counts->all_reduce_bytes);
+    run.collectives.push_back(counts->collectives);
   }
   return run;
 }
@@ -578,26 +584,35 @@ void expect_split_matches(const GPT2Config& config, bool sparse) {
   for (const auto& [name, options] : cases) {
     SCOPED_TRACE(name + ", world " + std::to_string(n));
     const SplitRun whole = train_for_split(config, options, false);
-    const SplitRun split = train_for_split(config, options, true);
-    for (size_t step = 0; step < whole.grads.size(); ++step) {
-      SCOPED_TRACE("step " + std::to_string(step));
-      // fp32 sums of the same terms in another order.
-      EXPECT_TRUE(at::allclose(split.grads[step], whole.grads[step], 1e-5, 1e-7))
-          << (split.grads[step] - whole.grads[step]).abs().max().item<double>();
-      if (n == 1) {  // one rank: nothing is reduced, nothing split
-        EXPECT_EQ(split.gathered[step], whole.gathered[step]);
-        continue;
-      }
-      const int64_t reduced = split.scattered[step] + split.all_reduced[step];
-      const int64_t whole_reduced = whole.scattered[step] + whole.all_reduced[step];
-      const int64_t extra = split.gathered[step] - whole.gathered[step];
-      if (sparse) {
-        EXPECT_EQ(reduced, whole_reduced);
-        EXPECT_GT(extra, 8 * n);         // rows, beyond the counts
-        EXPECT_LT(extra, root * 4 / 2);  // the rows' test: under half a reduce-scatter's bytes
-      } else {
-        EXPECT_GT(reduced, whole_reduced);
-        EXPECT_EQ(extra, 8 * n);  // the counts, one int64 a rank
+    const SplitRun one_piece = train_for_split(config, options, true, 1);
+    // A reduction's stages: a reduce-scatter, an all-reduce, or (HYBRID) both.
+    const int stages = name == "HYBRID_SHARD" ? 2 : 1;
+    for (const int pieces : {1, 2, 5}) {
+      SCOPED_TRACE(std::to_string(pieces) + " pieces");
+      const SplitRun split =
+          pieces == 1 ? one_piece : train_for_split(config, options, true, pieces);
+      for (size_t step = 0; step < whole.grads.size(); ++step) {
+        SCOPED_TRACE("step " + std::to_string(step));
+        // fp32 sums of the same terms in another order.
+        EXPECT_TRUE(at::allclose(split.grads[step], whole.grads[step], 1e-5, 1e-7))
+            << (split.grads[step] - whole.grads[step]).abs().max().item<double>();
+        if (n == 1) {  // one rank: nothing is reduced, nothing split
+          EXPECT_EQ(split.gathered[step], whole.gathered[step]);
+          EXPECT_EQ(split.collectives[step], whole.collectives[step]);
+          continue;
+        }
+        const int64_t reduced = split.scattered[step] + split.all_reduced[step];
+        const int64_t whole_reduced = whole.scattered[step] + whole.all_reduced[step];
+        const int64_t extra = split.gathered[step] - whole.gathered[step];
+        EXPECT_EQ(split.collectives[step] - one_piece.collectives[step], (pieces - 1) * stages);
+        if (sparse) {
+          EXPECT_EQ(reduced, whole_reduced);
+          EXPECT_GT(extra, 8 * n);         // rows, beyond the counts
+          EXPECT_LT(extra, root * 4 / 2);  // the rows' test: under half a reduce-scatter's bytes
+        } else {
+          EXPECT_GT(reduced, whole_reduced);
+          EXPECT_EQ(extra, 8 * n);  // the counts, one int64 a rank
+        }
       }
     }
   }

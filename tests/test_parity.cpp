@@ -307,11 +307,15 @@ TEST_P(Parity, SizeWrapPolicyMatchesSingleProcess) {
 }
 
 // Gradient accumulation: 4 micro-batches, the first three under no_sync, with loss / 4, give the
-// gradients of one batch 4 times as large.
+// gradients of one batch 4 times as large. Also with the root's early part in two pieces (the
+// model's root is a fifth of a block: one piece by default), which then holds the no_sync
+// micro-batches' gradients too.
 TEST_P(Parity, NoSyncAccumulationMatchesLargeBatch) {
   ShardedRun run;
   run.strategy = GetParam();
   run.micro_batches = 4;
+  expect_parity(reference(run), train_sharded(run), kFp32);
+  run.tune = [](ShardingOptions& o) { o.root_reduction_chunks(2); };
   expect_parity(reference(run), train_sharded(run), kFp32);
 }
 
@@ -375,6 +379,8 @@ TEST_P(Parity, Bf16MatchesSingleProcessBf16) {
   ShardedRun run;
   run.strategy = GetParam();
   run.param_dtype = DType::kBFloat16;
+  expect_parity(reference(run), train_sharded(run), kBf16Split, /*keep_key_bias=*/false);
+  run.tune = [](ShardingOptions& o) { o.root_reduction_chunks(2); };  // staged in fp32 pieces
   expect_parity(reference(run), train_sharded(run), kBf16Split, /*keep_key_bias=*/false);
   run.tune = [](ShardingOptions& o) { o.split_root_reduction(false); };
   expect_parity(reference(run), train_sharded(run), kBf16, /*keep_key_bias=*/false);

@@ -168,40 +168,54 @@ INSTANTIATE_TEST_SUITE_P(
 // The split root reduction against the runtime: gradient buffers and reductions exactly; the
 // all-gathers between the row counts alone and the plan's bound on the rows (the batch's distinct
 // tokens decide). A 4096-token table's rows go as rows at every world size; a 16-token table's,
-// touched whole, are reduced a second time, which the plan counts exactly.
+// touched whole, are reduced a second time, which the plan counts exactly. The early part in
+// pieces: automatic (3, one per block, for the 4096-token root; 1 for the 16-token one), 1, 2
+// under gradient accumulation, and 5, more than the blocks (the last two sent at the end).
 TEST(PlanSplitRoot, MatchesRuntime) {
   const int n = test::world()->size();
+  struct Pieces {
+    int chunks, micro_batches;
+  };
   for (const int64_t vocab : {4096, 16}) {
     for (const ShardingStrategy s : {ShardingStrategy::kFullShard, ShardingStrategy::kShardGradOp,
                                      ShardingStrategy::kNoShard, ShardingStrategy::kHybridShard}) {
-      if (is_hybrid(s) && n % 2 != 0) continue;
-      SCOPED_TRACE(std::string(to_string(s)) + ", vocabulary " + std::to_string(vocab));
-      TrainConfig c = small_config(ModelType::kGPT2);
-      c.model.vocab_size = vocab;
-      c.fsdp.sharding_strategy = s;
-      c.fsdp.shard_group_size = is_hybrid(s) ? 2 : 0;
-      c.fsdp.split_root_reduction = true;
-      const Plan plan = plan_training(c, n, n);
-      c.fsdp.split_root_reduction = false;
-      const Plan whole = plan_training(c, n, n);
-      c.fsdp.split_root_reduction = true;
-      const Measured got = run_one_step(c);
-      EXPECT_EQ(got.memory.peak_grad_buffer_bytes, plan.memory.grad_buffers);
-      EXPECT_EQ(got.reduce_scatter, plan.comm.reduce_scatter);
-      EXPECT_EQ(got.all_reduce, plan.comm.all_reduce);
-      EXPECT_LE(got.all_gather, plan.comm.all_gather);
-      if (n == 1) {
-        EXPECT_EQ(got.all_gather, whole.comm.all_gather);  // one rank: no split
-        continue;
-      }
-      const LateRootPart late = late_root_part(plan, c);
-      EXPECT_EQ(late.as_rows, vocab == 4096);
-      if (late.as_rows) {
-        EXPECT_GT(got.all_gather, whole.comm.all_gather + n * 8);  // counts, then rows
-      } else {
-        EXPECT_EQ(got.all_gather, whole.comm.all_gather + n * 8);  // the counts only
-        EXPECT_GT(plan.comm.reduce_scatter + plan.comm.all_reduce,
-                  whole.comm.reduce_scatter + whole.comm.all_reduce);
+      for (const Pieces pieces : {Pieces{0, 1}, Pieces{1, 1}, Pieces{2, 2}, Pieces{5, 1}}) {
+        if (is_hybrid(s) && n % 2 != 0) continue;
+        SCOPED_TRACE(std::string(to_string(s)) + ", vocabulary " + std::to_string(vocab) + ", " +
+                     std::to_string(pieces.chunks) + " pieces, " +
+                     std::to_string(pieces.micro_batches) + " micro-batches");
+        TrainConfig c = small_config(ModelType::kGPT2);
+        c.model.vocab_size = vocab;
+        c.fsdp.sharding_strategy = s;
+        c.fsdp.shard_group_size = is_hybrid(s) ? 2 : 0;
+        c.fsdp.root_reduction_chunks = pieces.chunks;
+        c.train.gradient_accumulation_steps = pieces.micro_batches;
+        c.fsdp.split_root_reduction = true;
+        const Plan plan = plan_training(c, n, n);
+        c.fsdp.split_root_reduction = false;
+        const Plan whole = plan_training(c, n, n);
+        c.fsdp.split_root_reduction = true;
+        if (n > 1 && pieces.chunks == 0) {
+          EXPECT_EQ(root_reduction_pieces(plan, c), vocab == 4096 ? 3 : 1);
+        }
+        const Measured got = run_one_step(c);
+        EXPECT_EQ(got.memory.peak_grad_buffer_bytes, plan.memory.grad_buffers);
+        EXPECT_EQ(got.reduce_scatter, plan.comm.reduce_scatter);
+        EXPECT_EQ(got.all_reduce, plan.comm.all_reduce);
+        EXPECT_LE(got.all_gather, plan.comm.all_gather);
+        if (n == 1) {
+          EXPECT_EQ(got.all_gather, whole.comm.all_gather);  // one rank: no split
+          continue;
+        }
+        const LateRootPart late = late_root_part(plan, c);
+        EXPECT_EQ(late.as_rows, vocab == 4096);
+        if (late.as_rows) {
+          EXPECT_GT(got.all_gather, whole.comm.all_gather + n * 8);  // counts, then rows
+        } else {
+          EXPECT_EQ(got.all_gather, whole.comm.all_gather + n * 8);  // the counts only
+          EXPECT_GT(plan.comm.reduce_scatter + plan.comm.all_reduce,
+                    whole.comm.reduce_scatter + whole.comm.all_reduce);
+        }
       }
     }
   }

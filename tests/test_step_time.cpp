@@ -384,6 +384,37 @@ TEST(StepTime, WaitsAddUpToTheExposedTime) {
   EXPECT_NEAR(sum_of_waits(hybrid), hybrid.exposed, 1e-9 * hybrid.step);
 }
 
+// The split's early part in pieces (root_reduction_chunks; [Note: split root reduction]): in one
+// queue (Gloo's), a piece goes as each of the first blocks' backward begins, so a block's
+// reduce-scatter waits behind a piece, not the whole root's. The pieces move the same bytes, at
+// a ring's latency each (Gloo's reduce-scatter: an all-reduce, two passes). Here the root is 5.4
+// blocks (automatic: one piece per block, 4). A block's backward (0.60 ms) is about as long as
+// its gather and reduce-scatter and a piece together (0.33 + 0.28 ms), and shorter than the
+// root's whole reduction (1.06 ms). Where a block's backward is shorter than its own collectives
+// pieces hide nothing: at half the compute here they add their latencies.
+TEST(StepTime, RootInPiecesLetsTheBlocksReductionsPass) {
+  TrainConfig c = config(ShardingStrategy::kFullShard);
+  c.model.vocab_size = 4096;
+  c.fsdp.forward_prefetch = true;
+  c.fsdp.backward_prefetch = BackwardPrefetch::kBackwardPre;
+  c.fsdp.split_root_reduction = true;
+  const Plan plan = plan_training(c, 2);
+  TimeModelOptions o = links(0.008);
+  o.intra = {1e9, 1e-5};
+  o.algorithms = CollectiveAlgorithms::kGloo;
+  EXPECT_EQ(root_reduction_pieces(plan, c), 4);
+  const StepTimePlan pieces = predict_step_time(plan, c, o);
+  c.fsdp.root_reduction_chunks = 1;
+  EXPECT_EQ(root_reduction_pieces(plan, c), 1);
+  const StepTimePlan one = predict_step_time(plan, c, o);
+  EXPECT_NEAR(pieces.in_collectives, one.in_collectives + 3 * 2 * 1e-5, 1e-12);
+  const char* behind = "a unit's reduce-scatter, before the next is issued";
+  EXPECT_GT(wait_for(one, behind), 0);
+  EXPECT_LT(wait_for(pieces, behind), 0.5 * wait_for(one, behind));
+  EXPECT_LT(pieces.exposed, one.exposed);
+  EXPECT_NEAR(sum_of_waits(pieces), pieces.exposed, 1e-9 * pieces.step);
+}
+
 TEST(StepTime, FlopsCountTheMatricesTheHeadAndAttention) {
   TrainConfig c = config(ShardingStrategy::kFullShard);
   const Plan plan = plan_training(c, 1);

@@ -40,6 +40,11 @@ const char* to_string(ShardingStrategy strategy);
 bool is_hybrid(ShardingStrategy strategy);
 // FULL_SHARD and HYBRID_SHARD free a (non-root) unit's gathered parameters after its forward.
 bool reshards_after_forward(ShardingStrategy strategy);
+// The pieces a split root reduction's early part goes in (ShardingOptions::root_reduction_chunks):
+// `option` when positive, else the root's elements over the largest wrapped unit's, rounded up,
+// at most `wrapped_units` and at least 1. Throws std::invalid_argument for a negative option.
+int root_reduction_chunks(int option, int64_t root_numel, int64_t largest_unit_numel,
+                          int64_t wrapped_units);
 
 // When backward gathers the next unit's parameters (PyTorch's BackwardPrefetch), by the unit order
 // the first backward recorded.
@@ -136,6 +141,15 @@ struct ShardingOptions {
   // where the root is the only unit or a reduction involves one rank. Same gradients either way,
   // summed in another order. Default true.
   bool split_root_reduction_ = true;
+  // Under split_root_reduction, the pieces the root's early part is reduced in: one issued as
+  // each of the first wrapped units' backward begins, so that a collective queue that runs in
+  // issue order (Gloo's, a NCCL stream) never holds a unit's reduce-scatter behind the whole
+  // root's (docs/design.md, [Note: split root reduction]). Each piece is a slice of every rank's
+  // shard, copied into a staging buffer of 1/K of the root's gradient. 0 (the default): the root's
+  // size over the largest wrapped unit's, rounded up, at most the number of wrapped units; 1: one
+  // piece (no staging copy). A count above the wrapped units' issues the rest at the end of
+  // backward, unhidden.
+  int root_reduction_chunks_ = 0;
   // Materialises deferred parameters (fsdp/init.h): fully_shard calls it once per deferred
   // parameter, on a temporary full-size fp32 tensor, and keeps only this rank's slice, so no rank
   // ever holds more than one full parameter at a time. PyTorch FSDP's param_init_fn. Default:
@@ -196,6 +210,10 @@ struct ShardingOptions {
   }
   ShardingOptions& split_root_reduction(bool on) {
     split_root_reduction_ = on;
+    return *this;
+  }
+  ShardingOptions& root_reduction_chunks(int chunks) {
+    root_reduction_chunks_ = chunks;
     return *this;
   }
   ShardingOptions& param_init(ParamInit init) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <stdexcept>
+#include <string>
 
 namespace fsdp {
 namespace {
@@ -68,6 +69,18 @@ bool is_hybrid(ShardingStrategy s) {
 
 bool reshards_after_forward(ShardingStrategy s) {
   return s == ShardingStrategy::kFullShard || s == ShardingStrategy::kHybridShard;
+}
+
+int root_reduction_chunks(int option, int64_t root_numel, int64_t largest_unit_numel,
+                          int64_t wrapped_units) {
+  if (option < 0) {
+    throw std::invalid_argument("root_reduction_chunks must be >= 0 (0: automatic), got " +
+                                std::to_string(option));
+  }
+  if (option > 0) return option;
+  if (largest_unit_numel <= 0 || wrapped_units <= 0) return 1;
+  const int64_t pieces = (root_numel + largest_unit_numel - 1) / largest_unit_numel;
+  return static_cast<int>(std::max<int64_t>(1, std::min(pieces, wrapped_units)));
 }
 
 const char* to_string(BackwardPrefetch prefetch) {

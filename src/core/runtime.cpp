@@ -149,6 +149,22 @@ Runtime::Runtime(std::shared_ptr<torch::nn::Module> root, CommPtr comm, Sharding
   build_units(std::move(specs));
   split_root_ = options_.split_root_reduction_ && !options_.offload_params_ && units_.size() > 1 &&
                 (shard_group_->size() > 1 || replicate_group_->size() > 1);
+  resolve_root_chunks();
+}
+
+void Runtime::resolve_root_chunks() {
+  int64_t largest = 0;
+  for (size_t u = 0; u + 1 < units_.size(); ++u) {
+    largest = std::max(largest, units_[u]->flat().numel());
+  }
+  const FlatParam& root = root_unit().flat();
+  const int chunks = fsdp::root_reduction_chunks(options_.root_reduction_chunks_, root.numel(),
+                                                 largest, static_cast<int64_t>(units_.size()) - 1);
+  if (!split_root_) return;
+  FSDP_CHECK(chunks <= root.shard_numel(), "root_reduction_chunks ", chunks,
+             " is more than the root's shard of ", root.shard_numel(),
+             " elements: a piece would be empty");
+  root_chunks_ = chunks;
 }
 
 // Buffers (masks, running statistics) are the module's own business: they only follow it to the
@@ -450,6 +466,11 @@ void Runtime::enqueue_reduce(PendingReduce pending) {
   pending_.push_back(std::move(pending));
 }
 
+void Runtime::enqueue_early_piece(PendingReduce pending) {
+  if (replicate_group_->size() > 1 && !pending.work) start_replica_reduce(pending);
+  pending_.push_back(std::move(pending));
+}
+
 void Runtime::drain_reduces() {
   if (replicate_group_->size() > 1) {
     for (auto& p : pending_) {
@@ -500,9 +521,9 @@ void Runtime::complete_reduce(PendingReduce& p) {
                     p.output.options().device(at::kCPU).pinned_memory(!p.output.device().is_cpu()));
       host.copy_(p.output, /*non_blocking=*/true);
       note_offload_copy();
-      offloaded_grads_.push_back({p.unit, std::move(host), p.output, side.record()});
+      offloaded_grads_.push_back({p.unit, p.offset, std::move(host), p.output, side.record()});
     } else {
-      flat.grad_shard().add_(p.output);
+      flat.grad_shard().narrow(0, p.offset, p.output.numel()).add_(p.output);
     }
   }
   wait_for(reduced, device_);
@@ -526,7 +547,9 @@ void Runtime::release_copied_grads() {
 // the device chunks.
 void Runtime::land_offloaded_grads() {
   at::NoGradGuard no_grad;
-  for (auto& g : offloaded_grads_) g.unit->flat().grad_shard().add_(g.host);
+  for (auto& g : offloaded_grads_) {
+    g.unit->flat().grad_shard().narrow(0, g.offset, g.host.numel()).add_(g.host);
+  }
   offloaded_grads_.clear();
 }
 

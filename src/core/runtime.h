@@ -38,6 +38,7 @@ struct Node;
 namespace fsdp {
 
 class Runtime;
+struct PendingReduce;
 
 // A unit to be: a wrapped module that owns parameters, or the root (last), with its parameters.
 struct UnitSpec {
@@ -101,6 +102,10 @@ class Unit : public ModuleHooks {
 
  private:
   void reduce_gradients();
+  bool reduces_in_place(const at::Tensor& grad) const;
+  PendingReduce make_reduction(const at::Tensor& grad, int64_t offset, int64_t owned);
+  void reduce_early_piece();
+  void release_early();
   void reduce_late();
   void register_grad_hooks();
   void set_context(const char* phase) const;
@@ -134,6 +139,11 @@ class Unit : public ModuleHooks {
   bool in_backward_ = false;
   bool post_backward_done_ = false;
   bool early_reduced_ = false;  // the root's reduction split this backward
+  // The split's early part while its pieces are sent: the buffer, its tracked bytes not yet
+  // handed to a piece's reduction, and the pieces sent.
+  at::Tensor early_grad_;
+  int64_t early_held_ = 0;
+  int early_sent_ = 0;
   int grads_pending_ = 0;
 };
 
@@ -146,6 +156,7 @@ struct PendingReduce {
   WorkPtr replica_work;       // the all-reduce across replicas, once issued
   at::Tensor source;          // keeps the sent gradient alive until the reduce-scatter completes
   at::Tensor output;          // this rank's reduced chunk, reduce_dtype
+  int64_t offset = 0;         // where `output` goes in the unit's gradient shard
   int64_t tracked_bytes = 0;  // gradient-buffer bytes released when it completes
 };
 
@@ -173,6 +184,9 @@ class Runtime {
   // Whether the root's reduction is split ([Note: split root reduction]): the option, where a
   // reduction is a collective, the shards are on the device and there are wrapped units.
   bool splits_root_reduction() const { return split_root_; }
+  // The pieces a split root reduction's early part goes in (ShardingOptions::
+  // root_reduction_chunks, resolved); 1 without the split.
+  int root_reduction_chunks() const { return root_chunks_; }
   void set_sync_gradients(bool sync) { sync_gradients_ = sync; }
 
   // Root forward starts an iteration; the first backward hook of an iteration queues the final
@@ -185,6 +199,10 @@ class Runtime {
   // At most one reduction stays in flight: issuing another completes the oldest first, which
   // bounds unsharded-gradient memory to about two units.
   void enqueue_reduce(PendingReduce pending);
+  // A piece of the root's early reduction, issued as a unit's backward begins: it joins those in
+  // flight and completes nothing (the unit before's reduce-scatter has had no compute to hide
+  // behind yet); the unit's own reduction, issued next, completes both.
+  void enqueue_early_piece(PendingReduce pending);
   void drain_reduces();
 
   BufferPool& pool() { return pool_; }
@@ -228,6 +246,7 @@ class Runtime {
  private:
   void make_groups();
   void move_buffers();
+  void resolve_root_chunks();
   void build_units(std::vector<UnitSpec> specs);
   void start_replica_reduce(PendingReduce& pending);
   void complete_reduce(PendingReduce& pending);
@@ -257,6 +276,7 @@ class Runtime {
   // shards once the copies are done (land_offloaded_grads).
   struct OffloadedGrad {
     Unit* unit;
+    int64_t offset;     // in the unit's gradient shard
     at::Tensor host;    // pinned on a GPU; the copy's destination
     at::Tensor device;  // the reduced chunk, kept until the compute stream waited for `copied`
     std::unique_ptr<c10::Event> copied;
@@ -264,6 +284,7 @@ class Runtime {
   std::vector<OffloadedGrad> offloaded_grads_;
   bool sync_gradients_ = true;
   bool split_root_ = false;
+  int root_chunks_ = 1;
   bool callback_queued_ = false;
   int64_t step_ = 0;
   MemoryStats memory_;

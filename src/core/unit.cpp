@@ -223,6 +223,7 @@ void Unit::pre_backward() {
   in_backward_ = true;
   post_backward_done_ = false;
   early_reduced_ = false;
+  if (early_grad_.defined()) release_early();
   runtime_.ensure_final_callback();
   settle_prefetch(/*used=*/true);
   issue_unshard("backward all-gather");
@@ -249,6 +250,7 @@ void Unit::post_backward() {
   post_backward_done_ = true;
   if (runtime_.sync_gradients()) {
     if (early_reduced_) {
+      while (early_grad_.defined()) reduce_early_piece();  // more pieces than units reached
       reduce_late();
     } else {
       reduce_gradients();
@@ -262,48 +264,100 @@ void Unit::post_backward() {
 
 void Unit::reduce_gradients() {
   set_context("backward gradient reduction");
-  const at::ScalarType reduce_type = to_scalar_type(runtime_.options().reduce_dtype_);
   at::Tensor full_grad = flat_.full_grad();
   const int64_t held = flat_.full_grad_bytes();
+  flat_.free_full_grad();
+  runtime_.enqueue_reduce(make_reduction(full_grad, /*offset=*/0, held));
+}
+
+bool Unit::reduces_in_place(const at::Tensor& grad) const {
+  return grad.is_contiguous() &&
+         grad.scalar_type() == to_scalar_type(runtime_.options().reduce_dtype_);
+}
+
+// Issues the reduction of `grad`: the shard group's slices of one range of the unit's gradient,
+// one after another ([shard count, n], or flat), into this rank's gradient shard from `offset`.
+// It reads `grad` itself where it can (reduces_in_place), else a reduce_dtype copy. `owned`: the
+// tracked bytes this reduction takes over, released when it completes.
+PendingReduce Unit::make_reduction(const at::Tensor& grad, int64_t offset, int64_t owned) {
+  const at::ScalarType reduce_type = to_scalar_type(runtime_.options().reduce_dtype_);
   PendingReduce pending;
   pending.unit = this;
-  pending.source = full_grad;
-  if (full_grad.scalar_type() != reduce_type) {
-    pending.source = runtime_.pool().empty(full_grad.numel(), reduce_type);
-    pending.source.copy_(full_grad);
+  pending.offset = offset;
+  const bool in_place = reduces_in_place(grad);
+  if (in_place) {
+    pending.source = grad.view({-1});
+  } else {
+    pending.source = runtime_.pool().empty(grad.numel(), reduce_type);
+    pending.source.view(grad.sizes()).copy_(grad);
   }
   const double predivide = runtime_.gradient_predivide_factor();
   if (predivide != 1) {
-    // The copy above, or the full gradient itself, which is freed below: neither is read again.
+    // The copy above, or the gradient itself, which is not read again.
     pending.source.div_(predivide);
   }
   Comm& group = runtime_.shard_group();
   if (group.size() > 1) {
-    pending.output = runtime_.pool().empty(flat_.shard_numel(), reduce_type);
+    pending.output = runtime_.pool().empty(pending.source.numel() / group.size(), reduce_type);
     pending.work = reduce_scatter(group, pending.source, pending.output, ReduceOp::kSum);
   } else {
     pending.output = pending.source;
   }
-  pending.tracked_bytes = held + (pending.source.is_same(full_grad) ? 0 : pending.source.nbytes()) +
+  pending.tracked_bytes = owned + (in_place ? 0 : pending.source.nbytes()) +
                           (pending.output.is_same(pending.source) ? 0 : pending.output.nbytes());
-  runtime_.track_grad_buffers(pending.tracked_bytes - held);
-  flat_.free_full_grad();
-  runtime_.enqueue_reduce(std::move(pending));
+  runtime_.track_grad_buffers(pending.tracked_bytes - owned);
+  return pending;
 }
 
 // [Note: split root reduction] in docs/design.md. The first wrapped unit's backward has begun:
 // what the root's gradient buffer holds is final (the output head's gradients, the early share of
-// a tied embedding's, and any earlier no_sync micro-batches'), and is reduced now, behind the
-// units' backward; the buffer starts again from zero for the gradients still to come.
+// a tied embedding's, and any earlier no_sync micro-batches'). It is kept aside and reduced in
+// pieces, one as each of the next units' backward begins, behind that unit's gathers; the buffer
+// starts again from zero for the gradients still to come.
 void Unit::reduce_early() {
-  if (!is_root_ || !in_backward_ || early_reduced_ || post_backward_done_ ||
-      !flat_.has_full_grad() || !runtime_.sync_gradients() || !runtime_.splits_root_reduction()) {
+  if (!is_root_ || !in_backward_ || post_backward_done_ || !runtime_.sync_gradients() ||
+      !runtime_.splits_root_reduction()) {
     return;
   }
-  early_reduced_ = true;
-  reduce_gradients();
-  flat_.alloc_full_grad(runtime_.pool());
-  runtime_.track_grad_buffers(flat_.full_grad_bytes());
+  if (!early_reduced_) {
+    if (!flat_.has_full_grad()) return;
+    early_reduced_ = true;
+    early_grad_ = flat_.full_grad();
+    early_held_ = flat_.full_grad_bytes();
+    early_sent_ = 0;
+    flat_.free_full_grad();
+    flat_.alloc_full_grad(runtime_.pool());
+    runtime_.track_grad_buffers(flat_.full_grad_bytes());
+  }
+  if (early_grad_.defined()) reduce_early_piece();
+}
+
+// The next piece of the early part: the same slice of every rank's shard ([Note: split root
+// reduction], "in pieces"). One piece reads the buffer itself; more are copied out of it, and the
+// buffer goes once the last is.
+void Unit::reduce_early_piece() {
+  const int pieces = runtime_.root_reduction_chunks();
+  const int64_t shard = flat_.shard_numel();
+  const int64_t begin = shard * early_sent_ / pieces;
+  const int64_t end = shard * (early_sent_ + 1) / pieces;
+  ++early_sent_;
+  set_context(pieces == 1 ? "backward gradient reduction (the root's early part)"
+                          : ("backward gradient reduction (the root's early part, piece " +
+                             std::to_string(early_sent_) + " of " + std::to_string(pieces) + ")")
+                                .c_str());
+  const at::Tensor region =
+      early_grad_.view({flat_.shard_count(), shard}).narrow(1, begin, end - begin);
+  const int64_t owned = reduces_in_place(region) ? static_cast<int64_t>(region.nbytes()) : 0;
+  early_held_ -= owned;
+  runtime_.enqueue_early_piece(make_reduction(region, begin, owned));
+  if (early_sent_ == pieces) release_early();
+}
+
+// Drops the early part's buffer: every piece has been sent (or a backward that threw left it).
+void Unit::release_early() {
+  runtime_.track_grad_buffers(-early_held_);
+  early_held_ = 0;
+  early_grad_.reset();
 }
 
 // The rest of a split reduction: sent as its nonzero rows (the batch's tokens' rows of an

@@ -15,7 +15,8 @@
 // Started without a launcher it re-launches itself under `mpirun -np 2` (--nproc). A variant is
 // `plain` or features joined by '+': `prefetch`, `ac` (activation checkpointing), `offload` (CPU
 // offload: shards and AdamW in host memory), `whole` (the root's gradients reduced in one piece
-// at the end of backward, as PyTorch FSDP does: ShardingOptions::split_root_reduction off).
+// at the end of backward, as PyTorch FSDP does: ShardingOptions::split_root_reduction off),
+// `onepiece` (split, its early part in one piece: ShardingOptions::root_reduction_chunks 1).
 // --device cuda: the model computes on the GPU (LOCAL_RANK's; one rank alone, or under fsdp-run,
 // uses NCCL, under mpirun MPI through host buffers), with as many intra-op threads per rank as
 // the node's cores divided among its ranks (the CPU AdamW of offload uses them); every timed phase
@@ -296,11 +297,12 @@ Args parse_args(int argc, char** argv) {
   for (const auto& v : a.variants) {
     const std::vector<std::string> features = split_variant(v);
     const bool known = std::all_of(features.begin(), features.end(), [](const std::string& f) {
-      return f == "prefetch" || f == "ac" || f == "offload" || f == "whole";
+      return f == "prefetch" || f == "ac" || f == "offload" || f == "whole" || f == "onepiece";
     });
     if (v != "plain" && (features.empty() || !known)) {
       throw std::invalid_argument(
-          "--variants: plain, or prefetch, ac, offload and whole joined by '+'; got " + v);
+          "--variants: plain, or prefetch, ac, offload, whole and onepiece joined by '+'; got " +
+          v);
     }
   }
   for (const auto& s : a.strategies) fsdp::parse_sharding_strategy(s);  // throws on a bad name
@@ -341,6 +343,7 @@ fsdp::TrainConfig bench_config(const Args& a, const std::string& strategy,
   c.fsdp.activation_checkpointing = has_feature(variant, "ac");
   c.fsdp.offload_params = has_feature(variant, "offload");
   c.fsdp.split_root_reduction = !has_feature(variant, "whole");
+  c.fsdp.root_reduction_chunks = has_feature(variant, "onepiece") ? 1 : 0;
   c.train.device = a.device == "cuda" ? fsdp::TrainDevice::kCuda : fsdp::TrainDevice::kCpu;
   return c;
 }

@@ -171,6 +171,7 @@ void check_fsdp(const Checks& k, const TrainConfig& c) {
   k.at_least("fsdp_config.fsdp_min_num_params", f.min_num_params, 1);
   k.at_least("fsdp_config.shard_group_size", f.shard_group_size, 0);
   k.at_least("fsdp_config.prefetch_depth", f.prefetch_depth, 1);
+  k.at_least("fsdp_config.root_reduction_chunks", f.root_reduction_chunks, 0);
   k.at_least("fsdp_config.limit_all_gathers", f.limit_all_gathers, 0);
   k.require(!f.activation_checkpointing || f.auto_wrap_policy != AutoWrapPolicy::kNoWrap,
             {"fsdp_config.fsdp_activation_checkpointing", "fsdp_config.fsdp_auto_wrap_policy"},

@@ -60,6 +60,118 @@ int64_t gathered_peak(const Plan& p, const TrainConfig& c, const UnitElems& e, i
   return (e.root + std::max(forward, backward) * e.block) * elem;
 }
 
+// A reduction as the runtime holds it: the bytes it tracks once issued, those it keeps while its
+// chunk is all-reduced across replicas, and whether it has a reduce-scatter to wait for.
+struct HeldReduction {
+  int64_t issued = 0, kept = 0;
+  bool scatters = false;
+  bool all_reducing = false;
+};
+
+// The unsharded gradient bytes of a step as src/core/unit.cpp and runtime.cpp track them, walked
+// event by event: buffers allocated, reductions issued (Runtime::enqueue_reduce and
+// enqueue_early_piece, with their stages) and completed. Keeps the largest total.
+class GradLedger {
+ public:
+  GradLedger(bool replicated, int64_t start)
+      : replicated_(replicated), live_(start), peak_(start) {}
+  int64_t peak() const { return peak_; }
+  void add(int64_t bytes) {
+    live_ += bytes;
+    peak_ = std::max(peak_, live_);
+  }
+  // A reduction made (make_reduction: `owned` bytes already counted) and queued.
+  void reduce(HeldReduction r, int64_t owned, bool early_piece) {
+    add(r.issued - owned);
+    if (early_piece) {
+      if (replicated_ && !r.scatters) start(r);
+    } else if (!replicated_) {
+      drain();
+    } else {
+      while (!pending_.empty() && pending_.front().all_reducing) complete_front();
+      for (auto& q : pending_) start(q);
+      if (!r.scatters) start(r);
+    }
+    pending_.push_back(r);
+  }
+  void drain() {
+    if (replicated_) {
+      for (auto& q : pending_) start(q);
+    }
+    while (!pending_.empty()) complete_front();
+  }
+
+ private:
+  void start(HeldReduction& r) {
+    if (r.all_reducing) return;
+    r.all_reducing = true;
+    if (r.scatters) add(r.kept - r.issued);
+  }
+  void complete_front() {
+    const HeldReduction& r = pending_.front();
+    add(-(r.all_reducing && r.scatters ? r.kept : r.issued));
+    pending_.erase(pending_.begin());
+  }
+
+  bool replicated_;
+  int64_t live_, peak_;
+  std::vector<HeldReduction> pending_;
+};
+
+// [Note: plan gradient buffers], split ([Note: split root reduction]): the last micro-batch's
+// backward, in the ledger. The root's buffer first; as the first block's backward begins it is
+// set aside for its pieces, a fresh one taking the late gradients; a piece goes as each of the
+// first blocks' backward begins, each block's reduction as it ends; at the end the root's late
+// part as rows (a few rows of untracked scratch) or whole.
+int64_t split_grad_buffer_peak(const Plan& p, const TrainConfig& c, int64_t elem, int64_t reduce) {
+  const int shards = p.shard_count;
+  const auto reduction = [&](int64_t n, bool in_place) {
+    HeldReduction r;
+    r.scatters = shards > 1;
+    r.kept = r.scatters ? n / shards * reduce : n * elem;
+    r.issued = (in_place ? n * elem : n * reduce) + (r.scatters ? r.kept : 0);
+    return r;
+  };
+  const int64_t blocks = static_cast<int64_t>(p.units.size()) - 1;
+  const int64_t root = padded(p.units.back().numel, shards);
+  std::vector<int64_t> block(static_cast<size_t>(blocks));
+  for (size_t u = 0; u < block.size(); ++u) block[u] = padded(p.units[u].numel, shards);
+  const bool accumulating = c.train.gradient_accumulation_steps > 1;
+  int64_t start = 0;
+  if (accumulating) {  // every buffer lives from the first micro-batch on
+    start = root * elem;
+    for (const int64_t n : block) start += n * elem;
+  }
+  GradLedger ledger(p.world_size > shards, start);
+  if (!accumulating) ledger.add(root * elem);
+  const int64_t pieces = root_reduction_pieces(p, c);
+  const int64_t shard = root / shards;
+  int64_t sent = 0, early_held = root * elem;
+  const auto send_piece = [&] {
+    const int64_t n = (shard * (sent + 1) / pieces - shard * sent / pieces) * shards;
+    const bool in_place = (shards == 1 || pieces == 1) && reduce == elem;
+    const int64_t owned = in_place ? n * elem : 0;
+    early_held -= owned;
+    ledger.reduce(reduction(n, in_place), owned, /*early_piece=*/true);
+    if (++sent == pieces) ledger.add(-early_held);
+  };
+  for (int64_t k = 0; k < blocks; ++k) {
+    const int64_t n = block[static_cast<size_t>(blocks - 1 - k)];
+    if (k == 0) ledger.add(root * elem);  // the late part's fresh buffer
+    if (k < pieces) send_piece();
+    if (!accumulating) ledger.add(n * elem);
+    ledger.reduce(reduction(n, reduce == elem), n * elem, /*early_piece=*/false);
+  }
+  while (sent < pieces) send_piece();
+  if (late_root_part(p, c).as_rows) {
+    ledger.add(-root * elem);
+  } else {
+    ledger.reduce(reduction(root, reduce == elem), root * elem, /*early_piece=*/false);
+  }
+  ledger.drain();
+  return ledger.peak();
+}
+
 // [Note: plan gradient buffers] in docs/plan.md.
 int64_t grad_buffer_peak(const Plan& p, const TrainConfig& c, const UnitElems& e, int64_t elem,
                          int64_t reduce) {
@@ -84,11 +196,7 @@ int64_t grad_buffer_peak(const Plan& p, const TrainConfig& c, const UnitElems& e
           : e.root * elem + in_flight * reducing(e.block) + (e.blocks >= 3 ? chunk : 0);
   const int64_t at_end = reducing(e.root) + reducing(e.block) + (e.blocks >= 2 ? chunk : 0);
   if (!splits_root_reduction(p, c)) return std::max(during_blocks, at_end);
-  // Split ([Note: split root reduction]): through the first block's backward the root's early
-  // reduction (its buffer and chunk) and the new buffer its late part fills, beside the block's;
-  // at the end the late part goes as rows (a few rows of scratch), or is reduced as unsplit.
-  const int64_t early = reducing(e.root) + e.root * elem + reducing(e.block);
-  return std::max({during_blocks, early, late_root_part(p, c).as_rows ? 0 : at_end});
+  return split_grad_buffer_peak(p, c, elem, reduce);
 }
 
 // Elements one transformer block keeps for backward outside the attention kernel.
@@ -180,6 +288,14 @@ std::string mib(int64_t bytes) {
 bool splits_root_reduction(const Plan& p, const TrainConfig& c) {
   return c.fsdp.split_root_reduction && !c.fsdp.offload_params && p.units.size() > 1 &&
          p.world_size > 1;
+}
+
+int root_reduction_pieces(const Plan& p, const TrainConfig& c) {
+  if (!splits_root_reduction(p, c)) return 1;
+  int64_t largest = 0;
+  for (size_t u = 0; u + 1 < p.units.size(); ++u) largest = std::max(largest, p.units[u].numel);
+  return root_reduction_chunks(c.fsdp.root_reduction_chunks, p.units.back().numel, largest,
+                               static_cast<int64_t>(p.units.size()) - 1);
 }
 
 LateRootPart late_root_part(const Plan& p, const TrainConfig& c) {

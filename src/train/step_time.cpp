@@ -161,11 +161,14 @@ class Replay {
   // all-reduces issued a unit ago complete and the previous unit's is issued once its
   // reduce-scatter ends (NO_SHARD's at once, with nothing to scatter).
   struct Pending {
-    size_t unit;
     double scattered;     // when its reduce-scatter ends
+    Cost all_reduce;      // its chunk's all-reduce across replicas
     double reduced = -1;  // when its all-reduce ends; -1: not issued
   };
   void reduce(size_t unit);
+  // A piece of the split's early part (Runtime::enqueue_early_piece): it joins the reductions in
+  // flight without completing any.
+  void reduce_early_piece();
   // The root's late part under a split reduction: the row counts and the rows, all-gathered over
   // the world, behind the reductions already queued (the rank waits for them), or, too dense for
   // rows, the counts and a second reduction of the whole root.
@@ -196,9 +199,12 @@ class Replay {
   Queue shard_q_, replica_q_;
   double now_ = 0;
   std::vector<StepTimePlan::Wait> waits_;
-  double stretched_ = 0;       // compute's time beyond its own, from contention
-  bool replicated_ = false;    // more than one replica: all-reduces follow the reduce-scatters
-  bool split_ = false;         // the root's reduction split ([Note: split root reduction])
+  double stretched_ = 0;     // compute's time beyond its own, from contention
+  bool replicated_ = false;  // more than one replica: all-reduces follow the reduce-scatters
+  bool split_ = false;       // the root's reduction split ([Note: split root reduction])
+  int64_t pieces_ = 1;       // its early part's pieces
+  int64_t pieces_sent_ = 0;
+  Cost piece_scatter_, piece_all_reduce_;
   bool late_as_rows_ = false;  // the split's late part is sent as rows, not reduced whole
   Cost late_rows_;             // its row counts' (and rows') all-gathers
   // How long before the step the root's gather starts: issued after the root's shard stepped,
@@ -273,6 +279,10 @@ Replay::Replay(const Plan& p, const TrainConfig& c, const TimeModelOptions& o)
   // The split's late part as the plan bounds it (late_root_part: the runtime's test on the rows it
   // finds): the rows all-gathered over the world, or the root reduced a second time.
   split_ = splits_root_reduction(p, c);
+  pieces_ = root_reduction_pieces(p, c);
+  const double root_bytes = static_cast<double>(padded(p.units.back().numel, shards)) * elem;
+  piece_scatter_ = reduce_scatter(root_bytes / static_cast<double>(pieces_));
+  piece_all_reduce_ = all_reduce(root_bytes / shards / static_cast<double>(pieces_));
   const LateRootPart late = late_root_part(p, c);
   const double rows_bytes = static_cast<double>(world) * static_cast<double>(late.rows) *
                             static_cast<double>(late.row_bytes);
@@ -324,6 +334,18 @@ void Replay::backward(bool reduce_now) {
       plan_.shard_count > 1 && reshards_after_forward(config_.fsdp.sharding_strategy);
   const bool pre = config_.fsdp.backward_prefetch == BackwardPrefetch::kBackwardPre;
   std::vector<double> gathered(blocks_, -1);
+  pieces_sent_ = 0;
+  // The root's pre-backward prefetches the first blocks of backward before its own compute
+  // (Runtime::prefetch_after from the root: prefetch_depth of them, within limit_all_gathers).
+  if (regather && pre) {
+    int64_t first = config_.fsdp.prefetch_depth;
+    if (config_.fsdp.limit_all_gathers > 0) {
+      first = std::min<int64_t>(first, config_.fsdp.limit_all_gathers);
+    }
+    for (size_t k = 1; k <= blocks_ && static_cast<int64_t>(k) <= first; ++k) {
+      gathered[blocks_ - k] = gather(blocks_ - k, now_);
+    }
+  }
   compute(backward_[blocks_]);
   for (size_t i = blocks_; i-- > 0;) {
     if (regather) {
@@ -334,14 +356,16 @@ void Replay::backward(bool reduce_now) {
         }
       }
     }
-    // The split's early part goes as the first block's backward begins, behind its gathers.
-    if (reduce_now && split_ && i + 1 == blocks_) reduce(blocks_);
+    // The split's early part goes in pieces, one as each of the first blocks' backward begins,
+    // behind its gathers.
+    if (reduce_now && split_ && pieces_sent_ < pieces_) reduce_early_piece();
     if (regather) wait_until(gathered[i], "a block's all-gather in backward");
     compute(backward_[i]);
     if (reduce_now) reduce(i);
   }
   if (reduce_now) {
     if (split_) {
+      while (pieces_sent_ < pieces_) reduce_early_piece();
       reduce_late_rows();
     } else {
       reduce(blocks_);
@@ -356,8 +380,15 @@ void Replay::reduce_late_rows() {
   if (!late_as_rows_) reduce(blocks_);
 }
 
+void Replay::reduce_early_piece() {
+  ++pieces_sent_;
+  Pending mine{shard_q_.run(now_, piece_scatter_), piece_all_reduce_};
+  if (replicated_ && plan_.shard_count == 1) start_all_reduce(mine);
+  pending_.push_back(mine);
+}
+
 void Replay::reduce(size_t unit) {
-  Pending mine{unit, shard_q_.run(now_, reduce_scatter_[unit])};
+  Pending mine{shard_q_.run(now_, reduce_scatter_[unit]), all_reduce_[unit]};
   if (!replicated_) {
     drain(kPreviousReduction);
     pending_.push_back(mine);
@@ -374,7 +405,7 @@ void Replay::reduce(size_t unit) {
 
 void Replay::start_all_reduce(Pending& p) {
   wait_until(p.scattered, kPreviousReduction);
-  p.reduced = replica_q_.run(now_, all_reduce_[p.unit]);
+  p.reduced = replica_q_.run(now_, p.all_reduce);
 }
 
 void Replay::drain(const char* cause) {

@@ -182,6 +182,9 @@ struct FsdpConfig {
   // ShardingOptions::split_root_reduction: the root's gradients reduced in two parts, the head's
   // behind the blocks' backward and the embeddings' as the rows a batch touched. Default true.
   bool split_root_reduction = true;
+  // ShardingOptions::root_reduction_chunks: the pieces the split's early part goes in, one as each
+  // of the first blocks' backward begins. Default 0: the root's size over a block's, rounded up.
+  int root_reduction_chunks = 0;
   // Master shards, gradient shards and optimizer state in host memory (ShardingOptions's
   // offload_params). Default false.
   bool offload_params = false;

@@ -76,6 +76,9 @@ int64_t prefetch_ahead(const FsdpConfig& fsdp, int64_t blocks);
 // Whether the runtime splits the root's reduction in this plan: the option, with wrapped units,
 // more than one rank and no offload (docs/design.md, [Note: split root reduction]).
 bool splits_root_reduction(const Plan& plan, const TrainConfig& config);
+// The pieces the split's early part goes in (ShardingOptions::root_reduction_chunks, resolved as
+// the runtime does); 1 without the split.
+int root_reduction_pieces(const Plan& plan, const TrainConfig& config);
 // The split's late part as the plan bounds it: at most `rows` rows of the model's width from each
 // rank (a token table's row per token of a micro-batch, and GPT-2's position rows), sent with an
 // int64 index each when all ranks' rows are at most half the root's bytes, else the root reduced
