@@ -415,6 +415,20 @@ TEST(StepTime, RootInPiecesLetsTheBlocksReductionsPass) {
   EXPECT_NEAR(sum_of_waits(pieces), pieces.exposed, 1e-9 * pieces.step);
 }
 
+// BACKWARD_PRE from the root (Runtime::prefetch_after at its pre-backward): the first block of
+// backward is gathered during the output head's backward, so with compute far longer than a
+// gather no block waits for one; without backward prefetch each waits for its own.
+TEST(StepTime, RootsPreBackwardPrefetchesTheFirstBlock) {
+  TrainConfig c = config(ShardingStrategy::kFullShard);
+  c.fsdp.backward_prefetch = BackwardPrefetch::kBackwardPre;
+  const Plan plan = plan_training(c, 2);
+  const TimeModelOptions o = links(10.0);
+  const char* cause = "a block's all-gather in backward";
+  EXPECT_EQ(wait_for(predict_step_time(plan, c, o), cause), 0);
+  c.fsdp.backward_prefetch = BackwardPrefetch::kNoPrefetch;
+  EXPECT_GT(wait_for(predict_step_time(plan, c, o), cause), 0);
+}
+
 TEST(StepTime, FlopsCountTheMatricesTheHeadAndAttention) {
   TrainConfig c = config(ShardingStrategy::kFullShard);
   const Plan plan = plan_training(c, 1);

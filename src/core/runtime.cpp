@@ -153,18 +153,10 @@ Runtime::Runtime(std::shared_ptr<torch::nn::Module> root, CommPtr comm, Sharding
 }
 
 void Runtime::resolve_root_chunks() {
-  int64_t largest = 0;
-  for (size_t u = 0; u + 1 < units_.size(); ++u) {
-    largest = std::max(largest, units_[u]->flat().numel());
-  }
-  const FlatParam& root = root_unit().flat();
-  const int chunks = fsdp::root_reduction_chunks(options_.root_reduction_chunks_, root.numel(),
-                                                 largest, static_cast<int64_t>(units_.size()) - 1);
-  if (!split_root_) return;
-  FSDP_CHECK(chunks <= root.shard_numel(), "root_reduction_chunks ", chunks,
-             " is more than the root's shard of ", root.shard_numel(),
-             " elements: a piece would be empty");
-  root_chunks_ = chunks;
+  const int chunks = fsdp::root_reduction_chunks(options_.root_reduction_chunks_,
+                                                 static_cast<int64_t>(units_.size()) - 1,
+                                                 root_unit().flat().shard_numel());
+  if (split_root_) root_chunks_ = chunks;
 }
 
 // Buffers (masks, running statistics) are the module's own business: they only follow it to the
