@@ -41,10 +41,12 @@ bool is_hybrid(ShardingStrategy strategy);
 // FULL_SHARD and HYBRID_SHARD free a (non-root) unit's gathered parameters after its forward.
 bool reshards_after_forward(ShardingStrategy strategy);
 // The pieces a split root reduction's early part goes in (ShardingOptions::root_reduction_chunks):
-// `option` when positive, else one per wrapped unit, at most one per element of the root's
-// shard. Throws std::invalid_argument for a negative option, or one above the root's shard
-// elements (a piece would be empty).
-int root_reduction_chunks(int option, int64_t wrapped_units, int64_t root_shard_numel);
+// `option` when positive, else the root's elements over the largest wrapped unit's, rounded up,
+// at most `wrapped_units` and the root's shard elements, at least 1. Throws
+// std::invalid_argument for a negative option, or one above the root's shard elements (a piece
+// would be empty).
+int root_reduction_chunks(int option, int64_t root_numel, int64_t largest_unit_numel,
+                          int64_t wrapped_units, int64_t root_shard_numel);
 
 // When backward gathers the next unit's parameters (PyTorch's BackwardPrefetch), by the unit order
 // the first backward recorded.
@@ -146,9 +148,12 @@ struct ShardingOptions {
   // issue order (Gloo's, a NCCL stream) never holds a unit's reduce-scatter behind the whole
   // root's, and the root's traffic spreads over the backward (docs/design.md, [Note: split root
   // reduction]). Each piece is a slice of every rank's shard, copied into a staging buffer of 1/K
-  // of the root's gradient. 0 (the default): one per wrapped unit; 1: one piece (no staging copy,
-  // the schedule before 2026-11-27). A count above the wrapped units' issues the rest at the end
-  // of backward, unhidden; one above the root's shard elements is an error.
+  // of the root's gradient. 0 (the default): pieces about a wrapped unit's size, the root's
+  // elements over the largest unit's, rounded up, at most one per unit (GPT-2 124M: 6; Llama 2
+  // 7B: 2); on a slow link one per unit may hide more, at a collective's latency and (with many
+  // ranks) the early buffer's memory through more units (fsdp-plan prices both). 1: one piece (no
+  // staging copy, the schedule before 2026-11-27). A count above the wrapped units' issues the
+  // rest at the end of backward, unhidden; one above the root's shard elements is an error.
   int root_reduction_chunks_ = 0;
   // Materialises deferred parameters (fsdp/init.h): fully_shard calls it once per deferred
   // parameter, on a temporary full-size fp32 tensor, and keeps only this rank's slice, so no rank

@@ -71,11 +71,11 @@ bool reshards_after_forward(ShardingStrategy s) {
   return s == ShardingStrategy::kFullShard || s == ShardingStrategy::kHybridShard;
 }
 
-int root_reduction_chunks(int option, int64_t wrapped_units, int64_t root_shard_numel) {
+int root_reduction_chunks(int option, int64_t root_numel, int64_t largest_unit_numel,
+                          int64_t wrapped_units, int64_t root_shard_numel) {
   if (option < 0) {
-    throw std::invalid_argument(
-        "root_reduction_chunks must be >= 0 (0: one per wrapped unit), got " +
-        std::to_string(option));
+    throw std::invalid_argument("root_reduction_chunks must be >= 0 (0: automatic), got " +
+                                std::to_string(option));
   }
   if (option > root_shard_numel) {
     throw std::invalid_argument(
@@ -83,7 +83,10 @@ int root_reduction_chunks(int option, int64_t wrapped_units, int64_t root_shard_
         std::to_string(root_shard_numel) + " elements: a piece would be empty");
   }
   if (option > 0) return option;
-  return static_cast<int>(std::max<int64_t>(1, std::min(wrapped_units, root_shard_numel)));
+  if (largest_unit_numel <= 0) return 1;
+  const int64_t pieces = (root_numel + largest_unit_numel - 1) / largest_unit_numel;
+  return static_cast<int>(
+      std::max<int64_t>(1, std::min({pieces, wrapped_units, root_shard_numel})));
 }
 
 const char* to_string(BackwardPrefetch prefetch) {

@@ -153,9 +153,14 @@ Runtime::Runtime(std::shared_ptr<torch::nn::Module> root, CommPtr comm, Sharding
 }
 
 void Runtime::resolve_root_chunks() {
-  const int chunks = fsdp::root_reduction_chunks(options_.root_reduction_chunks_,
-                                                 static_cast<int64_t>(units_.size()) - 1,
-                                                 root_unit().flat().shard_numel());
+  int64_t largest = 0;
+  for (size_t u = 0; u + 1 < units_.size(); ++u) {
+    largest = std::max(largest, units_[u]->flat().numel());
+  }
+  const FlatParam& root = root_unit().flat();
+  const int chunks =
+      fsdp::root_reduction_chunks(options_.root_reduction_chunks_, root.numel(), largest,
+                                  static_cast<int64_t>(units_.size()) - 1, root.shard_numel());
   if (split_root_) root_chunks_ = chunks;
 }
 

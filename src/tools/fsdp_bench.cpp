@@ -6,7 +6,7 @@
 //            [--steps 3] [--repeats 1] [--dtype fp32|bf16|fp16]
 //            [--strategies NO_SHARD,SHARD_GRAD_OP,FULL_SHARD]
 //            [--variants plain,prefetch,ac,prefetch+ac] [--allocator fsdp|glibc] [--json FILE]
-//            [--label TEXT] [--checkpoint DIR] [--nproc 2] [--device cpu|cuda]
+//            [--label TEXT] [--checkpoint DIR] [--nproc 2] [--device cpu|cuda] [--root-chunks 0]
 //            [--intra-gbit G --inter-gbit G [--intra-us U] [--inter-us U]
 //             [--comm-cpu-gbit G] [--contention C] [--intra-cpu-gbit G] [--inter-cpu-gbit G]
 //             [--cores-per-rank N]] [--compute-cpus LIST --comm-cpus LIST]
@@ -17,6 +17,8 @@
 // offload: shards and AdamW in host memory), `whole` (the root's gradients reduced in one piece
 // at the end of backward, as PyTorch FSDP does: ShardingOptions::split_root_reduction off),
 // `onepiece` (split, its early part in one piece: ShardingOptions::root_reduction_chunks 1).
+// --root-chunks N: the split's early part in N pieces in every other variant (default 0: the
+// runtime's choice, the root's size over a block's).
 // --device cuda: the model computes on the GPU (LOCAL_RANK's; one rank alone, or under fsdp-run,
 // uses NCCL, under mpirun MPI through host buffers), with as many intra-op threads per rank as
 // the node's cores divided among its ranks (the CPU AdamW of offload uses them); every timed phase
@@ -99,6 +101,7 @@ struct Args {
   std::string checkpoint_dir;      // empty: no checkpoint timings
   std::string allocator = "fsdp";  // fsdp: fsdp/host_memory.h's; glibc: malloc's heap (counted)
   std::string device = "cpu";      // cpu or cuda
+  int root_chunks = 0;             // fsdp_config.root_reduction_chunks, but under `onepiece`
   // The time model's links (fsdp/train/step_time.h), Gbit/s and microseconds; a bandwidth turns
   // on the prediction and the compute-alone measurement. 0: not given.
   double intra_gbit = 0, intra_us = 0, inter_gbit = 0, inter_us = 0;
@@ -256,6 +259,8 @@ Args parse_args(int argc, char** argv) {
     } else if (k == "--intra-cpu-gbit" || k == "--inter-cpu-gbit") {
       (k == "--intra-cpu-gbit" ? a.intra_cpu_gbit : a.inter_cpu_gbit) =
           fsdp::flags::parse_number(k, value(), 0, 1e7);
+    } else if (k == "--root-chunks") {
+      a.root_chunks = static_cast<int>(fsdp::flags::parse_int(k, value(), 0, 1000000));
     } else if (k == "--cores-per-rank") {
       a.cores_per_rank = fsdp::flags::parse_number(k, value(), 0, 1e4);
     } else if (k == "--intra-us" || k == "--inter-us") {
@@ -343,7 +348,7 @@ fsdp::TrainConfig bench_config(const Args& a, const std::string& strategy,
   c.fsdp.activation_checkpointing = has_feature(variant, "ac");
   c.fsdp.offload_params = has_feature(variant, "offload");
   c.fsdp.split_root_reduction = !has_feature(variant, "whole");
-  c.fsdp.root_reduction_chunks = has_feature(variant, "onepiece") ? 1 : 0;
+  c.fsdp.root_reduction_chunks = has_feature(variant, "onepiece") ? 1 : a.root_chunks;
   c.train.device = a.device == "cuda" ? fsdp::TrainDevice::kCuda : fsdp::TrainDevice::kCpu;
   return c;
 }

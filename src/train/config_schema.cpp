@@ -345,7 +345,7 @@ std::vector<Option> fsdp_section() {
                    "(fsdp.cpp's key)"),
       int_setting(p + "root_reduction_chunks", FIELD(fsdp.root_reduction_chunks),
                   "pieces the root's early gradients are reduced in, one as each of the first "
-                  "blocks' backward begins; 0: one per block (fsdp.cpp's key)"),
+                  "blocks' backward begins; 0: the root's size over a block's (fsdp.cpp's key)"),
       bool_setting(p + "fsdp_offload_params", FIELD(fsdp.offload_params),
                    "master shards, gradient shards and optimizer state in host memory; the "
                    "optimizer steps on the CPU"),

@@ -292,7 +292,9 @@ bool splits_root_reduction(const Plan& p, const TrainConfig& c) {
 
 int root_reduction_pieces(const Plan& p, const TrainConfig& c) {
   if (!splits_root_reduction(p, c)) return 1;
-  return root_reduction_chunks(c.fsdp.root_reduction_chunks,
+  int64_t largest = 0;
+  for (size_t u = 0; u + 1 < p.units.size(); ++u) largest = std::max(largest, p.units[u].numel);
+  return root_reduction_chunks(c.fsdp.root_reduction_chunks, p.units.back().numel, largest,
                                static_cast<int64_t>(p.units.size()) - 1,
                                padded(p.units.back().numel, p.shard_count) / p.shard_count);
 }

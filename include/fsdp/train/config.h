@@ -183,7 +183,7 @@ struct FsdpConfig {
   // behind the blocks' backward and the embeddings' as the rows a batch touched. Default true.
   bool split_root_reduction = true;
   // ShardingOptions::root_reduction_chunks: the pieces the split's early part goes in, one as each
-  // of the first blocks' backward begins. Default 0: one per block.
+  // of the first blocks' backward begins. Default 0: the root's size over a block's, rounded up.
   int root_reduction_chunks = 0;
   // Master shards, gradient shards and optimizer state in host memory (ShardingOptions's
   // offload_params). Default false.
