@@ -659,7 +659,7 @@ TEST(ConfigFsdp, OffloadParamsBecomesAShardingOption) {
   EXPECT_FALSE(TrainConfig{}.sharding_options().offload_params_);
 }
 
-// Prefetch and activation checkpointing reach ShardingOptions.
+// Prefetch, the root's reduction and activation checkpointing reach ShardingOptions.
 TEST(ConfigFsdp, PrefetchAndCheckpointingBecomeShardingOptions) {
   const TrainConfig c = parse(
       "fsdp_config:\n  fsdp_backward_prefetch_policy: BACKWARD_POST\n  fsdp_forward_prefetch: "
@@ -672,12 +672,23 @@ TEST(ConfigFsdp, PrefetchAndCheckpointingBecomeShardingOptions) {
   EXPECT_EQ(o.limit_all_gathers_, 0);
   EXPECT_FALSE(o.split_root_reduction_);
   EXPECT_TRUE(TrainConfig{}.sharding_options().split_root_reduction_);
+  EXPECT_EQ(parse("fsdp_config:\n  root_reduction_chunks: 12\n")
+                .sharding_options()
+                .root_reduction_chunks_,
+            12);
+  EXPECT_EQ(TrainConfig{}.sharding_options().root_reduction_chunks_, 0);
   EXPECT_EQ(o.checkpoint_units_, std::vector<std::string>{"*"});
   EXPECT_TRUE(TrainConfig{}.sharding_options().checkpoint_units_.empty());
   EXPECT_TRUE(contains(parse_error("fsdp_config:\n  prefetch_depth: 0\n").what(),
                        "fsdp_config.prefetch_depth"));
   EXPECT_TRUE(contains(parse_error("fsdp_config:\n  limit_all_gathers: -1\n").what(),
                        "fsdp_config.limit_all_gathers"));
+  EXPECT_TRUE(contains(parse_error("fsdp_config:\n  root_reduction_chunks: -1\n").what(),
+                       "fsdp_config.root_reduction_chunks"));
+  EXPECT_TRUE(contains(
+      parse_error("fsdp_config:\n  split_root_reduction: false\n  root_reduction_chunks: 2\n")
+          .what(),
+      "split_root_reduction: false turns off"));
   EXPECT_TRUE(contains(parse_error("fsdp_config:\n  fsdp_auto_wrap_policy: NO_WRAP\n  "
                                    "fsdp_activation_checkpointing: true\n")
                            .what(),

@@ -133,6 +133,7 @@ expect_error "bench --compute-cpus absent" "--compute-cpus 1023: cannot run a th
 expect_error "bench --device" "--device: cpu or cuda; got gpu" "$BIN/fsdp-bench" --device gpu
 expect_error "bench --variants" "joined by '+'; got prefetch+offlaod" "$BIN/fsdp-bench" --variants prefetch+offlaod
 expect_error "bench --root-chunks" "--root-chunks: '2.5' is not an integer" "$BIN/fsdp-bench" --root-chunks 2.5
+expect_error "bench whole+onepiece" "whole turns the split off" "$BIN/fsdp-bench" --variants prefetch+whole+onepiece
 expect_error "bench unknown option" "unknown option --stpes" "$BIN/fsdp-bench" --stpes 3
 expect_error "bench missing value" "missing value after --seq" "$BIN/fsdp-bench" --seq
 expect_error "bench strategy" "FULL" "$BIN/fsdp-bench" --strategies FULL

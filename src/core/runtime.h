@@ -196,8 +196,9 @@ class Runtime {
   void ensure_final_callback();
   void finish_backward();
 
-  // At most one reduction stays in flight: issuing another completes the oldest first, which
-  // bounds unsharded-gradient memory to about two units.
+  // At most one reduction stays in flight (with a piece of the root's early part beside it):
+  // issuing another completes the older first, which bounds unsharded-gradient memory to about
+  // two units.
   void enqueue_reduce(PendingReduce pending);
   // A piece of the root's early reduction, issued as a unit's backward begins: it joins those in
   // flight and completes nothing (the unit before's reduce-scatter has had no compute to hide

@@ -309,6 +309,11 @@ Args parse_args(int argc, char** argv) {
           "--variants: plain, or prefetch, ac, offload, whole and onepiece joined by '+'; got " +
           v);
     }
+    if (has_feature(v, "whole") && has_feature(v, "onepiece")) {
+      throw std::invalid_argument("--variants: " + v +
+                                  ": onepiece sets the split root reduction's pieces, and whole "
+                                  "turns the split off");
+    }
   }
   for (const auto& s : a.strategies) fsdp::parse_sharding_strategy(s);  // throws on a bad name
   return a;
@@ -348,7 +353,9 @@ fsdp::TrainConfig bench_config(const Args& a, const std::string& strategy,
   c.fsdp.activation_checkpointing = has_feature(variant, "ac");
   c.fsdp.offload_params = has_feature(variant, "offload");
   c.fsdp.split_root_reduction = !has_feature(variant, "whole");
-  c.fsdp.root_reduction_chunks = has_feature(variant, "onepiece") ? 1 : a.root_chunks;
+  c.fsdp.root_reduction_chunks = !c.fsdp.split_root_reduction       ? 0
+                                 : has_feature(variant, "onepiece") ? 1
+                                                                    : a.root_chunks;
   c.train.device = a.device == "cuda" ? fsdp::TrainDevice::kCuda : fsdp::TrainDevice::kCpu;
   return c;
 }

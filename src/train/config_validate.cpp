@@ -176,6 +176,10 @@ void check_fsdp(const Checks& k, const TrainConfig& c) {
   k.require(!f.activation_checkpointing || f.auto_wrap_policy != AutoWrapPolicy::kNoWrap,
             {"fsdp_config.fsdp_activation_checkpointing", "fsdp_config.fsdp_auto_wrap_policy"},
             "activation checkpointing recomputes wrapped units, and NO_WRAP wraps none");
+  k.require(f.root_reduction_chunks == 0 || f.split_root_reduction,
+            {"fsdp_config.root_reduction_chunks", "fsdp_config.split_root_reduction"},
+            "root_reduction_chunks sets the pieces of the split root reduction, which "
+            "split_root_reduction: false turns off");
   k.require(f.shard_group_size == 0 || is_hybrid(f.sharding_strategy),
             {"fsdp_config.shard_group_size", "fsdp_config.fsdp_sharding_strategy"},
             "shard_group_size applies to HYBRID_SHARD and HYBRID_SHARD_ZERO2 only, and the "

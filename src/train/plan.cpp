@@ -60,10 +60,11 @@ int64_t gathered_peak(const Plan& p, const TrainConfig& c, const UnitElems& e, i
   return (e.root + std::max(forward, backward) * e.block) * elem;
 }
 
-// A reduction as the runtime holds it: the bytes it tracks once issued, those it keeps while its
-// chunk is all-reduced across replicas, and whether it has a reduce-scatter to wait for.
+// A reduction as the runtime holds it: the bytes it tracks once issued (`owned` of them counted
+// before, the buffer it took over), those it keeps while its chunk is all-reduced across
+// replicas, and whether it has a reduce-scatter to wait for.
 struct HeldReduction {
-  int64_t issued = 0, kept = 0;
+  int64_t issued = 0, owned = 0, kept = 0;
   bool scatters = false;
   bool all_reducing = false;
 };
@@ -80,9 +81,9 @@ class GradLedger {
     live_ += bytes;
     peak_ = std::max(peak_, live_);
   }
-  // A reduction made (make_reduction: `owned` bytes already counted) and queued.
-  void reduce(HeldReduction r, int64_t owned, bool early_piece) {
-    add(r.issued - owned);
+  // A reduction made (Unit::make_reduction) and queued.
+  void reduce(HeldReduction r, bool early_piece) {
+    add(r.issued - r.owned);
     if (early_piece) {
       if (replicated_ && !r.scatters) start(r);
     } else if (!replicated_) {
@@ -125,11 +126,16 @@ class GradLedger {
 // part as rows (a few rows of untracked scratch) or whole.
 int64_t split_grad_buffer_peak(const Plan& p, const TrainConfig& c, int64_t elem, int64_t reduce) {
   const int shards = p.shard_count;
-  const auto reduction = [&](int64_t n, bool in_place) {
+  // Unit::make_reduction of n elements: the `owned` bytes it takes over, a reduce_dtype copy
+  // unless it reads them in place, and its output chunk; without a scatter the all-reduce works
+  // in what was sent, which it keeps.
+  const auto reduction = [&](int64_t n, int64_t owned, bool in_place) {
     HeldReduction r;
     r.scatters = shards > 1;
-    r.kept = r.scatters ? n / shards * reduce : n * elem;
-    r.issued = (in_place ? n * elem : n * reduce) + (r.scatters ? r.kept : 0);
+    const int64_t chunk = r.scatters ? n / shards * reduce : 0;
+    r.owned = owned;
+    r.issued = owned + (in_place ? 0 : n * reduce) + chunk;
+    r.kept = r.scatters ? chunk : r.issued;
     return r;
   };
   const int64_t blocks = static_cast<int64_t>(p.units.size()) - 1;
@@ -152,7 +158,7 @@ int64_t split_grad_buffer_peak(const Plan& p, const TrainConfig& c, int64_t elem
     const bool in_place = (shards == 1 || pieces == 1) && reduce == elem;
     const int64_t owned = in_place ? n * elem : 0;
     early_held -= owned;
-    ledger.reduce(reduction(n, in_place), owned, /*early_piece=*/true);
+    ledger.reduce(reduction(n, owned, in_place), /*early_piece=*/true);
     if (++sent == pieces) ledger.add(-early_held);
   };
   for (int64_t k = 0; k < blocks; ++k) {
@@ -160,13 +166,13 @@ int64_t split_grad_buffer_peak(const Plan& p, const TrainConfig& c, int64_t elem
     if (k == 0) ledger.add(root * elem);  // the late part's fresh buffer
     if (k < pieces) send_piece();
     if (!accumulating) ledger.add(n * elem);
-    ledger.reduce(reduction(n, reduce == elem), n * elem, /*early_piece=*/false);
+    ledger.reduce(reduction(n, n * elem, reduce == elem), /*early_piece=*/false);
   }
   while (sent < pieces) send_piece();
   if (late_root_part(p, c).as_rows) {
     ledger.add(-root * elem);
   } else {
-    ledger.reduce(reduction(root, reduce == elem), root * elem, /*early_piece=*/false);
+    ledger.reduce(reduction(root, root * elem, reduce == elem), /*early_piece=*/false);
   }
   ledger.drain();
   return ledger.peak();
