@@ -387,11 +387,12 @@ TEST(StepTime, WaitsAddUpToTheExposedTime) {
 // The split's early part in pieces (root_reduction_chunks; [Note: split root reduction]): in one
 // queue (Gloo's), a piece goes as each of the first blocks' backward begins, so a block's
 // reduce-scatter waits behind a piece, not the whole root's. The pieces move the same bytes, at
-// a ring's latency each (Gloo's reduce-scatter: an all-reduce, two passes). Here the root is 5.4
-// blocks (automatic: one piece per block, 4). A block's backward (0.60 ms) is about as long as
-// its gather and reduce-scatter and a piece together (0.33 + 0.28 ms), and shorter than the
-// root's whole reduction (1.06 ms). Where a block's backward is shorter than its own collectives
-// pieces hide nothing: at half the compute here they add their latencies.
+// a ring's latency each (Gloo's reduce-scatter: an all-reduce, two passes). Here the root is 5.3
+// blocks (automatic: 6 pieces of a block's size, at most one per block, so 4). A block's
+// backward (0.60 ms) is about as long as its gather and reduce-scatter and a piece together
+// (0.33 + 0.28 ms), and shorter than the root's whole reduction (1.06 ms). Where a block's
+// backward is shorter than its own collectives pieces hide nothing: at half the compute here
+// they add their latencies.
 TEST(StepTime, RootInPiecesLetsTheBlocksReductionsPass) {
   TrainConfig c = config(ShardingStrategy::kFullShard);
   c.model.vocab_size = 4096;
