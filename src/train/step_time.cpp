@@ -203,7 +203,6 @@ class Replay {
   bool replicated_ = false;  // more than one replica: all-reduces follow the reduce-scatters
   bool split_ = false;       // the root's reduction split ([Note: split root reduction])
   int64_t pieces_ = 1;       // its early part's pieces
-  int64_t pieces_sent_ = 0;
   Cost piece_scatter_, piece_all_reduce_;
   bool late_as_rows_ = false;  // the split's late part is sent as rows, not reduced whole
   Cost late_rows_;             // its row counts' (and rows') all-gathers
@@ -334,17 +333,12 @@ void Replay::backward(bool reduce_now) {
       plan_.shard_count > 1 && reshards_after_forward(config_.fsdp.sharding_strategy);
   const bool pre = config_.fsdp.backward_prefetch == BackwardPrefetch::kBackwardPre;
   std::vector<double> gathered(blocks_, -1);
-  pieces_sent_ = 0;
+  int64_t pieces_sent = 0;
   // The root's pre-backward prefetches the first blocks of backward before its own compute
-  // (Runtime::prefetch_after from the root: prefetch_depth of them, within limit_all_gathers).
+  // (Runtime::prefetch_after from the root: a block's reach, with every block after the root).
   if (regather && pre) {
-    int64_t first = config_.fsdp.prefetch_depth;
-    if (config_.fsdp.limit_all_gathers > 0) {
-      first = std::min<int64_t>(first, config_.fsdp.limit_all_gathers);
-    }
-    for (size_t k = 1; k <= blocks_ && static_cast<int64_t>(k) <= first; ++k) {
-      gathered[blocks_ - k] = gather(blocks_ - k, now_);
-    }
+    const auto first = static_cast<size_t>(prefetch_ahead(config_.fsdp, blocks_ + 1));
+    for (size_t k = 1; k <= first; ++k) gathered[blocks_ - k] = gather(blocks_ - k, now_);
   }
   compute(backward_[blocks_]);
   for (size_t i = blocks_; i-- > 0;) {
@@ -358,14 +352,17 @@ void Replay::backward(bool reduce_now) {
     }
     // The split's early part goes in pieces, one as each of the first blocks' backward begins,
     // behind its gathers.
-    if (reduce_now && split_ && pieces_sent_ < pieces_) reduce_early_piece();
+    if (reduce_now && split_ && pieces_sent < pieces_) {
+      reduce_early_piece();
+      ++pieces_sent;
+    }
     if (regather) wait_until(gathered[i], "a block's all-gather in backward");
     compute(backward_[i]);
     if (reduce_now) reduce(i);
   }
   if (reduce_now) {
     if (split_) {
-      while (pieces_sent_ < pieces_) reduce_early_piece();
+      for (; pieces_sent < pieces_; ++pieces_sent) reduce_early_piece();
       reduce_late_rows();
     } else {
       reduce(blocks_);
@@ -381,7 +378,6 @@ void Replay::reduce_late_rows() {
 }
 
 void Replay::reduce_early_piece() {
-  ++pieces_sent_;
   Pending mine{shard_q_.run(now_, piece_scatter_), piece_all_reduce_};
   if (replicated_ && plan_.shard_count == 1) start_all_reduce(mine);
   pending_.push_back(mine);
