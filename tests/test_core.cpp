@@ -630,6 +630,25 @@ TEST(SplitRootReduction, DenseLateGradientsAreReducedWhole) {
   expect_split_matches(c, /*sparse=*/false);
 }
 
+// A piece count the root's shard cannot fill (or a negative one) is refused when the model is
+// wrapped, on every rank alike, with the option's name, and leaves the module unsharded: it can be
+// wrapped again.
+TEST(SplitRootReduction, AnImpossiblePieceCountIsAnError) {
+  for (const int pieces : {1 << 30, -1}) {
+    GPT2 model(small_config());
+    try {
+      fully_shard(
+          model.ptr(), test::world(),
+          ShardingOptions().wrap(WrapPolicy::by_type({"GPT2Block"})).root_reduction_chunks(pieces));
+      ADD_FAILURE() << pieces << " pieces were accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("root_reduction_chunks"), std::string::npos) << e.what();
+    }
+    EXPECT_NO_THROW(fully_shard(model.ptr(), test::world(),
+                                ShardingOptions().wrap(WrapPolicy::by_type({"GPT2Block"}))));
+  }
+}
+
 // [Note: root gathered after its step]: with forward prefetch the optimizer's step leaves the
 // root gathering for the next forward (its gathered bytes count), and the steps that follow train
 // exactly as without (a gather is a copy). A write to the shards after the step reaches the next

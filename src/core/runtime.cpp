@@ -146,21 +146,27 @@ Runtime::Runtime(std::shared_ptr<torch::nn::Module> root, CommPtr comm, Sharding
   host_copies_ = std::make_shared<HostCopies>(streams_);
   move_buffers();
   make_groups();
-  build_units(std::move(specs));
-  split_root_ = options_.split_root_reduction_ && !options_.offload_params_ && units_.size() > 1 &&
+  split_root_ = options_.split_root_reduction_ && !options_.offload_params_ && specs.size() > 1 &&
                 (shard_group_->size() > 1 || replicate_group_->size() > 1);
-  resolve_root_chunks();
+  resolve_root_chunks(specs);
+  build_units(std::move(specs));
 }
 
-void Runtime::resolve_root_chunks() {
+// Before any unit exists, as check_unit_names: a failed fully_shard must leave no hooks behind.
+// The units' sizes from their specs, as FlatParam counts them (the root is last).
+void Runtime::resolve_root_chunks(const std::vector<UnitSpec>& specs) {
+  const auto numel = [](const UnitSpec& spec) {
+    int64_t n = 0;
+    for (const auto& s : spec.slots) n += s.param.numel();
+    return n;
+  };
   int64_t largest = 0;
-  for (size_t u = 0; u + 1 < units_.size(); ++u) {
-    largest = std::max(largest, units_[u]->flat().numel());
-  }
-  const FlatParam& root = root_unit().flat();
-  const int chunks =
-      fsdp::root_reduction_chunks(options_.root_reduction_chunks_, root.numel(), largest,
-                                  static_cast<int64_t>(units_.size()) - 1, root.shard_numel());
+  for (size_t u = 0; u + 1 < specs.size(); ++u) largest = std::max(largest, numel(specs[u]));
+  const int64_t root = numel(specs.back());
+  const int64_t shards = shard_group_->size();
+  const int chunks = fsdp::root_reduction_chunks(options_.root_reduction_chunks_, root, largest,
+                                                 static_cast<int64_t>(specs.size()) - 1,
+                                                 (root + shards - 1) / shards);
   if (split_root_) root_chunks_ = chunks;
 }
 

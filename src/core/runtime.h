@@ -247,7 +247,7 @@ class Runtime {
  private:
   void make_groups();
   void move_buffers();
-  void resolve_root_chunks();
+  void resolve_root_chunks(const std::vector<UnitSpec>& specs);
   void build_units(std::vector<UnitSpec> specs);
   void start_replica_reduce(PendingReduce& pending);
   void complete_reduce(PendingReduce& pending);
