@@ -3,7 +3,11 @@
 // collective, on every rank alike, so that nothing hangs).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "compat.h"
+#include "core/split_reduce.h"
 #include "fsdp/fsdp.h"
 #include "test_util.h"
 
@@ -628,6 +632,44 @@ TEST(SplitRootReduction, DenseLateGradientsAreReducedWhole) {
   GPT2Config c = small_config();
   c.vocab_size = 64;  // 16 tokens touch a quarter of it: rows cost more than the whole
   expect_split_matches(c, /*sparse=*/false);
+}
+
+// The late part's row scan ([Note: split root reduction]) sends every row with an element that is
+// not zero, whatever its value: a subnormal, NaN and -inf (the loss scaler must see them), and a
+// row whose elements sum to zero; a row of -0.0 is zero and stays home, and a nonzero element in
+// the tail past the last whole row goes as a padded row. Every rank holds the same gradient, so
+// each received row is the world size times it.
+TEST(SplitRootReduction, RowScanSendsEveryRowWithANonzeroElement) {
+  const int n = test::world()->size();
+  constexpr int64_t kRow = 8, kRows = 10, kTail = 3, kNumel = kRow * kRows + kTail;
+  at::Tensor grad = at::zeros({kNumel});
+  const float subnormal = 1e-40f, nan = std::numeric_limits<float>::quiet_NaN();
+  grad[1 * kRow + 2].fill_(subnormal);
+  grad[3 * kRow + 7].fill_(nan);
+  grad[5 * kRow].fill_(-std::numeric_limits<float>::infinity());
+  grad.narrow(0, 7 * kRow, kRow).fill_(-0.0f);
+  grad[8 * kRow].fill_(1.0f);
+  grad[8 * kRow + 1].fill_(-1.0f);
+  grad[kRows * kRow + 1].fill_(2.0f);
+  auto counts = std::make_shared<TrafficCounts>();
+  at::Tensor out = at::zeros({kNumel});
+  ASSERT_TRUE(reduce_nonzero_rows(*count_traffic(test::world(), counts), grad, kRow, 0, kNumel, 1,
+                                  1e9, out));
+  const int64_t sent_rows = 5;  // rows 1, 3, 5 and 8, and the tail's
+  EXPECT_EQ(counts->all_gather_bytes, n * (8 + sent_rows * 8 + sent_rows * kRow * 4));
+  EXPECT_EQ(out[1 * kRow + 2].item<float>(), n * subnormal);
+  EXPECT_TRUE(std::isnan(out[3 * kRow + 7].item<float>()));
+  EXPECT_EQ(out[5 * kRow].item<float>(), -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(out[8 * kRow].item<float>(), n);
+  EXPECT_EQ(out[8 * kRow + 1].item<float>(), -n);
+  EXPECT_EQ(out[kRows * kRow + 1].item<float>(), 2.0f * n);
+  // Everything else is zero: the sent rows' other elements and the rows left home.
+  at::Tensor rest = out.clone();
+  for (const int64_t i : {1 * kRow + 2, 3 * kRow + 7, 5 * kRow, 8 * kRow, 8 * kRow + 1,
+                          kRows * kRow + 1}) {
+    rest[i].fill_(0.0f);
+  }
+  EXPECT_EQ(rest.count_nonzero().item<int64_t>(), 0);
 }
 
 // A piece count the root's shard cannot fill (or a negative one) is refused when the model is
