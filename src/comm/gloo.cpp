@@ -253,6 +253,7 @@ class GlooComm : public Comm {
   int rank() const override { return context_->rank; }
   int size() const override { return context_->size; }
   std::string backend() const override { return "gloo"; }
+  bool reduce_scatter_is_all_reduce() const override { return true; }
 
   WorkPtr all_gather_async(const void* in, void* out, size_t count, DType dtype) override {
     const size_t bytes = count * dtype_size(dtype);

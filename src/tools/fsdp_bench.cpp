@@ -564,7 +564,8 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
   Result r;
   r.strategy = strategy;
   r.variant = variant;
-  r.plan = fsdp::plan_training(c, n, world->local_size());  // HYBRID: a shard group per host
+  // HYBRID: a shard group per host.
+  r.plan = fsdp::plan_training(c, n, world->local_size(), world->backend());
   if (time && !c.fsdp.offload_params) {
     r.predictions.push_back(fsdp::predict_step_time(r.plan, c, *time));
     r.profiles.push_back(time->compute);

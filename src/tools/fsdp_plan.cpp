@@ -232,7 +232,8 @@ void print_row(const char* strategy, const fsdp::MemoryPlan& m, const Budget& b)
 
 // Every strategy's memory against the budget and, with `time`, its predicted step.
 void compare_strategies(fsdp::TrainConfig config, int world, int local,
-                        const std::vector<fsdp::UnitSize>& units, const Budget& budget,
+                        const std::vector<fsdp::UnitSize>& units, const std::string& backend,
+                        const Budget& budget,
                         const fsdp::TimeModelOptions* time) {
   print_budget(budget, local);
   std::printf("%-20s %12s %12s %12s %12s", "strategy", "model_state", "gathered", "activations",
@@ -246,7 +247,7 @@ void compare_strategies(fsdp::TrainConfig config, int world, int local,
     config.fsdp.sharding_strategy = s;
     if (!fsdp::is_hybrid(s)) config.fsdp.shard_group_size = 0;
     try {
-      const fsdp::Plan plan = fsdp::plan_training(config, world, local, units);
+      const fsdp::Plan plan = fsdp::plan_training(config, world, local, units, backend);
       std::optional<fsdp::StepTimePlan> t;
       if (time) t = fsdp::predict_step_time(plan, config, *time);
       print_row(fsdp::to_string(s), plan.memory, budget);
@@ -283,7 +284,8 @@ const char* kUsage =
     "  --backend B        gloo (default on cpu: a reduce-scatter is an all-reduce),\n"
     "                     mpi (OpenMPI's: a reduce-scatter is a reduce to one rank\n"
     "                     and a scatter, an all-reduce a reduce and a broadcast) or\n"
-    "                     nccl (default on cuda): rings\n"
+    "                     nccl (default on cuda): rings. It decides memory too: over\n"
+    "                     gloo the root's early gradient pieces need no copy\n"
     "  --progress on|off  whether collectives move while compute runs (default on);\n"
     "                     off: only while waited on, as MPI with FSDP_MPI_PROGRESS=0,\n"
     "                     so none overlaps compute\n"
@@ -333,7 +335,8 @@ int main(int argc, char** argv) {
   }
   try {
     const std::vector<fsdp::UnitSize> units = fsdp::plan_units(c);
-    const fsdp::Plan plan = fsdp::plan_training(c, c.num_processes, local, units);
+    const fsdp::Plan plan =
+        fsdp::plan_training(c, c.num_processes, local, units, time_flags.backend);
     std::cout << fsdp::format_plan(plan);
     std::optional<fsdp::TimeModelOptions> time;
     if (time_flags.wanted()) {
@@ -345,8 +348,8 @@ int main(int argc, char** argv) {
     } else {
       std::cout << "time per step: give --profile STEPS or --tflops T (fsdp-plan --help)\n";
     }
-    compare_strategies(c, c.num_processes, local, units, budget_of(c, local, gpu_memory_gib),
-                       time ? &*time : nullptr);
+    compare_strategies(c, c.num_processes, local, units, time_flags.backend,
+                       budget_of(c, local, gpu_memory_gib), time ? &*time : nullptr);
   } catch (const std::exception& e) {
     std::cerr << "fsdp-plan: " << e.what() << "\n";
     return 2;
