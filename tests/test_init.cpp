@@ -133,6 +133,31 @@ TEST(DeferredInit, WithoutParamInitIsAnErrorNamingTheParameter) {
   }
 }
 
+// A param_init that throws for a later unit's parameter fails fully_shard with its error, after
+// earlier units were built: none of the model's modules stays registered as sharded (a later
+// module at one of their addresses would be refused as already sharded).
+TEST(DeferredInit, AFailingInitLeavesNoModuleRegistered) {
+  GPT2 deferred(gpt2_config(true));
+  const ParamInit init = gpt2_param_init(gpt2_config(true), kSeed);
+  try {
+    fully_shard(deferred.ptr(), test::world(),
+                ShardingOptions().wrap(WrapPolicy::by_type({"GPT2Block"})).param_init(
+                    [&](const std::string& name, at::Tensor& t) {
+                      if (name.find(".h.1.") != std::string::npos) {
+                        throw std::runtime_error("no values for " + name);
+                      }
+                      init(name, t);
+                    }));
+    FAIL() << "fully_shard succeeded with a failing param_init";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no values for transformer.h.1."), std::string::npos)
+        << e.what();
+  }
+  for (const auto& m : deferred->modules(/*include_self=*/true)) {
+    EXPECT_EQ(find_module_hooks(m.get()), nullptr) << m->name();
+  }
+}
+
 TEST(DeferredInit, DeferParametersKeepsIdentityAndShape) {
   torch::nn::Linear linear(5, 3);
   const at::Tensor before = linear->weight;

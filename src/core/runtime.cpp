@@ -261,11 +261,20 @@ void Runtime::build_units(std::vector<UnitSpec> specs) {
              " is larger than the model's parameter count ", total,
              ": some ranks would hold no parameters");
   check_unit_names(specs);
-  for (auto& spec : specs) {
-    const UnitPolicy policy = policy_of(spec.name, spec.is_root);
-    units_.push_back(std::make_shared<Unit>(*this, spec.name, spec.module, std::move(spec.slots),
-                                            spec.is_root, policy));
-    set_module_hooks(spec.module, units_.back());
+  try {
+    for (auto& spec : specs) {
+      const UnitPolicy policy = policy_of(spec.name, spec.is_root);
+      units_.push_back(std::make_shared<Unit>(*this, spec.name, spec.module,
+                                              std::move(spec.slots), spec.is_root, policy));
+      set_module_hooks(spec.module, units_.back());
+    }
+  } catch (...) {
+    // A unit failed (a deferred parameter's init, say), and ~Runtime will not run for a
+    // constructor that throws: the units built so far must not stay registered, or their modules
+    // (and any module later at the same address) would count as sharded.
+    for (auto& u : units_) set_module_hooks(u->module(), nullptr);
+    units_.clear();
+    throw;
   }
 }
 
