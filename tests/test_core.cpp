@@ -665,8 +665,8 @@ TEST(SplitRootReduction, RowScanSendsEveryRowWithANonzeroElement) {
   EXPECT_EQ(out[kRows * kRow + 1].item<float>(), 2.0f * n);
   // Everything else is zero: the sent rows' other elements and the rows left home.
   at::Tensor rest = out.clone();
-  for (const int64_t i : {1 * kRow + 2, 3 * kRow + 7, 5 * kRow, 8 * kRow, 8 * kRow + 1,
-                          kRows * kRow + 1}) {
+  for (const int64_t i :
+       {1 * kRow + 2, 3 * kRow + 7, 5 * kRow, 8 * kRow, 8 * kRow + 1, kRows * kRow + 1}) {
     rest[i].fill_(0.0f);
   }
   EXPECT_EQ(rest.count_nonzero().item<int64_t>(), 0);

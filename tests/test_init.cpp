@@ -141,8 +141,9 @@ TEST(DeferredInit, AFailingInitLeavesNoModuleRegistered) {
   const ParamInit init = gpt2_param_init(gpt2_config(true), kSeed);
   try {
     fully_shard(deferred.ptr(), test::world(),
-                ShardingOptions().wrap(WrapPolicy::by_type({"GPT2Block"})).param_init(
-                    [&](const std::string& name, at::Tensor& t) {
+                ShardingOptions()
+                    .wrap(WrapPolicy::by_type({"GPT2Block"}))
+                    .param_init([&](const std::string& name, at::Tensor& t) {
                       if (name.find(".h.1.") != std::string::npos) {
                         throw std::runtime_error("no values for " + name);
                       }

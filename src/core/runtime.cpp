@@ -264,8 +264,8 @@ void Runtime::build_units(std::vector<UnitSpec> specs) {
   try {
     for (auto& spec : specs) {
       const UnitPolicy policy = policy_of(spec.name, spec.is_root);
-      units_.push_back(std::make_shared<Unit>(*this, spec.name, spec.module,
-                                              std::move(spec.slots), spec.is_root, policy));
+      units_.push_back(std::make_shared<Unit>(*this, spec.name, spec.module, std::move(spec.slots),
+                                              spec.is_root, policy));
       set_module_hooks(spec.module, units_.back());
     }
   } catch (...) {
@@ -508,7 +508,7 @@ void Runtime::start_replica_reduce(PendingReduce& p) {
   // NO_SHARD's all-reduce works in the buffer itself, and a range of the root's early part keeps
   // its chunk in the range: what was sent stays.
   if (p.output.is_alias_of(p.source)) return;
-  wait_for(scattered, device_);            // compute waits before the pool hands `source` out again
+  wait_for(scattered, device_);  // compute waits before the pool hands `source` out again
   p.source = at::Tensor();
   const int64_t kept = static_cast<int64_t>(p.output.nbytes());
   track_grad_buffers(kept - p.tracked_bytes);

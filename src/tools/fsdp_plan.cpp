@@ -233,8 +233,7 @@ void print_row(const char* strategy, const fsdp::MemoryPlan& m, const Budget& b)
 // Every strategy's memory against the budget and, with `time`, its predicted step.
 void compare_strategies(fsdp::TrainConfig config, int world, int local,
                         const std::vector<fsdp::UnitSize>& units, const std::string& backend,
-                        const Budget& budget,
-                        const fsdp::TimeModelOptions* time) {
+                        const Budget& budget, const fsdp::TimeModelOptions* time) {
   print_budget(budget, local);
   std::printf("%-20s %12s %12s %12s %12s", "strategy", "model_state", "gathered", "activations",
               "total");

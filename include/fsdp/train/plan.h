@@ -52,7 +52,7 @@ struct Plan {
   int world_size = 1;
   int shard_count = 1;  // ranks a unit is sharded over
   int64_t parameters = 0;
-  int64_t micro_batches = 1;    // forward/backward passes per optimizer step
+  int64_t micro_batches = 1;  // forward/backward passes per optimizer step
   // The backend's reduce-scatter is an all-reduce of its whole input (Gloo's; Comm::
   // reduce_scatter_is_all_reduce): the split root reduction's pieces are then ranges all-reduced
   // in place.
