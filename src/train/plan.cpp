@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "fsdp/train/step_time.h"
 #include "train/model_factory.h"
 
 namespace fsdp {
@@ -361,7 +362,7 @@ Plan plan_training(const TrainConfig& config, int world_size, int local_size,
   p.strategy = config.fsdp.sharding_strategy;
   p.world_size = world_size;
   p.shard_count = shard_count_of(config, world_size, local_size);
-  p.reduce_scatter_is_all_reduce = backend == "gloo";  // src/comm/gloo.cpp
+  p.reduce_scatter_is_all_reduce = collective_algorithms(backend) == CollectiveAlgorithms::kGloo;
   p.units = std::move(units);
   p.micro_batches = config.train.gradient_accumulation_steps;
   const int64_t elem = dtype_size(config.mixed_precision);
