@@ -267,8 +267,10 @@ void ring_reduce_scatter(gloo::Context& ctx, const char* in, char* out, size_t c
   size_t send_offset = chunk(r - 1);
   for (int step = 0; step + 1 < n; ++step) {
     gloo::transport::UnboundBuffer& receiving = *partial[step % 2];
-    sending->send((r + 1) % n, slot, send_offset, bytes);
+    // The receive first: posted after the send, both ranks' sends waited for each other's
+    // receive and a 2-rank ring took as long as an all-reduce on a shaped link.
     receiving.recv((r + n - 1) % n, slot, 0, bytes);
+    sending->send((r + 1) % n, slot, send_offset, bytes);
     if (!receiving.waitRecv(timeout)) throw CommError("reduce_scatter's receive was aborted");
     char* sum_to = step + 2 == n ? out : static_cast<char*>(receiving.ptr);
     sum(sum_to, receiving.ptr, in + chunk(r - step - 2), count, dtype);
