@@ -32,6 +32,21 @@ void ring_rs(gloo::Context& ctx, const char* in, char* out, size_t count, std::v
     sending = &receiving; send_offset = 0;
   }
 }
+void ring_ag(gloo::Context& ctx, const char* in, char* out, size_t count) {
+  const int n = ctx.size, r = ctx.rank;
+  const size_t bytes = count * 4;
+  std::memcpy(out + r * bytes, in, bytes);
+  const uint64_t slot = gloo::Slot::build(0x41, 0);
+  auto buf = ctx.createUnboundBuffer(out, bytes * n);
+  auto sbuf = ctx.createUnboundBuffer(out, bytes * n);
+  for (int step = 0; step + 1 < n; ++step) {
+    const int send_chunk = ((r - step) % n + n) % n, recv_chunk = ((r - step - 1) % n + n) % n;
+    buf->recv((r + n - 1) % n, slot, recv_chunk * bytes, bytes);
+    sbuf->send((r + 1) % n, slot, send_chunk * bytes, bytes);
+    buf->waitRecv(std::chrono::milliseconds(60000));
+    sbuf->waitSend(std::chrono::milliseconds(60000));
+  }
+}
 int main(int argc, char** argv) {
   int rank = atoi(argv[1]), size = atoi(argv[2]);
   size_t total = atol(argv[3]);
@@ -57,6 +72,10 @@ int main(int argc, char** argv) {
     gloo::allgather(g);
     auto t4 = clk::now();
     if (rank == 0) std::cout << "allgather " << std::chrono::duration<double>(t4 - t3).count() * 1e3 << " ms; ";
+    auto t5 = clk::now();
+    ring_ag(*ctx, (const char*)out.data(), (char*)work.data(), total / size);
+    auto t6 = clk::now();
+    if (rank == 0) std::cout << "ring_ag " << std::chrono::duration<double>(t6 - t5).count() * 1e3 << " ms (" << work[0] << "," << work[total-1] << "); ";
     if (rank == 0) std::cout << "ring_rs " << std::chrono::duration<double>(t1 - t0).count() * 1e3 << " ms, allreduce " << std::chrono::duration<double>(t2 - t1).count() * 1e3 << " ms, out " << out[0] << " " << work[0] << "\n";
   }
 }
