@@ -71,10 +71,6 @@ class Comm {
   // the MPI backend's progress thread), so that prefetch can hide it; false: it moves only while
   // waited on (MPI with FSDP_MPI_PROGRESS=0). The time model reads it.
   virtual bool progresses_in_background() const { return true; }
-  // Whether reduce_scatter is an all-reduce of its whole input (Gloo's): every rank then receives
-  // every chunk anyway, so reducing a contiguous range of a buffer in place with all_reduce costs
-  // what reduce-scattering it would, without gathering the chunks into a buffer first.
-  virtual bool reduce_scatter_is_all_reduce() const { return false; }
   // kCpu for the host backends; kCuda for NCCL, whose device is `device_index()`.
   virtual CommDevice device() const { return CommDevice::kCpu; }
   virtual int device_index() const { return -1; }

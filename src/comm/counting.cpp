@@ -46,9 +46,6 @@ class CountingComm : public Comm {
   int size() const override { return inner_->size(); }
   std::string backend() const override { return inner_->backend(); }
   bool progresses_in_background() const override { return inner_->progresses_in_background(); }
-  bool reduce_scatter_is_all_reduce() const override {
-    return inner_->reduce_scatter_is_all_reduce();
-  }
 
   WorkPtr all_gather_async(const void* in, void* out, size_t count, DType dtype) override {
     add(counts_->all_gather_bytes, count * static_cast<size_t>(size()), dtype);

@@ -3,11 +3,10 @@
 // the run's private directory (nothing listens but Gloo's own loopback sockets). Gloo's collectives
 // block the calling thread, so each Comm runs them, in issue order, on a worker thread of its own;
 // the *_async calls queue a task and return a Work that waits for it with the comm's deadline. Gloo
-// has no reduce-scatter that fits (contiguous chunks, any count), so reduce_scatter is an
-// all-reduce into a scratch buffer of which each rank keeps its chunk: about twice the traffic of a
-// true reduce-scatter (docs/comm.md). Gloo's own per-operation timer starts when the worker begins
-// a collective, which for a prefetch is before anyone waits on it: its timeout is reported like
-// ours, with what the progress board says about the other ranks.
+// has no reduce-scatter that fits (contiguous chunks, any count), so reduce_scatter is a ring of our
+// own over Gloo's point-to-point buffers ([Note: Gloo reduce-scatter]). Gloo's own per-operation
+// timer starts when the worker begins a collective, which for a prefetch is before anyone waits on
+// it: its timeout is reported like ours, with what the progress board says about the other ranks.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -16,6 +15,8 @@
 #include <gloo/rendezvous/hash_store.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -234,6 +235,50 @@ void with_storage(DType dtype, F f) {
   }
 }
 
+// Gloo's own collectives use slot prefixes 0x01 to 0x08 (gloo/types.h).
+constexpr uint8_t kRingReduceScatterSlotPrefix = 0x40;
+
+// [Note: Gloo reduce-scatter] Gloo has no reduce-scatter of equal contiguous chunks of any
+// length, so this is a ring over its own point-to-point buffers (what its ring all-reduce does in
+// its first half). In step s of N - 1, rank r sends to r + 1 its running sum of chunk
+// (r - s - 1) mod N (in the first step, its input's chunk) and receives from r - 1 that of chunk
+// (r - s - 2) mod N, adding its own input's chunk; the last chunk received is its own, summed
+// over every rank, and is added straight into `out`. Each rank sends and receives (N - 1) / N of
+// the input once, half of what an all-reduce moves. Two scratch chunks alternate, one being sent
+// while the other receives. The sum follows the ring: chunk r adds rank r + 1's first and its own
+// last, the same order every step.
+void ring_reduce_scatter(gloo::Context& ctx, const char* in, char* out, size_t count, DType dtype,
+                         std::vector<char>& scratch, std::chrono::milliseconds timeout) {
+  const int n = ctx.size, r = ctx.rank;
+  const size_t bytes = count * dtype_size(dtype);
+  if (n == 1) {
+    if (out != in) std::memcpy(out, in, bytes);
+    return;
+  }
+  if (scratch.size() < 2 * bytes) scratch.resize(2 * bytes);
+  const auto chunk = [&](int i) { return static_cast<size_t>(((i % n) + n) % n) * bytes; };
+  const uint64_t slot = gloo::Slot::build(kRingReduceScatterSlotPrefix, 0);
+  auto input = ctx.createUnboundBuffer(const_cast<char*>(in), bytes * n);
+  std::unique_ptr<gloo::transport::UnboundBuffer> partial[2] = {
+      ctx.createUnboundBuffer(scratch.data(), bytes),
+      ctx.createUnboundBuffer(scratch.data() + bytes, bytes)};
+  gloo::transport::UnboundBuffer* sending = input.get();
+  size_t send_offset = chunk(r - 1);
+  for (int step = 0; step + 1 < n; ++step) {
+    gloo::transport::UnboundBuffer& receiving = *partial[step % 2];
+    // The receive first: posted after the send, both ranks' sends waited for each other's
+    // receive and a 2-rank ring took as long as an all-reduce on a shaped link.
+    receiving.recv((r + n - 1) % n, slot, 0, bytes);
+    sending->send((r + 1) % n, slot, send_offset, bytes);
+    if (!receiving.waitRecv(timeout)) throw CommError("reduce_scatter's receive was aborted");
+    char* sum_to = step + 2 == n ? out : static_cast<char*>(receiving.ptr);
+    sum(sum_to, receiving.ptr, in + chunk(r - step - 2), count, dtype);
+    if (!sending->waitSend(timeout)) throw CommError("reduce_scatter's send was aborted");
+    sending = &receiving;
+    send_offset = 0;
+  }
+}
+
 class GlooComm : public Comm {
  public:
   // `board` is null for a lone rank, which has nobody to report on.
@@ -253,7 +298,6 @@ class GlooComm : public Comm {
   int rank() const override { return context_->rank; }
   int size() const override { return context_->size; }
   std::string backend() const override { return "gloo"; }
-  bool reduce_scatter_is_all_reduce() const override { return true; }
 
   WorkPtr all_gather_async(const void* in, void* out, size_t count, DType dtype) override {
     const size_t bytes = count * dtype_size(dtype);
@@ -275,10 +319,8 @@ class GlooComm : public Comm {
     auto scratch = scratch_;
     const std::string kind = std::string("reduce_scatter(") + op_name(op) + ")";
     return post(describe(*this, kind, count, dtype), count, [=] {
-      const size_t bytes = count * dtype_size(dtype);
-      if (scratch->size() < bytes * ctx->size) scratch->resize(bytes * ctx->size);
-      all_reduce(ctx, const_cast<void*>(in), scratch->data(), count * ctx->size, dtype, timeout);
-      std::memcpy(out, scratch->data() + bytes * ctx->rank, bytes);
+      ring_reduce_scatter(*ctx, static_cast<const char*>(in), static_cast<char*>(out), count,
+                          dtype, *scratch, timeout);
       if (op == ReduceOp::kAvg) divide(out, count, dtype, ctx->size);
     });
   }
@@ -357,8 +399,8 @@ class GlooComm : public Comm {
   std::shared_ptr<gloo::Context> context_;
   std::shared_ptr<ProgressBoard> board_;
   int splits_ = 0;
-  // reduce_scatter's all-reduce target, kept between calls: fresh pages cost more than the copy.
-  // Used by the worker thread only.
+  // reduce_scatter's two chunks in flight, kept between calls: fresh pages cost more than the
+  // reuse. Used by the worker thread only.
   std::shared_ptr<std::vector<char>> scratch_ = std::make_shared<std::vector<char>>();
   std::unique_ptr<Worker> worker_;
 };

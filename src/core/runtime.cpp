@@ -505,10 +505,8 @@ void Runtime::start_replica_reduce(PendingReduce& p) {
     p.replica_work = all_reduce(*replicate_group_, p.output, ReduceOp::kSum);
     scattered = side.record();
   }
-  // NO_SHARD's all-reduce works in the buffer itself, and a range of the root's early part keeps
-  // its chunk in the range: what was sent stays.
-  if (p.output.is_alias_of(p.source)) return;
-  wait_for(scattered, device_);  // compute waits before the pool hands `source` out again
+  if (p.source.is_same(p.output)) return;  // NO_SHARD: the all-reduce works in the buffer itself
+  wait_for(scattered, device_);            // compute waits before the pool hands `source` out again
   p.source = at::Tensor();
   const int64_t kept = static_cast<int64_t>(p.output.nbytes());
   track_grad_buffers(kept - p.tracked_bytes);

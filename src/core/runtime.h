@@ -105,8 +105,6 @@ class Unit : public ModuleHooks {
   bool reduces_in_place(const at::Tensor& grad) const;
   PendingReduce make_reduction(const at::Tensor& grad, int64_t offset, int64_t owned);
   void reduce_early_piece();
-  bool reduces_ranges_in_place() const;
-  PendingReduce make_range_reduction(const at::Tensor& range, int64_t begin, int64_t owned);
   void release_early();
   void reduce_late();
   void register_grad_hooks();

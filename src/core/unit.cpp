@@ -6,8 +6,6 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include <algorithm>
-
 #include "comm/scalar_type.h"
 #include "core/check.h"
 #include "core/collectives.h"
@@ -334,65 +332,25 @@ void Unit::reduce_early() {
   if (early_grad_.defined()) reduce_early_piece();
 }
 
-// The next piece of the early part ([Note: split root reduction], "in pieces"): the same slice of
-// every rank's shard, copied out of the buffer (one piece reads the buffer itself), or, where the
-// shard group's reduce-scatter is an all-reduce anyway, a range of the buffer all-reduced in place.
-// The buffer is let go once the last piece is sent (ranges keep it until they complete).
+// The next piece of the early part: the same slice of every rank's shard ([Note: split root
+// reduction], "in pieces"). One piece reads the buffer itself; more are copied out of it, and the
+// buffer goes once the last is.
 void Unit::reduce_early_piece() {
   const int pieces = runtime_.root_reduction_chunks();
-  const int sent = early_sent_++;
+  const int64_t shard = flat_.shard_numel();
+  const int64_t begin = shard * early_sent_ / pieces;
+  const int64_t end = shard * (early_sent_ + 1) / pieces;
+  ++early_sent_;
   set_context(pieces == 1 ? "backward gradient reduction (the root's early part)"
                           : ("backward gradient reduction (the root's early part, piece " +
                              std::to_string(early_sent_) + " of " + std::to_string(pieces) + ")")
                                 .c_str());
-  if (reduces_ranges_in_place()) {
-    // Views of one buffer, which lives until the last of them completes (they complete in
-    // order): the last takes over all its bytes, the others none.
-    const int64_t padded = flat_.padded_numel();
-    const int64_t begin = padded * sent / pieces, end = padded * (sent + 1) / pieces;
-    const int64_t owned = early_sent_ == pieces ? early_held_ : 0;
-    early_held_ -= owned;
-    runtime_.enqueue_early_piece(
-        make_range_reduction(early_grad_.narrow(0, begin, end - begin), begin, owned));
-  } else {
-    const int64_t shard = flat_.shard_numel();
-    const int64_t begin = shard * sent / pieces, end = shard * (sent + 1) / pieces;
-    const at::Tensor region =
-        early_grad_.view({flat_.shard_count(), shard}).narrow(1, begin, end - begin);
-    const int64_t owned = reduces_in_place(region) ? static_cast<int64_t>(region.nbytes()) : 0;
-    early_held_ -= owned;
-    runtime_.enqueue_early_piece(make_reduction(region, begin, owned));
-  }
+  const at::Tensor region =
+      early_grad_.view({flat_.shard_count(), shard}).narrow(1, begin, end - begin);
+  const int64_t owned = reduces_in_place(region) ? static_cast<int64_t>(region.nbytes()) : 0;
+  early_held_ -= owned;
+  runtime_.enqueue_early_piece(make_reduction(region, begin, owned));
   if (early_sent_ == pieces) release_early();
-}
-
-// Whether the early part's pieces are ranges all-reduced in place: more than one piece over a
-// shard group whose reduce-scatter is an all-reduce of its whole input (Comm::
-// reduce_scatter_is_all_reduce: Gloo), so that a range costs what the slices would, without
-// their copy on the compute thread, from a buffer the reduction can read (reduces_in_place).
-bool Unit::reduces_ranges_in_place() const {
-  Comm& group = runtime_.shard_group();
-  return runtime_.root_reduction_chunks() > 1 && group.size() > 1 &&
-         group.reduce_scatter_is_all_reduce() && reduces_in_place(early_grad_);
-}
-
-// The all-reduce of `range`, elements [begin, begin + range.numel()) of the early buffer, in place
-// over the shard group; this rank keeps the part inside its shard (none, for a range within
-// another rank's). It allocates nothing; `owned`: the tracked bytes it takes over.
-PendingReduce Unit::make_range_reduction(const at::Tensor& range, int64_t begin, int64_t owned) {
-  const int64_t mine = flat_.shard_rank() * flat_.shard_numel(), end = begin + range.numel();
-  const int64_t lo = std::clamp(mine, begin, end);
-  const int64_t hi = std::clamp(mine + flat_.shard_numel(), begin, end);
-  PendingReduce pending;
-  pending.unit = this;
-  pending.offset = hi > lo ? lo - mine : 0;
-  pending.source = range;
-  pending.output = range.narrow(0, lo - begin, hi - lo);
-  const double predivide = runtime_.gradient_predivide_factor();
-  if (predivide != 1) pending.source.div_(predivide);
-  pending.work = all_reduce(runtime_.shard_group(), pending.source, ReduceOp::kSum);
-  pending.tracked_bytes = owned;
-  return pending;
 }
 
 // Drops the early part's buffer: every piece has been sent (or a backward that threw left it).

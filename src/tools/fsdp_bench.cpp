@@ -564,8 +564,7 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
   Result r;
   r.strategy = strategy;
   r.variant = variant;
-  // HYBRID: a shard group per host.
-  r.plan = fsdp::plan_training(c, n, world->local_size(), world->backend());
+  r.plan = fsdp::plan_training(c, n, world->local_size());  // HYBRID: a shard group per host
   if (time && !c.fsdp.offload_params) {
     r.predictions.push_back(fsdp::predict_step_time(r.plan, c, *time));
     r.profiles.push_back(time->compute);

@@ -232,8 +232,8 @@ void print_row(const char* strategy, const fsdp::MemoryPlan& m, const Budget& b)
 
 // Every strategy's memory against the budget and, with `time`, its predicted step.
 void compare_strategies(fsdp::TrainConfig config, int world, int local,
-                        const std::vector<fsdp::UnitSize>& units, const std::string& backend,
-                        const Budget& budget, const fsdp::TimeModelOptions* time) {
+                        const std::vector<fsdp::UnitSize>& units, const Budget& budget,
+                        const fsdp::TimeModelOptions* time) {
   print_budget(budget, local);
   std::printf("%-20s %12s %12s %12s %12s", "strategy", "model_state", "gathered", "activations",
               "total");
@@ -246,7 +246,7 @@ void compare_strategies(fsdp::TrainConfig config, int world, int local,
     config.fsdp.sharding_strategy = s;
     if (!fsdp::is_hybrid(s)) config.fsdp.shard_group_size = 0;
     try {
-      const fsdp::Plan plan = fsdp::plan_training(config, world, local, units, backend);
+      const fsdp::Plan plan = fsdp::plan_training(config, world, local, units);
       std::optional<fsdp::StepTimePlan> t;
       if (time) t = fsdp::predict_step_time(plan, config, *time);
       print_row(fsdp::to_string(s), plan.memory, budget);
@@ -280,11 +280,9 @@ const char* kUsage =
     "                     core moves G Gbit/s over each link, and a rank's N cores do its\n"
     "                     compute and then its collectives' CPU work (cpu 14 and 8.7,\n"
     "                     this machine's cores over the ranks per host; cuda 0: none)\n"
-    "  --backend B        gloo (default on cpu: a reduce-scatter is an all-reduce),\n"
-    "                     mpi (OpenMPI's: a reduce-scatter is a reduce to one rank\n"
-    "                     and a scatter, an all-reduce a reduce and a broadcast) or\n"
-    "                     nccl (default on cuda): rings. It decides memory too: over\n"
-    "                     gloo the root's early gradient pieces need no copy\n"
+    "  --backend B        gloo (default on cpu) or nccl (default on cuda): rings;\n"
+    "                     mpi: OpenMPI's, a reduce-scatter a reduce to one rank and a\n"
+    "                     scatter, an all-reduce a reduce and a broadcast\n"
     "  --progress on|off  whether collectives move while compute runs (default on);\n"
     "                     off: only while waited on, as MPI with FSDP_MPI_PROGRESS=0,\n"
     "                     so none overlaps compute\n"
@@ -334,8 +332,7 @@ int main(int argc, char** argv) {
   }
   try {
     const std::vector<fsdp::UnitSize> units = fsdp::plan_units(c);
-    const fsdp::Plan plan =
-        fsdp::plan_training(c, c.num_processes, local, units, time_flags.backend);
+    const fsdp::Plan plan = fsdp::plan_training(c, c.num_processes, local, units);
     std::cout << fsdp::format_plan(plan);
     std::optional<fsdp::TimeModelOptions> time;
     if (time_flags.wanted()) {
@@ -347,8 +344,8 @@ int main(int argc, char** argv) {
     } else {
       std::cout << "time per step: give --profile STEPS or --tflops T (fsdp-plan --help)\n";
     }
-    compare_strategies(c, c.num_processes, local, units, time_flags.backend,
-                       budget_of(c, local, gpu_memory_gib), time ? &*time : nullptr);
+    compare_strategies(c, c.num_processes, local, units, budget_of(c, local, gpu_memory_gib),
+                       time ? &*time : nullptr);
   } catch (const std::exception& e) {
     std::cerr << "fsdp-plan: " << e.what() << "\n";
     return 2;

@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "fsdp/train/step_time.h"
 #include "train/model_factory.h"
 
 namespace fsdp {
@@ -152,19 +151,9 @@ int64_t split_grad_buffer_peak(const Plan& p, const TrainConfig& c, int64_t elem
   GradLedger ledger(p.world_size > shards, start);
   if (!accumulating) ledger.add(root * elem);
   const int64_t pieces = root_reduction_pieces(p, c);
-  const bool ranges = root_pieces_in_place(p, c);
   const int64_t shard = root / shards;
   int64_t sent = 0, early_held = root * elem;
   const auto send_piece = [&] {
-    if (ranges) {  // views of the buffer, which the last takes over whole; nothing allocated
-      HeldReduction r;
-      r.scatters = true;
-      r.issued = r.owned = r.kept = sent + 1 == pieces ? early_held : 0;
-      early_held -= r.owned;
-      ledger.reduce(r, /*early_piece=*/true);
-      ++sent;
-      return;
-    }
     const int64_t n = (shard * (sent + 1) / pieces - shard * sent / pieces) * shards;
     const bool in_place = (shards == 1 || pieces == 1) && reduce == elem;
     const int64_t owned = in_place ? n * elem : 0;
@@ -280,11 +269,6 @@ CommPlan comm_plan(const Plan& p, const TrainConfig& c, int64_t elem, int64_t re
     }
     if (replicas > 1) comm.all_reduce += n / p.shard_count * reduce;
   }
-  if (root_pieces_in_place(p, c)) {  // the root's early part all-reduced in place, not scattered
-    const int64_t root = padded(p.units.back().numel, p.shard_count) * reduce;
-    comm.reduce_scatter -= root;
-    comm.all_reduce += root;
-  }
   if (splits_root_reduction(p, c)) {
     // Every rank's row count; then at most the rows with their indices, or the root again.
     const LateRootPart late = late_root_part(p, c);
@@ -321,12 +305,6 @@ int root_reduction_pieces(const Plan& p, const TrainConfig& c) {
                                padded(p.units.back().numel, p.shard_count) / p.shard_count);
 }
 
-bool root_pieces_in_place(const Plan& p, const TrainConfig& c) {
-  // The trainer reduces in its parameters' dtype, so the early buffer is always one a reduction
-  // can read.
-  return p.reduce_scatter_is_all_reduce && p.shard_count > 1 && root_reduction_pieces(p, c) > 1;
-}
-
 LateRootPart late_root_part(const Plan& p, const TrainConfig& c) {
   LateRootPart late;
   const int64_t elem = dtype_size(c.mixed_precision);
@@ -350,19 +328,17 @@ std::vector<UnitSize> plan_units(const TrainConfig& config) {
   return unit_sizes(*lm.module, config.sharding_options().wrap_);
 }
 
-Plan plan_training(const TrainConfig& config, int world_size, int local_size,
-                   const std::string& backend) {
-  return plan_training(config, world_size, local_size, plan_units(config), backend);
+Plan plan_training(const TrainConfig& config, int world_size, int local_size) {
+  return plan_training(config, world_size, local_size, plan_units(config));
 }
 
 Plan plan_training(const TrainConfig& config, int world_size, int local_size,
-                   std::vector<UnitSize> units, const std::string& backend) {
+                   std::vector<UnitSize> units) {
   if (world_size < 1) throw std::invalid_argument("world size must be at least 1");
   Plan p;
   p.strategy = config.fsdp.sharding_strategy;
   p.world_size = world_size;
   p.shard_count = shard_count_of(config, world_size, local_size);
-  p.reduce_scatter_is_all_reduce = collective_algorithms(backend) == CollectiveAlgorithms::kGloo;
   p.units = std::move(units);
   p.micro_batches = config.train.gradient_accumulation_steps;
   const int64_t elem = dtype_size(config.mixed_precision);

@@ -260,7 +260,7 @@ Replay::Replay(const Plan& p, const TrainConfig& c, const TimeModelOptions& o)
   const bool open_mpi = o.algorithms == CollectiveAlgorithms::kOpenMpi;
   const auto reduce_scatter = [&](double bytes) {
     if (open_mpi) return binomial_reduce_then_scatter(shard, bytes);
-    return ring(shard, bytes, o.algorithms == CollectiveAlgorithms::kGloo ? 2 : 1);
+    return ring(shard, bytes, 1);
   };
   const auto all_reduce = [&](double bytes) {
     return open_mpi ? binomial_all_reduce(replica, bytes) : ring(replica, bytes, 2);
@@ -494,7 +494,6 @@ double achieved_flops_per_second(const TrainConfig& c, int64_t parameters,
 }
 
 CollectiveAlgorithms collective_algorithms(const std::string& backend) {
-  if (backend == "gloo") return CollectiveAlgorithms::kGloo;
   if (backend == "mpi") return CollectiveAlgorithms::kOpenMpi;
   return CollectiveAlgorithms::kRing;
 }

@@ -52,11 +52,7 @@ struct Plan {
   int world_size = 1;
   int shard_count = 1;  // ranks a unit is sharded over
   int64_t parameters = 0;
-  int64_t micro_batches = 1;  // forward/backward passes per optimizer step
-  // The backend's reduce-scatter is an all-reduce of its whole input (Gloo's; Comm::
-  // reduce_scatter_is_all_reduce): the split root reduction's pieces are then ranges all-reduced
-  // in place.
-  bool reduce_scatter_is_all_reduce = false;
+  int64_t micro_batches = 1;    // forward/backward passes per optimizer step
   std::vector<UnitSize> units;  // root last
   MemoryPlan memory;
   CommPlan comm;
@@ -64,17 +60,14 @@ struct Plan {
 
 // `config` as fsdp-train would run it on `world_size` ranks, `local_size` of them per node (the
 // HYBRID strategies' default shard group; 0: all on one node). Builds the model deferred (no
-// parameter values), so planning a model too large for this machine is cheap. `backend`
-// (Comm::backend(): gloo, mpi, nccl; empty: one whose reduce-scatter is a true one) decides how
-// the split root reduction's pieces go, and so their buffers and which collective carries them.
-// Throws std::invalid_argument for a world size the strategy cannot use.
-Plan plan_training(const TrainConfig& config, int world_size, int local_size = 0,
-                   const std::string& backend = "");
+// parameter values), so planning a model too large for this machine is cheap. Throws
+// std::invalid_argument for a world size the strategy cannot use.
+Plan plan_training(const TrainConfig& config, int world_size, int local_size = 0);
 // The same from the units plan_units(config) found: planning several strategies of one model
 // builds it once.
 std::vector<UnitSize> plan_units(const TrainConfig& config);
 Plan plan_training(const TrainConfig& config, int world_size, int local_size,
-                   std::vector<UnitSize> units, const std::string& backend = "");
+                   std::vector<UnitSize> units);
 
 // Units a prefetch gathers ahead of the one in use: `prefetch_depth`, capped by
 // `limit_all_gathers` and by the blocks (non-root units) there are.
@@ -86,9 +79,6 @@ bool splits_root_reduction(const Plan& plan, const TrainConfig& config);
 // The pieces the split's early part goes in (ShardingOptions::root_reduction_chunks, resolved as
 // the runtime does); 1 without the split.
 int root_reduction_pieces(const Plan& plan, const TrainConfig& config);
-// Whether those pieces are ranges of the root's early buffer all-reduced in place (core/unit.cpp,
-// Unit::reduces_ranges_in_place) rather than slices of every shard copied out and reduce-scattered.
-bool root_pieces_in_place(const Plan& plan, const TrainConfig& config);
 // The split's late part as the plan bounds it: at most `rows` rows of the model's width from each
 // rank (a token table's row per token of a micro-batch, and GPT-2's position rows), sent with an
 // int64 index each when all ranks' rows are at most half the root's bytes, else the root reduced

@@ -44,8 +44,9 @@ struct ComputeProfile {
 // How the backend carries collectives out, which decides what a reduce-scatter and an all-reduce
 // cost (all-gathers move (p-1)/p of their output in all three).
 enum class CollectiveAlgorithms {
-  kRing,  // NCCL: rings; a reduce-scatter moves (p-1)/p of its input, an all-reduce twice that
-  kGloo,  // Gloo: a reduce-scatter is a ring all-reduce of the whole input (comm/gloo.cpp)
+  // NCCL and Gloo (whose reduce-scatter is comm/gloo.cpp's ring): a reduce-scatter moves (p-1)/p
+  // of its input, an all-reduce twice that.
+  kRing,
   // OpenMPI's nonblocking collectives (libnbc), as the MPI backend calls them: a reduce-scatter
   // is a binomial reduce of the whole input to rank 0 (ceil(log2 p) rounds) and then rank 0
   // sending each rank its chunk; an in-place all-reduce a binomial reduce and a binomial
@@ -53,8 +54,8 @@ enum class CollectiveAlgorithms {
   kOpenMpi,
 };
 
-// The algorithms of a backend by its name (Comm::backend(), fsdp-plan's --backend): "gloo",
-// "mpi"; anything else (nccl) rings.
+// The algorithms of a backend by its name (Comm::backend(), fsdp-plan's --backend): "mpi";
+// anything else (gloo, nccl) rings.
 CollectiveAlgorithms collective_algorithms(const std::string& backend);
 
 // A link given as people quote one: Gbit/s and microseconds, and what a core moves over it in
