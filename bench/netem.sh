@@ -10,12 +10,14 @@
 #
 # Usage (as root): bench/netem.sh [--hosts 2] [--ranks-per-host 1] [--rate 10gbit] [--delay 0]
 #                                 [--backend gloo|mpi] [--bin build/bin] [--json FILE]
-#                                 [--chroot SUITE] [--fsdp2] -- [fsdp-bench arguments]
+#                                 [--chroot SUITE] [--fsdp2 | --comm] -- [fsdp-bench arguments]
 #   e.g. bench/netem.sh --rate 1gbit -- --model tiny --strategies FULL_SHARD
 # --chroot SUITE: every host runs its ranks inside scripts/chroot.sh's root of that Debian suite
 # (sid: LibTorch 2.14.1, with --bin build-sid/bin built there). --fsdp2 (Gloo, with --chroot sid):
 # PyTorch FSDP2 instead of fsdp-bench, bench/fsdp2_cpu.py with the arguments after --, --json
-# its --out (bench/vs_fsdp2.sh --rate runs both sides so).
+# its --out (bench/vs_fsdp2.sh --rate runs both sides so). --comm: the collectives alone,
+# fsdp-bench-comm with the arguments after -- and --link-gbit the link's TCP rate (below), which
+# prints what share of it each collective got.
 # RATE: a number with kbit, mbit or gbit; DELAY: 0 or a number with us or ms. Under MPI,
 # FSDP_MPI_PROGRESS (default 1: the backend's progress thread) is passed to the ranks; the mpirun
 # options are Open MPI 4's (Debian 12's 4.1, where this was run).
@@ -30,6 +32,7 @@
 # process's id and removed at exit, also when a run fails or is interrupted.
 set -uo pipefail
 HOSTS=2 PER_HOST=1 RATE=10gbit DELAY=0 BIN=build/bin JSON="" BACKEND=gloo CHROOT="" FSDP2=0
+EXE=fsdp-bench
 while (($#)); do
   case $1 in
     --hosts) HOSTS=$2; shift 2 ;;
@@ -41,6 +44,7 @@ while (($#)); do
     --backend) BACKEND=$2; shift 2 ;;
     --chroot) CHROOT=$2; shift 2 ;;
     --fsdp2) FSDP2=1; shift ;;
+    --comm) EXE=fsdp-bench-comm; shift ;;
     --) shift; break ;;
     *) echo "netem.sh: unknown option $1 (see the usage at the top of $0)" >&2; exit 2 ;;
   esac
@@ -50,6 +54,8 @@ USER_ARGS=("$@")
   { echo "netem.sh: --backend: gloo or mpi, got '$BACKEND'" >&2; exit 2; }
 [[ $FSDP2 == 0 || ($BACKEND == gloo && -n $CHROOT) ]] ||
   { echo "netem.sh: --fsdp2 runs PyTorch over Gloo in a chroot that has it: give --chroot sid, not --backend mpi" >&2; exit 2; }
+[[ $EXE == fsdp-bench || ($FSDP2 == 0 && -z $JSON) ]] ||
+  { echo "netem.sh: --comm prints the collectives' times: without --fsdp2 or --json" >&2; exit 2; }
 [[ -z $CHROOT || $BACKEND == gloo ]] ||
   { echo "netem.sh: --chroot works with --backend gloo only (mpirun starts the other hosts' ranks itself)" >&2; exit 2; }
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -59,7 +65,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 [[ $HOSTS =~ ^[1-9]$ ]] || { echo "netem.sh: --hosts: 1 to 9, got '$HOSTS'" >&2; exit 2; }
 [[ $PER_HOST =~ ^[1-9][0-9]*$ ]] || { echo "netem.sh: --ranks-per-host: a positive integer, got '$PER_HOST'" >&2; exit 2; }
 BIN=$(cd "$BIN" && pwd) || exit 2
-for exe in fsdp-run fsdp-bench; do
+for exe in fsdp-run "$EXE"; do
   [[ -x $BIN/$exe ]] || { echo "netem.sh: no $BIN/$exe (build first)" >&2; exit 2; }
 done
 command -v ip >/dev/null && command -v tc >/dev/null ||
@@ -87,6 +93,7 @@ CORES_PER_RANK=$(awk -v c="$(nproc)" -v r=$((HOSTS * PER_HOST)) 'BEGIN { printf 
 BENCH_ARGS=(--intra-gbit 8.6 --intra-us 30 --comm-cpu-gbit 8.6 --contention 1.5 --inter-gbit "$INTER_GBIT"
   --inter-us "$((DELAY_US + 50))" --intra-cpu-gbit 14 --inter-cpu-gbit 8.7
   --cores-per-rank "$CORES_PER_RANK" "${USER_ARGS[@]}")
+[[ $EXE == fsdp-bench-comm ]] && BENCH_ARGS=(--link-gbit "$INTER_GBIT" "${USER_ARGS[@]}")
 
 TAG=$$
 BR=fsdp_nb_$TAG
@@ -159,7 +166,7 @@ run_gloo() {
       cmd=(env USE_LIBUV=0 python3 "$REPO/bench/fsdp2_cpu.py" "${USER_ARGS[@]}")
       [[ $h == 0 && -n $JSON ]] && cmd+=(--out "$JSON")
     else
-      cmd=("$BIN/fsdp-bench" "${BENCH_ARGS[@]}")
+      cmd=("$BIN/$EXE" "${BENCH_ARGS[@]}")
       [[ $h == 0 && -n $JSON ]] && cmd+=(--json "$JSON")
     fi
     ip netns exec "$(host_ns "$h")" "${inside[@]}" env GLOO_SOCKET_IFNAME="$(host_if "$h")" \
@@ -214,7 +221,7 @@ run_mpi() {
     -np $((HOSTS * PER_HOST)) --host "$hostlist" --mca plm_rsh_agent "$agent" \
     --mca btl tcp,self --mca btl_tcp_if_include 10.214.0.0/24 \
     --mca oob_tcp_if_include 10.214.0.0/24 "${env[@]}" \
-    "$BIN/fsdp-bench" "${BENCH_ARGS[@]}" "${json[@]}" &
+    "$BIN/$EXE" "${BENCH_ARGS[@]}" "${json[@]}" &
   wait $!
 }
 

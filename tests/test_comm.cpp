@@ -244,6 +244,7 @@ TEST(Comm, ZeroElementsIsANoOp) {
   CommPtr world = test::world();
   float x = 0;
   world->all_gather(&x, &x, 0, DType::kFloat32);
+  world->reduce_scatter(&x, &x, 0, DType::kFloat32, ReduceOp::kSum);
   world->all_reduce(&x, 0, DType::kFloat32, ReduceOp::kSum);
   world->broadcast(&x, 0, DType::kFloat32, 0);
   check_all_reduce(*world, DType::kFloat32, 3, ReduceOp::kSum);  // still in step afterwards

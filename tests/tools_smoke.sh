@@ -16,6 +16,8 @@
 #  - bench/vs_fsdp2_table.py reads the fsdp-bench and FSDP2 records of the recorded comparison;
 #  - fsdp-bench-adamw on a tiny shard (an odd size, two threads): it prints every row, and the
 #    op-by-op AdamW ends exactly where torch's does;
+#  - fsdp-bench-comm over Gloo at world size 2: a row for each of the three collectives, with the
+#    link's share where a rate is given; a buffer the world does not divide is refused;
 #  - bad arguments to any of them exit non-zero naming the option, before any rank starts; every
 #    numeric flag of every tool (fsdp-ckpt, fsdp-train sample, fsdp-run too) refuses trailing text
 #    and numbers past its range.
@@ -120,6 +122,16 @@ grep -Eq '^fsdp op by op \(kReference\) +[0-9.]+ +[0-9.]+x +0$' "$WORK/adamw.log
 expect_error "bench-adamw --n 0" "--n: 0 is out of range" "$BIN/fsdp-bench-adamw" --n 0
 expect_error "bench-adamw --threads" "--threads: 'two' is not an integer" "$BIN/fsdp-bench-adamw" --threads two
 expect_error "bench-adamw unknown option" "unknown option --stesp" "$BIN/fsdp-bench-adamw" --stesp 3
+
+"$BIN/fsdp-run" --backend gloo --nproc-per-node 2 "$BIN/fsdp-bench-comm" --elements 1002 \
+  --repeats 2 --link-gbit 1 >"$WORK/comm.log" 2>&1 || fail "fsdp-bench-comm: $(tail -5 "$WORK/comm.log")"
+for c in all_gather reduce_scatter all_reduce; do
+  grep -Eq "$c +median +[0-9.]+ ms .* got +[0-9]+% of it" "$WORK/comm.log" ||
+    fail "fsdp-bench-comm printed no $c row: $(cat "$WORK/comm.log")"
+done
+expect_error "bench-comm --elements 7 over 2" "--elements 7 is not a multiple of the world size 2" \
+  "$BIN/fsdp-run" --backend gloo --nproc-per-node 2 "$BIN/fsdp-bench-comm" --elements 7
+expect_error "bench-comm unknown option" "unknown option --elems" "$BIN/fsdp-bench-comm" --elems 3
 
 expect_error "bench --steps 0" "--steps: 0 is out of range \[1, " "$BIN/fsdp-bench" --steps 0
 expect_error "bench --allocator" "--allocator: fsdp or glibc" "$BIN/fsdp-bench" --allocator tc
@@ -226,6 +238,7 @@ for bad in 3abc 99999999999; do
   expect_error "bench --seq $bad" "--seq: .*$bad" "$BIN/fsdp-bench" --seq "$bad"
   expect_error "bench --nproc $bad" "--nproc: .*$bad" "$BIN/fsdp-bench" --nproc "$bad"
   expect_error "bench-adamw --steps $bad" "--steps: .*$bad" "$BIN/fsdp-bench-adamw" --steps "$bad"
+  expect_error "bench-comm --repeats $bad" "--repeats: .*$bad" "$BIN/fsdp-bench-comm" --repeats "$bad"
   expect_error "train sample --top-k $bad" "--top-k: .*$bad" "$BIN/fsdp-train" sample --top-k "$bad"
   expect_error "run --nproc-per-node $bad" "--nproc-per-node: .*$bad" \
     "$BIN/fsdp-run" --nproc-per-node "$bad" true
