@@ -42,7 +42,8 @@ constexpr int64_t kMaxElements = int64_t{1} << 32, kMaxRepeats = 100000;
 
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
-      {"--elements", "fp32 elements in the whole buffer, a multiple of the world size (default 4194304)",
+      {"--elements",
+       "fp32 elements in the whole buffer, a multiple of the world size (default 4194304)",
        [](Args& a, const std::string& v) {
          a.elements = fsdp::flags::parse_int("--elements", v, 1, kMaxElements);
        }},
@@ -54,7 +55,8 @@ const std::vector<Flag>& flags() {
        [](Args& a, const std::string& v) {
          a.warmup = static_cast<int>(fsdp::flags::parse_int("--warmup", v, 0, kMaxRepeats));
        }},
-      {"--link-gbit", "each rank's link in Gbit/s each way, for the share of it each got (default: none)",
+      {"--link-gbit",
+       "each rank's link in Gbit/s each way, for the share of it each got (default: none)",
        [](Args& a, const std::string& v) {
          a.link_gbit = fsdp::flags::parse_number("--link-gbit", v, 1e-6, 1e6);
        }},
@@ -115,15 +117,21 @@ int run(int argc, char** argv) {
   std::vector<float> whole(n, 1.0f), part(shard, static_cast<float>(world->rank() + 1));
   const fsdp::DType f32 = fsdp::DType::kFloat32;
   std::vector<Collective> collectives = {
-      {"all_gather", 1, [&] { world->all_gather_async(part.data(), whole.data(), shard, f32)->wait(); }, {}},
-      {"reduce_scatter", 1,
+      {"all_gather",
+       1,
+       [&] { world->all_gather_async(part.data(), whole.data(), shard, f32)->wait(); },
+       {}},
+      {"reduce_scatter",
+       1,
        [&] {
          world->reduce_scatter_async(whole.data(), part.data(), shard, f32, fsdp::ReduceOp::kSum)
              ->wait();
        },
        {}},
-      {"all_reduce", 2,
-       [&] { world->all_reduce_async(whole.data(), n, f32, fsdp::ReduceOp::kAvg)->wait(); }, {}},
+      {"all_reduce",
+       2,
+       [&] { world->all_reduce_async(whole.data(), n, f32, fsdp::ReduceOp::kAvg)->wait(); },
+       {}},
   };
   for (int i = 0; i < a.warmup + a.repeats; ++i) {
     for (auto& c : collectives) {
