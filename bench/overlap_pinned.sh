@@ -12,8 +12,8 @@
 # with prefetch (the root's early gradients in pieces, 6 for this model), with prefetch and the
 # early part in one piece (`prefetch+onepiece`, the schedule before 2026-11-27), and with prefetch
 # but the root's gradients reduced whole (`prefetch+whole`); over Gloo at 1, 3 and 10 Gbit/s and
-# over MPI at 10 Gbit/s. About 45 minutes with 3 repeats, 13 of them the 1 Gbit/s cell (where
-# communication exceeds compute; --cells '10gbit|3gbit' leaves it out).
+# over MPI at 3 and 10 Gbit/s. About 40 minutes with 3 repeats, 13 of them the 1 Gbit/s cell
+# (where communication exceeds compute; --cells '10gbit|3gbit' leaves it out).
 # Then the table (bench/netem_table.py) in OUT.
 #
 # Usage: bench/overlap_pinned.sh [--out bench/results/overlap-pinned-DATE] [--bin build/bin]
@@ -59,5 +59,6 @@ cell() {
 cell h2x1-10gbit-gloo 10gbit gloo
 cell h2x1-3gbit-gloo 3gbit gloo
 cell h2x1-1gbit-gloo 1gbit gloo
+cell h2x1-3gbit-mpi 3gbit mpi
 cell h2x1-10gbit-mpi 10gbit mpi
 /usr/bin/python3 bench/netem_table.py "$OUT"

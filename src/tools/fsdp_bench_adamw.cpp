@@ -22,6 +22,7 @@
 
 #include "fsdp/optim.h"
 #include "optim/kernels/adamw_kernel.h"
+#include "tools/tool_util.h"
 #include "util/number_flag.h"
 
 namespace {
@@ -33,12 +34,7 @@ struct Args {
   int warmup = 1;
 };
 
-// The flags, their help and their parsers in one table: --help is printed from it.
-struct Flag {
-  const char* name;
-  const char* help;
-  std::function<void(Args&, const std::string&)> set;
-};
+using Flag = fsdp::tools::FlagSpec<Args>;
 
 // The shared checked parser (util/number_flag.h), with each flag's range.
 int64_t parse_int(const std::string& flag, const std::string& s, int64_t min, int64_t max) {
@@ -60,25 +56,6 @@ const std::vector<Flag>& flags() {
        [](Args& a, const std::string& v) { a.warmup = parse_int("--warmup", v, 0, kMaxSteps); }},
   };
   return table;
-}
-
-void print_help() {
-  std::printf("usage: fsdp-bench-adamw [options]\n");
-  for (const auto& f : flags()) std::printf("  %-10s %s\n", f.name, f.help);
-}
-
-// Returns false when --help was asked for.
-bool parse_args(int argc, char** argv, Args& a) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--help" || k == "-h") return false;
-    auto f =
-        std::find_if(flags().begin(), flags().end(), [&](const Flag& f) { return k == f.name; });
-    if (f == flags().end()) throw std::invalid_argument("unknown option " + k + " (see --help)");
-    if (i + 1 >= argc) throw std::invalid_argument("missing value after " + k);
-    f->set(a, argv[++i]);
-  }
-  return true;
 }
 
 std::string cpu_model() {
@@ -167,8 +144,8 @@ void report(const Args& a, const Timing& fused, const Timing& reference, const T
 int main(int argc, char** argv) {
   Args a;
   try {
-    if (!parse_args(argc, argv, a)) {
-      print_help();
+    if (!fsdp::tools::parse_flag_table(argc, argv, flags(), a)) {
+      fsdp::tools::print_flag_table("usage: fsdp-bench-adamw [options]", flags());
       return 0;
     }
   } catch (const std::exception& e) {

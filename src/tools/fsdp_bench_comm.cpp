@@ -1,6 +1,6 @@
 // fsdp-bench-comm: the three collectives FSDP runs, timed alone through fsdp's Comm on whatever
 // group the environment describes (fsdp-run's, mpirun's, or bench/netem.sh's emulated hosts with
-// `--exe fsdp-bench-comm`): an all-gather into, a reduce-scatter of, and an all-reduce of a buffer
+// `--comm`): an all-gather into, a reduce-scatter of, and an all-reduce of a buffer
 // of N fp32 elements (each rank's shard is N / world). Each repeat runs the three in turn, each
 // after a barrier so that it starts on every rank together; rank 0 prints each one's median, least
 // and most milliseconds and, given the link's rate, the time a ring's bytes need on it (what the
@@ -32,11 +32,7 @@ struct Args {
   double link_gbit = 0;  // 0: not given, no share printed
 };
 
-struct Flag {
-  const char* name;
-  const char* help;
-  std::function<void(Args&, const std::string&)> set;
-};
+using Flag = fsdp::tools::FlagSpec<Args>;
 
 constexpr int64_t kMaxElements = int64_t{1} << 32, kMaxRepeats = 100000;
 
@@ -64,20 +60,6 @@ const std::vector<Flag>& flags() {
   return table;
 }
 
-// Returns false when --help was asked for.
-bool parse_args(int argc, char** argv, Args& a) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--help" || k == "-h") return false;
-    auto f =
-        std::find_if(flags().begin(), flags().end(), [&](const Flag& f) { return k == f.name; });
-    if (f == flags().end()) throw std::invalid_argument("unknown option " + k + " (see --help)");
-    if (i + 1 >= argc) throw std::invalid_argument("missing value after " + k);
-    f->set(a, argv[++i]);
-  }
-  return true;
-}
-
 struct Collective {
   const char* name;
   double ring_passes;  // a ring moves (g - 1) / g of the buffer this many times each way
@@ -101,9 +83,9 @@ void report(const Collective& c, const Args& a, int world) {
 
 int run(int argc, char** argv) {
   Args a;
-  if (!parse_args(argc, argv, a)) {
-    std::printf("usage: fsdp-bench-comm [options]  (under fsdp-run, mpirun or bench/netem.sh)\n");
-    for (const auto& f : flags()) std::printf("  %-12s %s\n", f.name, f.help);
+  if (!fsdp::tools::parse_flag_table(argc, argv, flags(), a)) {
+    fsdp::tools::print_flag_table(
+        "usage: fsdp-bench-comm [options]  (under fsdp-run, mpirun or bench/netem.sh)", flags());
     return 0;
   }
   fsdp::CommPtr world = fsdp::tools::start_ranks(argc, argv, 2);

@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -72,6 +74,37 @@ inline CommPtr start_ranks(int argc, char** argv, int nproc, const std::string& 
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   at::set_num_threads(device == "cpu" ? 1 : std::max(1, cores / std::max(1, world->local_size())));
   return world;
+}
+
+// A tool's flags as one table of name, help and what a value sets, so that --help is printed from
+// the same table the parser reads. Every flag takes a value.
+template <class Args>
+struct FlagSpec {
+  const char* name;
+  const char* help;
+  std::function<void(Args&, const std::string&)> set;
+};
+
+// Applies argv's `--flag value` pairs; false when --help (or -h) was asked for. An unknown flag
+// or a missing value throws std::invalid_argument naming it.
+template <class Args>
+bool parse_flag_table(int argc, char** argv, const std::vector<FlagSpec<Args>>& table, Args& a) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--help" || k == "-h") return false;
+    auto f = std::find_if(table.begin(), table.end(),
+                          [&](const FlagSpec<Args>& f) { return k == f.name; });
+    if (f == table.end()) throw std::invalid_argument("unknown option " + k + " (see --help)");
+    if (i + 1 >= argc) throw std::invalid_argument("missing value after " + k);
+    f->set(a, argv[++i]);
+  }
+  return true;
+}
+
+template <class Args>
+void print_flag_table(const char* usage, const std::vector<FlagSpec<Args>>& table) {
+  std::printf("%s\n", usage);
+  for (const auto& f : table) std::printf("  %-12s %s\n", f.name, f.help);
 }
 
 }  // namespace tools
