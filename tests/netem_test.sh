@@ -6,7 +6,7 @@
 #    tens of ms of compute), and the time model's prediction must lie within 20% of it. The model
 #    prices rings at the link's TCP rate (95% of tc's); what it leaves out (Gloo's own all-gather
 #    gets 70 to 100% of a shaped link, unevenly, docs/plan.md "Where it is wrong"; TCP's slow
-#    start after an idle link; tbf's 10 ms bucket) put it at 0.90 to 1.00 of the measured in three
+#    start after an idle link; tbf's 10 ms bucket) put it at 0.87 to 1.00 of the measured in four
 #    runs here. Not slower: at 200 Mbit/s, the step nearly all collectives and most of them
 #    gathers, it was 0.81;
 #  - the same over MPI at 200 Mbit/s (at 1 Gbit/s the model predicted this step 1.09 to 1.20
