@@ -81,13 +81,7 @@ void report(const Collective& c, const Args& a, int world) {
   std::printf("\n");
 }
 
-int run(int argc, char** argv) {
-  Args a;
-  if (!fsdp::tools::parse_flag_table(argc, argv, flags(), a)) {
-    fsdp::tools::print_flag_table(
-        "usage: fsdp-bench-comm [options]  (under fsdp-run, mpirun or bench/netem.sh)", flags());
-    return 0;
-  }
+int run(int argc, char** argv, const Args& a) {
   fsdp::CommPtr world = fsdp::tools::start_ranks(argc, argv, 2);
   const int g = world->size();
   if (a.elements % g != 0) {
@@ -138,8 +132,19 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   fsdp::tools::write_whole_lines();
+  Args a;
+  try {  // bad arguments exit 2 before any rank starts, as the other tools' do
+    if (!fsdp::tools::parse_flag_table(argc, argv, flags(), a)) {
+      fsdp::tools::print_flag_table(
+          "usage: fsdp-bench-comm [options]  (under fsdp-run, mpirun or bench/netem.sh)", flags());
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fsdp-bench-comm: %s\n", e.what());
+    return 2;
+  }
   try {
-    return run(argc, argv);
+    return run(argc, argv, a);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fsdp-bench-comm: %s\n", e.what());
     return 1;
