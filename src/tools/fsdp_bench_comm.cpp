@@ -7,7 +7,7 @@
 // time model prices, docs/plan.md) and the share of that rate the collective got.
 //
 //   fsdp-run --nproc-per-node 2 build/bin/fsdp-bench-comm [--elements 4194304] [--repeats 12]
-//                                                        [--warmup 1] [--link-gbit 0]
+//                                                        [--warmup 1] [--link-gbit G]
 //
 // A collective's speed on a shaped link is what decides the time model's error below the grid's
 // links (docs/plan.md, "Where it is wrong"): this is how that was measured.
