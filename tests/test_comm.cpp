@@ -297,6 +297,35 @@ TEST(Comm, AsyncCollectivesCompleteInIssueOrder) {
   }
 }
 
+// Reduce-scatters of growing then shrinking sizes in flight together, waited on last first: the
+// MPI backend runs a communicator's rings one at a time in issue order, so waiting on the last must
+// drive the ones before it (with FSDP_MPI_PROGRESS=0 nothing else does), and the scratch they
+// share must grow between them.
+TEST(Comm, ReduceScattersInFlightWaitedOnLastFirst) {
+  CommPtr world = test::world();
+  const int n = world->size(), me = world->rank();
+  const std::vector<size_t> counts = {3, 1001, 40000, 7};
+  for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    std::vector<Buffer> in, out;
+    for (size_t count : counts) {
+      in.push_back(filled(dtype, me, count * n));
+      out.emplace_back(dtype, count);
+    }
+    std::vector<WorkPtr> work;
+    for (size_t k = 0; k < counts.size(); ++k) {
+      work.push_back(world->reduce_scatter_async(in[k].data(), out[k].data(), counts[k], dtype,
+                                                 ReduceOp::kAvg));
+    }
+    for (size_t k = counts.size(); k-- > 0;) work[k]->wait();
+    for (size_t k = 0; k < counts.size(); ++k) {
+      expect_all(out[k], [&](size_t i) {
+        return reduced(dtype, ReduceOp::kAvg, n, me * counts[k] + i);
+      });
+    }
+  }
+}
+
 // Two colors (even and odd ranks), each ordered by descending parent rank through the key.
 TEST(Comm, SplitIntoTwoColors) {
   CommPtr world = test::world();

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -67,20 +68,49 @@ void fp16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
 // at exit instead of hanging there.
 std::atomic<int> g_abandoned{0};
 
-// A collective's requests, shared by its Work and the progress thread. `requests` and `error` are
-// read and written under MpiRuntime::mu only; `complete` is also read outside it.
+// A collective of several rounds, each posted when the one before has completed (the ring
+// reduce-scatter). Called under MpiRuntime::mu.
+class Rounds {
+ public:
+  virtual ~Rounds() = default;
+  // Once the previous round's requests (none, the first time) have completed: finishes that round
+  // and posts the next one's requests into `requests`, left empty when the collective is done.
+  // Returns an MPI error code.
+  // Sets `done` once nothing is left to post; `requests` may stay empty while it is not (a ring
+  // waiting for its turn).
+  virtual int next(std::vector<MPI_Request>& requests, bool& done) = 0;
+};
+
+// A collective's requests, shared by its Work and the progress thread. `requests`, `rounds` and
+// `error` are read and written under MpiRuntime::mu only; `complete` is also read outside it.
 struct Requests {
   std::vector<MPI_Request> requests;
+  std::unique_ptr<Rounds> rounds;  // null: `requests` are the whole collective
   std::atomic<bool> complete{false};
   int error = MPI_SUCCESS;  // what a test returned, if it failed
 
+  // A collective abandoned after its deadline may still have receives posted into the rounds'
+  // scratch: that memory is leaked rather than handed back to the allocator under MPI's feet.
+  ~Requests() {
+    if (!complete) (void)rounds.release();
+  }
+
   // Under MpiRuntime::mu: moves the collective on, and notes whether it is done (or failed).
   void test() {
-    if (complete) return;
-    int flag = 0;
-    error =
-        MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE);
-    complete = flag != 0 || error != MPI_SUCCESS;
+    while (!complete) {
+      int flag = 0;
+      error = MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag,
+                          MPI_STATUSES_IGNORE);
+      if (error != MPI_SUCCESS || !flag) {
+        complete = error != MPI_SUCCESS;
+        return;
+      }
+      requests.clear();
+      bool done = true;
+      if (rounds) error = rounds->next(requests, done);
+      complete = error != MPI_SUCCESS || done;
+      if (requests.empty()) return;  // done, or waiting for another collective
+    }
   }
 };
 
@@ -243,14 +273,13 @@ void ProgressThread::run() {
 class MpiWork : public Work {
  public:
   // `diagnose`, if given, tells on a timeout what the other ranks last issued (see ProgressBoard).
-  MpiWork(std::vector<MPI_Request> requests, std::function<void()> finish, std::string what,
+  MpiWork(std::shared_ptr<Requests> requests, std::function<void()> finish, std::string what,
           std::chrono::milliseconds timeout, std::function<std::string()> diagnose)
-      : requests_(std::make_shared<Requests>()),
+      : requests_(std::move(requests)),
         finish_(std::move(finish)),
         what_(std::move(what)),
         timeout_(timeout),
         diagnose_(std::move(diagnose)) {
-    requests_->requests = std::move(requests);
     if (ProgressThread::enabled()) ProgressThread::get().add(requests_);
   }
 
@@ -325,6 +354,120 @@ const char* at(const void* base, size_t elements, DType dtype) {
   return static_cast<const char*>(base) + elements * dtype_size(dtype);
 }
 
+// [Note: MPI reduce-scatter] OpenMPI's MPI_Ireduce_scatter_block (libnbc) reduces the whole
+// buffer to rank 0 along a binomial tree and then scatters it: on 2 ranks three times the bytes a
+// ring moves over the link, and what kept FULL_SHARD's backward reduce-scatters from hiding behind
+// compute (docs/comm.md). This is the ring Gloo's backend runs ([Note: Gloo reduce-scatter]) over
+// MPI's point-to-point calls: in step s of N - 1, rank r sends to r + 1 its running sum of chunk
+// (r - s - 1) mod N and receives from r - 1 that of chunk (r - s - 2) mod N, adding its own
+// input's chunk; the last chunk received is its own, summed over every rank, added into `out`.
+// A step is one round of Rounds: its receive and send posted together, and the sum done by
+// whichever thread sees them complete (the progress thread, or a waiter).
+//
+// A communicator's rings run one at a time, in issue order, through its RingLane: every rank
+// issues them in the same order, so every rank runs the same ring, and one pair of scratch chunks
+// (alternating: one sent while the other receives) serves them all, as Gloo's worker does. One
+// tag serves every step: MPI matches messages from one sender in the order they were sent, and
+// each rank posts its receives in step order.
+constexpr int kRingTag = 0x40;
+
+struct RingReduceScatter {
+  const char* in;
+  char* out;
+  size_t count;
+  DType dtype;
+  int step = -1;  // the step whose requests are out; -1 before the first
+  bool done = false;
+  int error = MPI_SUCCESS;
+};
+
+class RingLane {
+ public:
+  RingLane(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+
+  // Under MpiRuntime::mu.
+  void enqueue(std::shared_ptr<RingReduceScatter> ring) { queue_.push_back(std::move(ring)); }
+
+  // Under MpiRuntime::mu: moves the ring at the head on, starting the next when it is done.
+  int advance() {
+    while (!queue_.empty()) {
+      int flag = 0;
+      const int rc = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag,
+                                 MPI_STATUSES_IGNORE);
+      if (rc == MPI_SUCCESS && !flag) return MPI_SUCCESS;
+      requests_.clear();
+      RingReduceScatter& ring = *queue_.front();
+      ring.error = rc == MPI_SUCCESS ? step(ring) : rc;
+      if (ring.error != MPI_SUCCESS) ring.done = true;
+      if (!ring.done) return MPI_SUCCESS;
+      queue_.pop_front();
+      if (ring.error != MPI_SUCCESS) return ring.error;
+    }
+    return MPI_SUCCESS;
+  }
+
+ private:
+  size_t chunk(const RingReduceScatter& ring, int i) const {
+    return static_cast<size_t>(((i % size_) + size_) % size_) * ring.count;
+  }
+
+  // Finishes `ring`'s current step (the sum) and posts the next one, or marks it done.
+  int step(RingReduceScatter& ring) {
+    const size_t bytes = ring.count * dtype_size(ring.dtype);
+    const char* send = at(ring.in, chunk(ring, rank_ - 1), ring.dtype);
+    if (ring.step < 0) {
+      if (scratch_.size() < 2 * bytes) scratch_.resize(2 * bytes);
+    } else {
+      char* received = scratch_.data() + (ring.step % 2) * bytes;
+      const bool last = ring.step + 2 == size_;
+      sum(last ? ring.out : received, received,
+          at(ring.in, chunk(ring, rank_ - ring.step - 2), ring.dtype), ring.count, ring.dtype);
+      if (last) {
+        ring.done = true;
+        return MPI_SUCCESS;
+      }
+      send = received;
+    }
+    ++ring.step;
+    char* receive = scratch_.data() + (ring.step % 2) * bytes;
+    const MPI_Datatype type = MpiRuntime::get().type(ring.dtype);
+    int rc = MPI_SUCCESS;
+    in_pieces(ring.count, [&](size_t offset, size_t n) {
+      if (rc != MPI_SUCCESS) return;
+      requests_.emplace_back(MPI_REQUEST_NULL);
+      rc = MPI_Irecv(at(receive, offset, ring.dtype), static_cast<int>(n), type,
+                     (rank_ + size_ - 1) % size_, kRingTag, comm_, &requests_.back());
+      if (rc != MPI_SUCCESS) return;
+      requests_.emplace_back(MPI_REQUEST_NULL);
+      rc = MPI_Isend(at(send, offset, ring.dtype), static_cast<int>(n), type, (rank_ + 1) % size_,
+                     kRingTag, comm_, &requests_.back());
+    });
+    return rc;
+  }
+
+  MPI_Comm comm_;
+  int rank_, size_;
+  std::deque<std::shared_ptr<RingReduceScatter>> queue_;  // the head is running
+  std::vector<MPI_Request> requests_;                     // the head's current step
+  std::vector<char> scratch_;
+};
+
+// One ring's part in its Requests: every test moves the lane on, until the ring is done.
+class RingRounds : public Rounds {
+ public:
+  RingRounds(std::shared_ptr<RingLane> lane, std::shared_ptr<RingReduceScatter> ring)
+      : lane_(std::move(lane)), ring_(std::move(ring)) {}
+  int next(std::vector<MPI_Request>&, bool& done) override {
+    const int rc = lane_->advance();
+    done = ring_->done || rc != MPI_SUCCESS;
+    return rc != MPI_SUCCESS ? rc : ring_->error;
+  }
+
+ private:
+  std::shared_ptr<RingLane> lane_;
+  std::shared_ptr<RingReduceScatter> ring_;
+};
+
 class MpiComm : public Comm {
  public:
   // Takes ownership of `comm`. `board` may be null: no side channel reaches every rank.
@@ -334,6 +477,7 @@ class MpiComm : public Comm {
     check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
     check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    lane_ = std::make_shared<RingLane>(comm_, rank_, size_);
   }
 
   ~MpiComm() override {
@@ -374,28 +518,27 @@ class MpiComm : public Comm {
     return finish(std::move(requests), nullptr, what);
   }
 
+  // A ring ([Note: MPI reduce-scatter]).
   WorkPtr reduce_scatter_async(const void* in, void* out, size_t count, DType dtype,
                                ReduceOp op) override {
     const std::string what =
         describe(*this, std::string("reduce_scatter(") + op_name(op) + ")", count, dtype);
-    const MPI_Datatype type = MpiRuntime::get().type(dtype);
-    const MPI_Op sum = MpiRuntime::get().sum_op(dtype);
-    std::vector<MPI_Request> requests;
-    if (count * size_ <= mpi_max_elements_per_call()) {
-      issue(requests, what, [&](MPI_Request* r) {
-        return MPI_Ireduce_scatter_block(in, out, static_cast<int>(count), type, sum, comm_, r);
-      });
-    } else {
-      // Too long for int counts: one reduce per destination rank, in pieces.
-      for (int root = 0; root < size_; ++root) {
-        in_pieces(count, [&](size_t offset, size_t n) {
-          const void* send = at(in, root * count + offset, dtype);
-          void* recv = at(out, offset, dtype);
-          issue(requests, what, [&](MPI_Request* r) {
-            return MPI_Ireduce(send, recv, static_cast<int>(n), type, sum, root, comm_, r);
-          });
-        });
-      }
+    const size_t bytes = count * dtype_size(dtype);
+    if (size_ == 1 || bytes == 0) {  // every rank has the same count: all return here, or none
+      if (out != in) std::memcpy(out, in, bytes);
+      return finish(std::vector<MPI_Request>{}, averager(out, count, dtype, op), what);
+    }
+    auto ring = std::make_shared<RingReduceScatter>();
+    ring->in = static_cast<const char*>(in);
+    ring->out = static_cast<char*>(out);
+    ring->count = count;
+    ring->dtype = dtype;
+    auto requests = std::make_shared<Requests>();
+    requests->rounds = std::make_unique<RingRounds>(lane_, ring);
+    {
+      std::lock_guard<std::mutex> lock(MpiRuntime::get().mu);
+      lane_->enqueue(ring);
+      requests->test();  // posts its first step, if its turn has come
     }
     return finish(std::move(requests), averager(out, count, dtype, op), what);
   }
@@ -475,6 +618,12 @@ class MpiComm : public Comm {
   // see this rank got here.
   WorkPtr finish(std::vector<MPI_Request> requests, std::function<void()> done,
                  const std::string& what) {
+    auto collective = std::make_shared<Requests>();
+    collective->requests = std::move(requests);
+    return finish(std::move(collective), std::move(done), what);
+  }
+  WorkPtr finish(std::shared_ptr<Requests> requests, std::function<void()> done,
+                 const std::string& what) {
     std::function<std::string()> diagnose;
     if (board_ && size_ > 1) {
       diagnose = ProgressBoard::post_and_diagnose(board_, what);
@@ -500,6 +649,7 @@ class MpiComm : public Comm {
   int rank_ = 0;
   int size_ = 1;
   int splits_ = 0;
+  std::shared_ptr<RingLane> lane_;  // this communicator's reduce-scatters
 };
 
 // Where the world's progress board lives: fsdp-run's run directory; else, when every rank runs on
