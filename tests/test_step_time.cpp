@@ -80,15 +80,11 @@ TEST(StepTime, CommunicationAloneIsTheRingsSum) {
 
   // Gloo's reduce-scatter is a ring too (comm/gloo.cpp).
   EXPECT_EQ(collective_algorithms("gloo"), CollectiveAlgorithms::kRing);
-  double reduce = 0;
-  for (const auto& u : plan.units)
-    reduce += ring(4.0 * static_cast<double>(padded(u.numel, p)), p, 1e9);
 
-  // OpenMPI's is a binomial reduce of the whole input to rank 0 (log2 4 = 2 rounds) and a scatter
-  // of 3 chunks from it: 2 + 3/4 buffers against the ring's 3/4, 11/3 times as long.
+  // So is MPI's (comm/mpi.cpp): FULL_SHARD runs no all-reduce, so OpenMPI's trees change nothing.
   TimeModelOptions mpi = o;
   mpi.algorithms = CollectiveAlgorithms::kOpenMpi;
-  EXPECT_NEAR(predict_step_time(plan, c, mpi).in_collectives, expected + reduce * 8 / 3, 1e-12);
+  EXPECT_NEAR(predict_step_time(plan, c, mpi).in_collectives, expected, 1e-12);
 
   // bf16 halves every byte.
   c.mixed_precision = DType::kBFloat16;
@@ -310,21 +306,23 @@ TEST(StepTime, CpuBoundAddsTheCollectivesCpuWorkOverTheRanksCores) {
   EXPECT_NEAR(one.step, 1.0, 1e-12);
 }
 
-// OpenMPI's reduce-scatter moves, over its 4 members, 3 whole buffers to rank 0 and 3 chunks out:
-// a member's CPU share is 3/4 of (the buffer and a quarter of it).
-TEST(StepTime, CpuBoundCountsOpenMpisTreesBytes) {
-  TrainConfig c = config(ShardingStrategy::kShardGradOp);
+// OpenMPI's in-place all-reduce (NO_SHARD's) is a binomial reduce to rank 0 and a binomial
+// broadcast: over its 4 members 3 whole buffers each way, so a member's CPU share is 2 x 3/4 of
+// the buffer, as a ring's; its time is 2 x 2 rounds of the whole buffer against the ring's 2 x 3/4.
+TEST(StepTime, OpenMpisAllReduceIsTwoTrees) {
+  TrainConfig c = config(ShardingStrategy::kNoShard);
   const int p = 4;
   const Plan plan = plan_training(c, p);
   TimeModelOptions o = links(1.0);
+  o.intra = {1e9, 0, 1e9};
+  double bytes = 0;
+  for (const auto& u : plan.units) bytes += 4.0 * static_cast<double>(u.numel);
+  const StepTimePlan rings = predict_step_time(plan, c, o);
   o.algorithms = CollectiveAlgorithms::kOpenMpi;
-  o.intra = {1e18, 0, 1e9};
-  double moved = 0;
-  for (const auto& u : plan.units) {
-    const double bytes = 4.0 * static_cast<double>(padded(u.numel, p));
-    moved += 0.75 * bytes + 0.75 * (bytes + bytes / 4);  // the forward's gather, the reduction
-  }
-  EXPECT_NEAR(predict_step_time(plan, c, o).comm_cpu, moved / 1e9, 1e-9 * moved / 1e9);
+  const StepTimePlan trees = predict_step_time(plan, c, o);
+  EXPECT_NEAR(rings.in_collectives, 1.5 * bytes / 1e9, 1e-9 * bytes / 1e9);
+  EXPECT_NEAR(trees.in_collectives, 4 * bytes / 1e9, 1e-9 * bytes / 1e9);
+  EXPECT_NEAR(trees.comm_cpu, rings.comm_cpu, 1e-9 * rings.comm_cpu);
 }
 
 double sum_of_waits(const StepTimePlan& t) {

@@ -66,19 +66,6 @@ int binomial_rounds(int g) {
   return rounds;
 }
 
-// libnbc's reduce-scatter of `bytes` (the whole input): a binomial reduce to rank 0, then g - 1
-// chunks sent from rank 0 one after another; each message pays one hop's latency.
-// Over the ranks, the reduce moves g - 1 whole buffers and the scatter g - 1 chunks: a member's
-// CPU share is those over g.
-Cost binomial_reduce_then_scatter(const Group& g, double bytes) {
-  if (g.size <= 1 || bytes <= 0) return {};
-  const double hop = g.latency / (g.size - 1);  // one message's latency, on average
-  const double moved = (g.size - 1) * (bytes + bytes / g.size) / g.size;
-  return {binomial_rounds(g.size) * (bytes / g.bandwidth + hop) +
-              (g.size - 1) * (bytes / g.size / g.bandwidth + hop),
-          moved * g.cpu_per_byte};
-}
-
 // libnbc's in-place all-reduce: a binomial reduce and a binomial broadcast of the whole buffer.
 Cost binomial_all_reduce(const Group& g, double bytes) {
   if (g.size <= 1 || bytes <= 0) return {};
@@ -258,10 +245,7 @@ Replay::Replay(const Plan& p, const TrainConfig& c, const TimeModelOptions& o)
   replica_q_ = {load(replica), 0, 0, 0, &busy_};
   const double elem = static_cast<double>(dtype_size(c.mixed_precision));
   const bool open_mpi = o.algorithms == CollectiveAlgorithms::kOpenMpi;
-  const auto reduce_scatter = [&](double bytes) {
-    if (open_mpi) return binomial_reduce_then_scatter(shard, bytes);
-    return ring(shard, bytes, 1);
-  };
+  const auto reduce_scatter = [&](double bytes) { return ring(shard, bytes, 1); };
   const auto all_reduce = [&](double bytes) {
     return open_mpi ? binomial_all_reduce(replica, bytes) : ring(replica, bytes, 2);
   };

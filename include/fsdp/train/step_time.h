@@ -41,16 +41,14 @@ struct ComputeProfile {
   double cpu = 0;
 };
 
-// How the backend carries collectives out, which decides what a reduce-scatter and an all-reduce
-// cost (all-gathers move (p-1)/p of their output in all three).
+// How the backend carries collectives out, which decides what an all-reduce costs (all-gathers
+// move (p-1)/p of their output, reduce-scatters (p-1)/p of their input, in all three: Gloo's and
+// MPI's reduce-scatters are our own rings, comm/gloo.cpp and comm/mpi.cpp).
 enum class CollectiveAlgorithms {
-  // NCCL and Gloo (whose reduce-scatter is comm/gloo.cpp's ring): a reduce-scatter moves (p-1)/p
-  // of its input, an all-reduce twice that.
+  // NCCL and Gloo: an all-reduce moves twice what a reduce-scatter does.
   kRing,
-  // OpenMPI's nonblocking collectives (libnbc), as the MPI backend calls them: a reduce-scatter
-  // is a binomial reduce of the whole input to rank 0 (ceil(log2 p) rounds) and then rank 0
-  // sending each rank its chunk; an in-place all-reduce a binomial reduce and a binomial
-  // broadcast of the whole buffer.
+  // OpenMPI's nonblocking all-reduce (libnbc), as the MPI backend calls it in place: a binomial
+  // reduce of the whole buffer to rank 0 and a binomial broadcast (ceil(log2 p) rounds each).
   kOpenMpi,
 };
 
