@@ -320,9 +320,8 @@ TEST(Comm, ReduceScattersInFlightWaitedOnLastFirst) {
     }
     for (size_t k = counts.size(); k-- > 0;) work[k]->wait();
     for (size_t k = 0; k < counts.size(); ++k) {
-      expect_all(out[k], [&](size_t i) {
-        return reduced(dtype, ReduceOp::kAvg, n, me * counts[k] + i);
-      });
+      expect_all(out[k],
+                 [&](size_t i) { return reduced(dtype, ReduceOp::kAvg, n, me * counts[k] + i); });
     }
   }
 }
