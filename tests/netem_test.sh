@@ -4,11 +4,11 @@
 #    Gloo and writes its JSON; the step is bandwidth-bound (the tiny model's 3.3M parameters are
 #    almost all its token table: about 14 MB reach each rank a step, about 0.12 s, against a few
 #    tens of ms of compute), and the time model's prediction must lie within 20% of it. The model
-#    prices rings at the link's TCP rate (95% of tc's); what it leaves out (Gloo's own all-gather
-#    gets 70 to 100% of a shaped link, unevenly, docs/plan.md "Where it is wrong"; TCP's slow
-#    start after an idle link; tbf's 10 ms bucket) put it at 0.87 to 1.00 of the measured in four
-#    runs here. Not slower: at 200 Mbit/s, the step nearly all collectives and most of them
-#    gathers, it was 0.81;
+#    prices rings at the link's TCP rate (95% of tc's); what it leaves out (TCP's slow start
+#    after an idle link; tbf's 10 ms bucket) put it at 1.03 of the measured on 2026-11-27, and at
+#    0.87 to 1.00 in four runs before, when the gathers were Gloo's own, which got 70 to 100% of a
+#    shaped link (docs/plan.md "Where it is wrong"; at 200 Mbit/s then, the step nearly all
+#    collectives and most of them gathers, 0.81);
 #  - the same over MPI, also at 1 Gbit/s (0.97 to 1.11 in five runs; at 200 Mbit/s the root's
 #    reduction in pieces ran at half the link's rate one way, 0.72 to 0.85, docs/plan.md "Where it
 #    is wrong"), mpirun starting the other host's daemon through
