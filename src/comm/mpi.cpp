@@ -74,10 +74,9 @@ class Rounds {
  public:
   virtual ~Rounds() = default;
   // Once the previous round's requests (none, the first time) have completed: finishes that round
-  // and posts the next one's requests into `requests`, left empty when the collective is done.
-  // Returns an MPI error code.
-  // Sets `done` once nothing is left to post; `requests` may stay empty while it is not (a ring
-  // waiting for its turn).
+  // and posts the next one's requests into `requests`, or sets `done` when nothing is left to
+  // post. `requests` may also stay empty while the collective waits for its turn (a ring behind
+  // another). Returns an MPI error code.
   virtual int next(std::vector<MPI_Request>& requests, bool& done) = 0;
 };
 
@@ -89,8 +88,9 @@ struct Requests {
   std::atomic<bool> complete{false};
   int error = MPI_SUCCESS;  // what a test returned, if it failed
 
-  // A collective abandoned after its deadline may still have receives posted into the rounds'
-  // scratch: that memory is leaked rather than handed back to the allocator under MPI's feet.
+  // A collective abandoned after its deadline may still have receives posted into scratch its
+  // rounds keep alive (a ring's lane): that is leaked rather than handed back to the allocator
+  // under MPI's feet.
   ~Requests() {
     if (!complete) (void)rounds.release();
   }
