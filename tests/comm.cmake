@@ -14,5 +14,11 @@ foreach(backend mpi gloo)
                   FILTER "CommTimeout.*" TIMEOUT 60)
   endforeach()
 endforeach()
+# MPI without the progress thread: collectives move only inside waits, so a wait must move the
+# ones issued before it (the reduce-scatter rings' lane, [Note: MPI reduce-scatter]).
+foreach(np 2 3)
+  fsdp_mpi_test(NAME comm_mpi_noprogress_np${np} EXE test_comm NP ${np} BACKEND mpi
+                FILTER "Comm.*" TIMEOUT 90 ENV FSDP_MPI_PROGRESS=0)
+endforeach()
 add_test(NAME comm_unit COMMAND test_comm "--gtest_filter=CommEnv.*:CommLocal.*:CommKernels.*:CommProgress.*")
 set_tests_properties(comm_unit PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 60)

@@ -300,8 +300,8 @@ TEST(Comm, AsyncCollectivesCompleteInIssueOrder) {
 
 // Reduce-scatters of growing then shrinking sizes in flight together, waited on last first: the
 // MPI backend runs a communicator's rings one at a time in issue order, so waiting on the last must
-// drive the ones before it (with FSDP_MPI_PROGRESS=0 nothing else does), and the scratch they
-// share must grow between them.
+// drive the ones before it (with FSDP_MPI_PROGRESS=0, comm_mpi_noprogress_*, nothing else does),
+// and the scratch they share must grow between them.
 TEST(Comm, ReduceScattersInFlightWaitedOnLastFirst) {
   CommPtr world = test::world();
   const int n = world->size(), me = world->rank();
