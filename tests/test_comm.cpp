@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -323,6 +324,38 @@ TEST(Comm, ReduceScattersInFlightWaitedOnLastFirst) {
       expect_all(out[k],
                  [&](size_t i) { return reduced(dtype, ReduceOp::kAvg, n, me * counts[k] + i); });
     }
+  }
+}
+
+// Gathers and reduce-scatters in flight together, as FSDP's prefetch has them, waited in an order
+// that differs between ranks (even ranks last first): over MPI, whose gathers and reductions are
+// rings in two lanes, a wait must move the other lane's rings too, or (without the progress
+// thread) two ranks each wait for a ring the other does not drive.
+TEST(Comm, GathersAndReductionsWaitedInAnyOrder) {
+  CommPtr world = test::world();
+  const int n = world->size(), me = world->rank();
+  const std::vector<size_t> counts = {40000, 5, 1001};
+  const DType dtype = DType::kFloat32;
+  std::vector<Buffer> gather_in, gathered, scatter_in, scattered;
+  std::vector<WorkPtr> work;
+  for (size_t count : counts) {
+    gather_in.push_back(filled(dtype, me, count));
+    gathered.emplace_back(dtype, count * n);
+    scatter_in.push_back(filled(dtype, me, count * n));
+    scattered.emplace_back(dtype, count);
+    work.push_back(
+        world->all_gather_async(gather_in.back().data(), gathered.back().data(), count, dtype));
+    work.push_back(world->reduce_scatter_async(scatter_in.back().data(), scattered.back().data(),
+                                               count, dtype, ReduceOp::kSum));
+  }
+  if (me % 2 == 0) std::reverse(work.begin(), work.end());
+  for (auto& w : work) w->wait();
+  for (size_t k = 0; k < counts.size(); ++k) {
+    const size_t count = counts[k];
+    expect_all(gathered[k],
+               [&](size_t j) { return value(dtype, static_cast<int>(j / count), j % count); });
+    expect_all(scattered[k],
+               [&](size_t i) { return reduced(dtype, ReduceOp::kSum, n, me * count + i); });
   }
 }
 

@@ -354,27 +354,46 @@ const char* at(const void* base, size_t elements, DType dtype) {
   return static_cast<const char*>(base) + elements * dtype_size(dtype);
 }
 
-// [Note: MPI reduce-scatter] OpenMPI's MPI_Ireduce_scatter_block (libnbc) reduces the whole
+// [Note: MPI rings] The all-gather and the reduce-scatter are rings of our own over MPI's
+// point-to-point calls, as Gloo's are ([Note: Gloo reduce-scatter], [Note: Gloo all-gather]).
+// OpenMPI's nonblocking reduce-scatter (libnbc's MPI_Ireduce_scatter_block) reduces the whole
 // buffer to rank 0 along a binomial tree and then scatters it: on 2 ranks three times the bytes a
-// ring moves over the link, and what kept FULL_SHARD's backward reduce-scatters from hiding behind
-// compute (docs/comm.md). This is the ring Gloo's backend runs ([Note: Gloo reduce-scatter]) over
-// MPI's point-to-point calls: in step s of N - 1, rank r sends to r + 1 its running sum of chunk
-// (r - s - 1) mod N and receives from r - 1 that of chunk (r - s - 2) mod N, adding its own
-// input's chunk; the last chunk received is its own, summed over every rank, added into `out`.
-// A step is one round of Rounds: its receive and send posted together, and the sum done by
-// whichever thread sees them complete (the progress thread, or a waiter).
+// ring moves over the link. Its all-gather posts each receive before the matching send, which
+// over TCP loses up to a link's queue of time whenever the ranks start it apart: see the
+// handshake below. In step s of N - 1, rank r sends to r + 1 and receives from r - 1:
+//  - all-gather: sends chunk (r - s) mod N of `out` (its own input first) and receives chunk
+//    (r - s - 1) mod N straight into `out`;
+//  - reduce-scatter: sends its running sum of chunk (r - s - 1) mod N and receives that of chunk
+//    (r - s - 2) mod N into scratch, adding its own input's chunk; the last chunk received is its
+//    own, summed over every rank, added into `out`.
+// A step is one round of Rounds, posted when the one before completes, its sum done by whichever
+// thread sees that (the progress thread, or a waiter).
 //
-// A communicator's rings run one at a time, in issue order, through its RingLane: every rank
-// issues them in the same order, so every rank runs the same ring, and one pair of scratch chunks
-// (alternating: one sent while the other receives) serves them all, as Gloo's worker does. One
-// tag serves every step: MPI matches messages from one sender in the order they were sent, and
-// each rank posts its receives in step order.
-constexpr int kRingTag = 0x40;
+// A communicator has two lanes, one per kind: a lane runs its rings one at a time, in issue order.
+// Every rank issues them in the same order, so every rank runs the same ring, and one pair of
+// scratch chunks (alternating: one sent while the other receives) serves all the reduce-scatters,
+// as Gloo's worker does. Gathers have a lane of their own so that a prefetched gather is not queued
+// behind the reductions (it was, in a first version with one lane: FSDP's prefetch got slower).
+// One tag serves each lane: MPI matches messages from one sender in the order they were sent, and
+// each rank posts its receives in step order. Testing any ring moves every lane of the process on,
+// so that a wait completes whatever order the waits come in, with no progress thread too.
+//
+// The handshake: a message past the eager limit (64 KiB over OpenMPI's TCP transport) starts with
+// a request to send, which the receiver answers, once it has the matching receive posted, with a
+// clear to send that travels on the same connection as the receiver's own outgoing data. A rank
+// that posted its receive first, and found the peer's request already there, answers before its
+// own request goes out; the peer then starts streaming its data, and only after that reads our
+// request, so its answer waits behind its data: on 2 ranks (where the peer we send to is the peer
+// we receive from) our data then started up to a full socket buffer later (35 ms of a 70 ms
+// exchange at 1 Gbit/s, measured). Posting the sends first puts our request ahead of our answer
+// on the wire, and the peer answers it before it has any data to send.
+constexpr int kReduceScatterTag = 0x40, kAllGatherTag = 0x41;
 
-struct RingReduceScatter {
+struct Ring {
+  bool gather;  // else a reduce-scatter
   const char* in;
   char* out;
-  size_t count;
+  size_t count;  // elements per chunk: each rank's share
   DType dtype;
   int step = -1;  // the step whose requests are out; -1 before the first
   bool done = false;
@@ -383,36 +402,50 @@ struct RingReduceScatter {
 
 class RingLane {
  public:
-  RingLane(MPI_Comm comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {}
+  RingLane(MPI_Comm comm, int rank, int size, int tag)
+      : comm_(comm), rank_(rank), size_(size), tag_(tag) {}
 
   // Under MpiRuntime::mu.
-  void enqueue(std::shared_ptr<RingReduceScatter> ring) { queue_.push_back(std::move(ring)); }
+  void enqueue(std::shared_ptr<Ring> ring) { queue_.push_back(std::move(ring)); }
 
-  // Under MpiRuntime::mu: moves the ring at the head on, starting the next when it is done.
-  int advance() {
+  // Under MpiRuntime::mu: moves the ring at the head on, starting the next when it is done. An
+  // error ends the head ring, where its own Work reports it.
+  void advance() {
     while (!queue_.empty()) {
       int flag = 0;
       const int rc = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &flag,
                                  MPI_STATUSES_IGNORE);
-      if (rc == MPI_SUCCESS && !flag) return MPI_SUCCESS;
+      if (rc == MPI_SUCCESS && !flag) return;
       requests_.clear();
-      RingReduceScatter& ring = *queue_.front();
-      ring.error = rc == MPI_SUCCESS ? step(ring) : rc;
+      Ring& ring = *queue_.front();
+      ring.error = rc == MPI_SUCCESS ? (ring.gather ? gather_step(ring) : reduce_step(ring)) : rc;
       if (ring.error != MPI_SUCCESS) ring.done = true;
-      if (!ring.done) return MPI_SUCCESS;
+      if (!ring.done) return;
       queue_.pop_front();
-      if (ring.error != MPI_SUCCESS) return ring.error;
     }
-    return MPI_SUCCESS;
   }
 
  private:
-  size_t chunk(const RingReduceScatter& ring, int i) const {
+  // Where chunk i (mod N) of a buffer of N chunks starts, in elements.
+  size_t chunk(const Ring& ring, int i) const {
     return static_cast<size_t>(((i % size_) + size_) % size_) * ring.count;
   }
 
-  // Finishes `ring`'s current step (the sum) and posts the next one, or marks it done.
-  int step(RingReduceScatter& ring) {
+  // Finishes `ring`'s current step and posts the next one, or marks it done.
+  int gather_step(Ring& ring) {
+    if (ring.step < 0) {
+      char* own = at(ring.out, chunk(ring, rank_), ring.dtype);
+      if (own != ring.in) std::memmove(own, ring.in, ring.count * dtype_size(ring.dtype));
+    } else if (ring.step + 2 == size_) {
+      ring.done = true;
+      return MPI_SUCCESS;
+    }
+    ++ring.step;
+    return post(at(ring.out, chunk(ring, rank_ - ring.step), ring.dtype),
+                at(ring.out, chunk(ring, rank_ - ring.step - 1), ring.dtype), ring);
+  }
+
+  int reduce_step(Ring& ring) {
     const size_t bytes = ring.count * dtype_size(ring.dtype);
     const char* send = at(ring.in, chunk(ring, rank_ - 1), ring.dtype);
     if (ring.step < 0) {
@@ -429,43 +462,69 @@ class RingLane {
       send = received;
     }
     ++ring.step;
-    char* receive = scratch_.data() + (ring.step % 2) * bytes;
+    return post(send, scratch_.data() + (ring.step % 2) * bytes, ring);
+  }
+
+  // One step's messages, the sends first (the handshake, in the note above), each in pieces no
+  // longer than an int count.
+  int post(const char* send, char* receive, const Ring& ring) {
     const MPI_Datatype type = MpiRuntime::get().type(ring.dtype);
     int rc = MPI_SUCCESS;
     in_pieces(ring.count, [&](size_t offset, size_t n) {
       if (rc != MPI_SUCCESS) return;
       requests_.emplace_back(MPI_REQUEST_NULL);
-      rc = MPI_Irecv(at(receive, offset, ring.dtype), static_cast<int>(n), type,
-                     (rank_ + size_ - 1) % size_, kRingTag, comm_, &requests_.back());
+      rc = MPI_Isend(at(send, offset, ring.dtype), static_cast<int>(n), type, (rank_ + 1) % size_,
+                     tag_, comm_, &requests_.back());
+    });
+    in_pieces(ring.count, [&](size_t offset, size_t n) {
       if (rc != MPI_SUCCESS) return;
       requests_.emplace_back(MPI_REQUEST_NULL);
-      rc = MPI_Isend(at(send, offset, ring.dtype), static_cast<int>(n), type, (rank_ + 1) % size_,
-                     kRingTag, comm_, &requests_.back());
+      rc = MPI_Irecv(at(receive, offset, ring.dtype), static_cast<int>(n), type,
+                     (rank_ + size_ - 1) % size_, tag_, comm_, &requests_.back());
     });
     return rc;
   }
 
   MPI_Comm comm_;
-  int rank_, size_;
-  std::deque<std::shared_ptr<RingReduceScatter>> queue_;  // the head is running
-  std::vector<MPI_Request> requests_;                     // the head's current step
-  std::vector<char> scratch_;
+  int rank_, size_, tag_;
+  std::deque<std::shared_ptr<Ring>> queue_;  // the head is running
+  std::vector<MPI_Request> requests_;        // the head's current step
+  std::vector<char> scratch_;                // reduce-scatters only
 };
 
-// One ring's part in its Requests: every test moves the lane on, until the ring is done.
+// Every lane of the process, under MpiRuntime::mu; a communicator's go when it is destroyed.
+std::vector<std::weak_ptr<RingLane>>& all_lanes() {
+  static auto* lanes = new std::vector<std::weak_ptr<RingLane>>();  // leaked, as MpiRuntime
+  return *lanes;
+}
+
+std::shared_ptr<RingLane> new_lane(MPI_Comm comm, int rank, int size, int tag) {
+  auto lane = std::make_shared<RingLane>(comm, rank, size, tag);
+  auto& lanes = all_lanes();
+  lanes.erase(std::remove_if(lanes.begin(), lanes.end(),
+                             [](const std::weak_ptr<RingLane>& l) { return l.expired(); }),
+              lanes.end());
+  lanes.push_back(lane);
+  return lane;
+}
+
+// One ring's part in its Requests: every test moves every lane on, until the ring is done. It
+// keeps its lane alive: an abandoned ring's receives may still be posted into the lane's scratch.
 class RingRounds : public Rounds {
  public:
-  RingRounds(std::shared_ptr<RingLane> lane, std::shared_ptr<RingReduceScatter> ring)
+  RingRounds(std::shared_ptr<RingLane> lane, std::shared_ptr<Ring> ring)
       : lane_(std::move(lane)), ring_(std::move(ring)) {}
   int next(std::vector<MPI_Request>&, bool& done) override {
-    const int rc = lane_->advance();
-    done = ring_->done || rc != MPI_SUCCESS;
-    return rc != MPI_SUCCESS ? rc : ring_->error;
+    for (const auto& weak : all_lanes()) {
+      if (auto lane = weak.lock()) lane->advance();
+    }
+    done = ring_->done;
+    return ring_->error;
   }
 
  private:
   std::shared_ptr<RingLane> lane_;
-  std::shared_ptr<RingReduceScatter> ring_;
+  std::shared_ptr<Ring> ring_;
 };
 
 class MpiComm : public Comm {
@@ -477,7 +536,8 @@ class MpiComm : public Comm {
     check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
     check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
-    lane_ = std::make_shared<RingLane>(comm_, rank_, size_);
+    gathers_ = new_lane(comm_, rank_, size_, kAllGatherTag);
+    reductions_ = new_lane(comm_, rank_, size_, kReduceScatterTag);
   }
 
   ~MpiComm() override {
@@ -493,54 +553,17 @@ class MpiComm : public Comm {
   std::string backend() const override { return "mpi"; }
   bool progresses_in_background() const override { return ProgressThread::enabled(); }
 
+  // Both rings ([Note: MPI rings]).
   WorkPtr all_gather_async(const void* in, void* out, size_t count, DType dtype) override {
     const std::string what = describe(*this, "all_gather", count, dtype);
-    const MPI_Datatype type = MpiRuntime::get().type(dtype);
-    std::vector<MPI_Request> requests;
-    if (count * size_ <= mpi_max_elements_per_call()) {
-      issue(requests, what, [&](MPI_Request* r) {
-        const int n = static_cast<int>(count);
-        return MPI_Iallgather(in, n, type, out, n, type, comm_, r);
-      });
-    } else {
-      // Too long for int counts: every rank broadcasts its part, in pieces.
-      std::copy_n(static_cast<const char*>(in), count * dtype_size(dtype),
-                  at(out, rank_ * count, dtype));
-      for (int root = 0; root < size_; ++root) {
-        in_pieces(count, [&](size_t offset, size_t n) {
-          void* piece = at(out, root * count + offset, dtype);
-          issue(requests, what, [&](MPI_Request* r) {
-            return MPI_Ibcast(piece, static_cast<int>(n), type, root, comm_, r);
-          });
-        });
-      }
-    }
-    return finish(std::move(requests), nullptr, what);
+    return ring(true, in, out, count, dtype, nullptr, what);
   }
 
-  // A ring ([Note: MPI reduce-scatter]).
   WorkPtr reduce_scatter_async(const void* in, void* out, size_t count, DType dtype,
                                ReduceOp op) override {
     const std::string what =
         describe(*this, std::string("reduce_scatter(") + op_name(op) + ")", count, dtype);
-    const size_t bytes = count * dtype_size(dtype);
-    if (size_ == 1 || bytes == 0) {  // every rank has the same count: all return here, or none
-      if (out != in) std::memcpy(out, in, bytes);
-      return finish(std::vector<MPI_Request>{}, averager(out, count, dtype, op), what);
-    }
-    auto ring = std::make_shared<RingReduceScatter>();
-    ring->in = static_cast<const char*>(in);
-    ring->out = static_cast<char*>(out);
-    ring->count = count;
-    ring->dtype = dtype;
-    auto requests = std::make_shared<Requests>();
-    requests->rounds = std::make_unique<RingRounds>(lane_, ring);
-    {
-      std::lock_guard<std::mutex> lock(MpiRuntime::get().mu);
-      lane_->enqueue(ring);
-      requests->test();  // posts its first step, if its turn has come
-    }
-    return finish(std::move(requests), averager(out, count, dtype, op), what);
+    return ring(false, in, out, count, dtype, averager(out, count, dtype, op), what);
   }
 
   WorkPtr all_reduce_async(void* data, size_t count, DType dtype, ReduceOp op) override {
@@ -614,6 +637,31 @@ class MpiComm : public Comm {
     requests.push_back(request);
   }
 
+  // An all-gather (`gather`) or a reduce-scatter of `count` elements a rank, queued on its lane.
+  WorkPtr ring(bool gather, const void* in, void* out, size_t count, DType dtype,
+               std::function<void()> done, const std::string& what) {
+    const size_t bytes = count * dtype_size(dtype);
+    if (size_ == 1 || bytes == 0) {  // every rank has the same count: all return here, or none
+      if (out != in) std::memmove(out, in, bytes);
+      return finish(std::vector<MPI_Request>{}, std::move(done), what);
+    }
+    auto ring = std::make_shared<Ring>();
+    ring->gather = gather;
+    ring->in = static_cast<const char*>(in);
+    ring->out = static_cast<char*>(out);
+    ring->count = count;
+    ring->dtype = dtype;
+    const auto& lane = gather ? gathers_ : reductions_;
+    auto requests = std::make_shared<Requests>();
+    requests->rounds = std::make_unique<RingRounds>(lane, ring);
+    {
+      std::lock_guard<std::mutex> lock(MpiRuntime::get().mu);
+      lane->enqueue(ring);
+      requests->test();  // posts its first step, if its turn has come
+    }
+    return finish(std::move(requests), std::move(done), what);
+  }
+
   // Posts the collective on the board before waiting can start, so that peers that time out
   // see this rank got here.
   WorkPtr finish(std::vector<MPI_Request> requests, std::function<void()> done,
@@ -649,7 +697,7 @@ class MpiComm : public Comm {
   int rank_ = 0;
   int size_ = 1;
   int splits_ = 0;
-  std::shared_ptr<RingLane> lane_;  // this communicator's reduce-scatters
+  std::shared_ptr<RingLane> gathers_, reductions_;  // this communicator's rings, by kind
 };
 
 // Where the world's progress board lives: fsdp-run's run directory; else, when every rank runs on

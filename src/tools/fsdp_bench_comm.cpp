@@ -5,9 +5,14 @@
 // after a barrier so that it starts on every rank together; rank 0 prints each one's median, least
 // and most milliseconds and, given the link's rate, the time a ring's bytes need on it (what the
 // time model prices, docs/plan.md) and the share of that rate the collective got.
+// --in-flight K issues K of a collective (on K buffers) before waiting on the first, as FSDP's
+// prefetch has gathers overlap, and --busy-ms M keeps the issuing thread computing for M ms
+// before it waits, as a block's forward does: what a backend moves while nobody waits on it, on
+// cores its ranks' compute also wants. Times are then of all K together.
 //
 //   fsdp-run --nproc-per-node 2 build/bin/fsdp-bench-comm [--elements 4194304] [--repeats 12]
 //                                                        [--warmup 1] [--link-gbit G]
+//                                                        [--in-flight 1] [--busy-ms 0]
 //
 // A collective's speed on a shaped link is what decides the time model's error below the grid's
 // links (docs/plan.md, "Where it is wrong"): this is how that was measured.
@@ -30,6 +35,8 @@ struct Args {
   int repeats = 12;
   int warmup = 1;
   double link_gbit = 0;  // 0: not given, no share printed
+  int in_flight = 1;
+  double busy_ms = 0;
 };
 
 using Flag = fsdp::tools::FlagSpec<Args>;
@@ -56,6 +63,15 @@ const std::vector<Flag>& flags() {
        [](Args& a, const std::string& v) {
          a.link_gbit = fsdp::flags::parse_number("--link-gbit", v, 1e-6, 1e6);
        }},
+      {"--in-flight", "collectives of a kind issued before the first is waited on (default 1)",
+       [](Args& a, const std::string& v) {
+         a.in_flight = static_cast<int>(fsdp::flags::parse_int("--in-flight", v, 1, 64));
+       }},
+      {"--busy-ms",
+       "milliseconds the issuing thread computes before it waits (default 0: waits at once)",
+       [](Args& a, const std::string& v) {
+         a.busy_ms = fsdp::flags::parse_number("--busy-ms", v, 0, 1e6);
+       }},
   };
   return table;
 }
@@ -63,7 +79,7 @@ const std::vector<Flag>& flags() {
 struct Collective {
   const char* name;
   double ring_passes;  // a ring moves (g - 1) / g of the buffer this many times each way
-  std::function<void()> run;
+  std::function<fsdp::WorkPtr(int k)> issue;  // on the k-th set of buffers
   std::vector<double> ms;
 };
 
@@ -74,11 +90,23 @@ void report(const Collective& c, const Args& a, int world) {
   std::printf("%-15s median %8.2f ms  least %8.2f  most %8.2f", c.name, median, ms.front(),
               ms.back());
   if (a.link_gbit > 0) {
-    const double bytes = c.ring_passes * (world - 1) / world * static_cast<double>(a.elements) * 4;
+    const double bytes =
+        a.in_flight * c.ring_passes * (world - 1) / world * static_cast<double>(a.elements) * 4;
     const double link_ms = bytes * 8 / (a.link_gbit * 1e9) * 1e3;
-    std::printf("  ring on the link %8.2f ms  got %3.0f%% of it", link_ms, 100 * link_ms / median);
+    std::printf("  ring on the link %8.2f ms  got %3.0f%% of it", link_ms,
+                100 * link_ms / std::max(median, a.busy_ms));
   }
   std::printf("\n");
+}
+
+// Arithmetic the optimiser cannot drop, for about `ms` milliseconds on this thread.
+void compute_for(double ms) {
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::duration<double, std::milli>(ms);
+  volatile double x = 1;
+  while (std::chrono::steady_clock::now() < until) {
+    for (int i = 0; i < 10000; ++i) x = x * 1.0000001 + 1e-9;
+  }
 }
 
 int run(int argc, char** argv, const Args& a) {
@@ -90,38 +118,47 @@ int run(int argc, char** argv, const Args& a) {
   }
   const size_t n = static_cast<size_t>(a.elements), shard = n / static_cast<size_t>(g);
   // Allocated and touched once: fresh pages would be timed otherwise.
-  std::vector<float> whole(n, 1.0f), part(shard, static_cast<float>(world->rank() + 1));
+  std::vector<std::vector<float>> whole(a.in_flight, std::vector<float>(n, 1.0f));
+  std::vector<std::vector<float>> part(
+      a.in_flight, std::vector<float>(shard, static_cast<float>(world->rank() + 1)));
   const fsdp::DType f32 = fsdp::DType::kFloat32;
   std::vector<Collective> collectives = {
       {"all_gather",
        1,
-       [&] { world->all_gather_async(part.data(), whole.data(), shard, f32)->wait(); },
+       [&](int k) { return world->all_gather_async(part[k].data(), whole[k].data(), shard, f32); },
        {}},
       {"reduce_scatter",
        1,
-       [&] {
-         world->reduce_scatter_async(whole.data(), part.data(), shard, f32, fsdp::ReduceOp::kSum)
-             ->wait();
+       [&](int k) {
+         return world->reduce_scatter_async(whole[k].data(), part[k].data(), shard, f32,
+                                            fsdp::ReduceOp::kSum);
        },
        {}},
       {"all_reduce",
        2,
-       [&] { world->all_reduce_async(whole.data(), n, f32, fsdp::ReduceOp::kAvg)->wait(); },
+       [&](int k) {
+         return world->all_reduce_async(whole[k].data(), n, f32, fsdp::ReduceOp::kAvg);
+       },
        {}},
   };
+  std::vector<fsdp::WorkPtr> works(a.in_flight);
   for (int i = 0; i < a.warmup + a.repeats; ++i) {
     for (auto& c : collectives) {
       world->barrier();
       const auto t0 = std::chrono::steady_clock::now();
-      c.run();
+      for (int k = 0; k < a.in_flight; ++k) works[k] = c.issue(k);
+      if (a.busy_ms > 0) compute_for(a.busy_ms);
+      for (auto& w : works) w->wait();
       const std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now() - t0;
       if (i >= a.warmup) c.ms.push_back(took.count());
     }
   }
   if (world->rank() == 0) {
-    std::printf("fsdp-bench-comm: %s, %d ranks, %lld fp32 elements (%.1f MB), %d repeats\n",
-                world->backend().c_str(), g, static_cast<long long>(a.elements), n * 4 / 1e6,
-                a.repeats);
+    std::printf(
+        "fsdp-bench-comm: %s, %d ranks, %lld fp32 elements (%.1f MB), %d repeats, "
+        "%d in flight, %.0f ms busy\n",
+        world->backend().c_str(), g, static_cast<long long>(a.elements), n * 4 / 1e6, a.repeats,
+        a.in_flight, a.busy_ms);
     for (const auto& c : collectives) report(c, a, g);
   }
   world->barrier();
