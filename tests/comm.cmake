@@ -15,7 +15,7 @@ foreach(backend mpi gloo)
   endforeach()
 endforeach()
 # MPI without the progress thread: collectives move only inside waits, so a wait must move the
-# ones issued before it (the reduce-scatter rings' lane, [Note: MPI reduce-scatter]).
+# ones issued before it, of either lane (the rings' lanes, [Note: MPI rings]).
 foreach(np 2 3)
   fsdp_mpi_test(NAME comm_mpi_noprogress_np${np} EXE test_comm NP ${np} BACKEND mpi
                 FILTER "Comm.*" TIMEOUT 90 ENV FSDP_MPI_PROGRESS=0)

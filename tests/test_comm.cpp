@@ -224,9 +224,8 @@ TEST(Comm, GroupMatchesBackendUnderTest) {
 TEST(Comm, EveryCollectiveDtypeAndCount) { check_every_collective(*test::world()); }
 
 // MPI counts are int: longer messages go out in pieces. Lowering the piece size makes the test's
-// million elements take that path (several all-reduce/broadcast calls, per-root broadcasts for
-// all-gather, and several sends and receives per step of the reduce-scatter's ring). Gloo ignores
-// the knob.
+// million elements take that path (several all-reduce/broadcast calls, and several sends and
+// receives per step of the all-gather's and the reduce-scatter's rings). Gloo ignores the knob.
 TEST(Comm, MessagesSplitIntoPieces) {
   CommPtr world = test::world();
   size_t& limit = comm_internal::mpi_max_elements_per_call();
