@@ -216,7 +216,7 @@ run_mpi() {
   local hostlist env=(-x OMP_NUM_THREADS=1 -x PATH -x FSDP_MPI_PROGRESS)
   hostlist=$(IFS=,; echo "${hosts[*]}")
   local var
-  for var in XX_TRACE LD_LIBRARY_PATH ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS; do
+  for var in LD_LIBRARY_PATH ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS; do
     [[ -n ${!var:-} ]] && env+=(-x "$var")  # mpirun passes on only what it is told to
   done
   # In the background: a signal to this script then stops it at once (bash runs traps only

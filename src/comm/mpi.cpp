@@ -431,18 +431,22 @@ class RingLane {
     return static_cast<size_t>(((i % size_) + size_) % size_) * ring.count;
   }
 
-  // Finishes `ring`'s current step and posts the next one, or marks it done.
+  // Finishes `ring`'s current step and posts the next one, or marks it done. The first step
+  // sends the rank's own chunk straight from `in`, and its copy into `out` waits for that step to
+  // complete: the thread that issues the gather (under FSDP, the compute's) copies nothing.
   int gather_step(Ring& ring) {
-    if (ring.step < 0) {
+    if (ring.step == 0) {
       char* own = at(ring.out, chunk(ring, rank_), ring.dtype);
       if (own != ring.in) std::memmove(own, ring.in, ring.count * dtype_size(ring.dtype));
-    } else if (ring.step + 2 == size_) {
+    }
+    if (ring.step + 2 == size_) {
       ring.done = true;
       return MPI_SUCCESS;
     }
     ++ring.step;
-    return post(at(ring.out, chunk(ring, rank_ - ring.step), ring.dtype),
-                at(ring.out, chunk(ring, rank_ - ring.step - 1), ring.dtype), ring);
+    const char* send =
+        ring.step == 0 ? ring.in : at(ring.out, chunk(ring, rank_ - ring.step), ring.dtype);
+    return post(send, at(ring.out, chunk(ring, rank_ - ring.step - 1), ring.dtype), ring);
   }
 
   int reduce_step(Ring& ring) {
@@ -657,7 +661,9 @@ class MpiComm : public Comm {
     {
       std::lock_guard<std::mutex> lock(MpiRuntime::get().mu);
       lane->enqueue(ring);
-      requests->test();  // posts its first step, if its turn has come
+      // Posts its first step, if its turn has come. Only this lane: a step of another that has
+      // completed would have its sum or copy done here, on the thread that issues (the compute's).
+      lane->advance();
     }
     return finish(std::move(requests), std::move(done), what);
   }
