@@ -1,5 +1,7 @@
-// The MPI backend (OpenMPI): every collective is a nonblocking MPI-3 call on a communicator of
-// our own, and Work::wait polls MPI_Testall until the requests complete or the deadline passes.
+// The MPI backend (OpenMPI): every collective is nonblocking, on a communicator of our own: MPI-3's
+// own call (all-reduce, broadcast, barrier) or a ring of ours over point-to-point calls
+// (all-gather, reduce-scatter: [Note: MPI rings]); Work::wait polls MPI_Testall until the
+// requests complete or the deadline passes.
 // A progress thread tests the collectives in flight meanwhile, so that their data moves while
 // the issuing thread computes ([Note: MPI progress]).
 // It also owns the process's MPI lifetime: MPI is initialised on first use, and finalised at exit
