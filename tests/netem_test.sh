@@ -9,9 +9,9 @@
 #    0.87 to 1.00 in four runs before, when the gathers were Gloo's own, which got 70 to 100% of a
 #    shaped link (docs/plan.md "Where it is wrong"; at 200 Mbit/s then, the step nearly all
 #    collectives and most of them gathers, 0.81);
-#  - the same over MPI, also at 1 Gbit/s (0.97 to 1.11 in five runs; at 200 Mbit/s the root's
-#    reduction in pieces ran at half the link's rate one way, 0.72 to 0.85, docs/plan.md "Where it
-#    is wrong"), mpirun starting the other host's daemon through
+#  - the same over MPI, also at 1 Gbit/s (0.97 to 1.11 in five runs; at 200 Mbit/s 0.94 and 0.99
+#    since the rings post their sends first, 0.72 to 0.85 before, docs/plan.md "Where it is
+#    wrong"), mpirun starting the other host's daemon through
 #    `ip netns exec`, OpenMPI's TCP transport, where mpirun is Open MPI 4's; elsewhere (Open
 #    MPI 5's launcher takes every namespace for one host) netem.sh must refuse --backend mpi,
 #    saying why;
