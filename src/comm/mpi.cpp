@@ -387,8 +387,8 @@ const char* at(const void* base, size_t elements, DType dtype) {
 // own request goes out; the peer then starts streaming its data, and only after that reads our
 // request, so its answer waits behind its data: on 2 ranks (where the peer we send to is the peer
 // we receive from) our data then started up to a full socket buffer later (up to 50 ms on
-// a 70 ms exchange at 1 Gbit/s, measured). Posting the sends first puts our request ahead of our answer
-// on the wire, and the peer answers it before it has any data to send.
+// a 70 ms exchange at 1 Gbit/s, measured). Posting the sends first puts our request ahead of our
+// answer on the wire, and the peer answers it before it has any data to send.
 constexpr int kReduceScatterTag = 0x40, kAllGatherTag = 0x41;
 
 struct Ring {
