@@ -409,6 +409,7 @@ class RingLane {
 
   // Under MpiRuntime::mu.
   void enqueue(std::shared_ptr<Ring> ring) { queue_.push_back(std::move(ring)); }
+  bool idle() const { return queue_.empty(); }
 
   // Under MpiRuntime::mu: moves the ring at the head on, starting the next when it is done. An
   // error ends the head ring, where its own Work reports it.
@@ -662,10 +663,12 @@ class MpiComm : public Comm {
     requests->rounds = std::make_unique<RingRounds>(lane, ring);
     {
       std::lock_guard<std::mutex> lock(MpiRuntime::get().mu);
+      // Posts its first step where the lane is idle, and nothing else: a completed step of the
+      // ring ahead would have its sum or copy done here, on the thread that issues (under FSDP,
+      // the compute's; 1-3 ms a collective measured); the progress thread or a wait moves it on.
+      const bool idle = lane->idle();
       lane->enqueue(ring);
-      // Posts its first step, if its turn has come. Only this lane: a step of another that has
-      // completed would have its sum or copy done here, on the thread that issues (the compute's).
-      lane->advance();
+      if (idle) lane->advance();
     }
     return finish(std::move(requests), std::move(done), what);
   }
