@@ -16,8 +16,9 @@
 #  - bench/vs_fsdp2_table.py reads the fsdp-bench and FSDP2 records of the recorded comparison;
 #  - fsdp-bench-adamw on a tiny shard (an odd size, two threads): it prints every row, and the
 #    op-by-op AdamW ends exactly where torch's does;
-#  - fsdp-bench-comm over Gloo at world size 2: a row for each of the three collectives, with the
-#    link's share where a rate is given; a buffer the world does not divide is refused;
+#  - fsdp-bench-comm over Gloo at world size 2, two of each collective in flight under 1 ms of
+#    compute: a row for each of the three, with the link's share where a rate is given; a buffer
+#    the world does not divide is refused;
 #  - bad arguments to any of them exit non-zero naming the option, before any rank starts; every
 #    numeric flag of every tool (fsdp-ckpt, fsdp-train sample, fsdp-run too) refuses trailing text
 #    and numbers past its range.
@@ -124,7 +125,10 @@ expect_error "bench-adamw --threads" "--threads: 'two' is not an integer" "$BIN/
 expect_error "bench-adamw unknown option" "unknown option --stesp" "$BIN/fsdp-bench-adamw" --stesp 3
 
 "$BIN/fsdp-run" --backend gloo --nproc-per-node 2 "$BIN/fsdp-bench-comm" --elements 1002 \
-  --repeats 2 --link-gbit 1 >"$WORK/comm.log" 2>&1 || fail "fsdp-bench-comm: $(tail -5 "$WORK/comm.log")"
+  --repeats 2 --link-gbit 1 --in-flight 2 --busy-ms 1 >"$WORK/comm.log" 2>&1 ||
+  fail "fsdp-bench-comm: $(tail -5 "$WORK/comm.log")"
+grep -q ', 2 in flight, 1 ms busy$' "$WORK/comm.log" ||
+  fail "fsdp-bench-comm did not take --in-flight and --busy-ms: $(cat "$WORK/comm.log")"
 for c in all_gather reduce_scatter all_reduce; do
   grep -Eq "$c +median +[0-9.]+ ms .* got +[0-9]+% of it" "$WORK/comm.log" ||
     fail "fsdp-bench-comm printed no $c row: $(cat "$WORK/comm.log")"
@@ -132,6 +136,8 @@ done
 expect_error "bench-comm --elements 7 over 2" "--elements 7 is not a multiple of the world size 2" \
   "$BIN/fsdp-run" --backend gloo --nproc-per-node 2 "$BIN/fsdp-bench-comm" --elements 7
 expect_error "bench-comm unknown option" "unknown option --elems" "$BIN/fsdp-bench-comm" --elems 3
+expect_error "bench-comm --in-flight 0" "--in-flight: 0 is out of range" "$BIN/fsdp-bench-comm" --in-flight 0
+expect_error "bench-comm --busy-ms" "--busy-ms: -1 is out of range" "$BIN/fsdp-bench-comm" --busy-ms -1
 
 expect_error "bench --steps 0" "--steps: 0 is out of range \[1, " "$BIN/fsdp-bench" --steps 0
 expect_error "bench --allocator" "--allocator: fsdp or glibc" "$BIN/fsdp-bench" --allocator tc
