@@ -59,6 +59,13 @@ def collectives_cpu(r):
     return r["median"]["cpu"] - alone, r["predicted"]["comm_cpu"]
 
 
+def compute_idle(r):
+    """Pinned runs since 2026-11-27 (late): the time a step the training threads' CPUs sat idle
+    (fsdp-bench's compute_cpus_idle_ns), the exposed communication on the compute's own
+    timeline; else None."""
+    return r.get("cpus", {}).get("compute_idle_seconds")
+
+
 def cell(value):
     return "-" if value is None else f"{value:.2f}"
 
@@ -67,9 +74,10 @@ def table(records):
     head = ("| hosts x ranks | link | backend | dtype | strategy | variant | step (s) | "
             "compute alone (s) | "
             "exposed (s) | waited in collectives (s) | collectives, predicted (s) | "
-            "exposed / collectives | CPU beyond compute's (s) | collectives' CPU, predicted (s) | "
+            "exposed / collectives | compute CPUs idle (s) | idle / collectives | "
+            "CPU beyond compute's (s) | collectives' CPU, predicted (s) | "
             "CPU bound (s) | predicted step (s) | predicted / measured | repeats | "
-            "tokens/s | peak RSS (MiB) |\n" + "| --- " * 20 + "|\n")
+            "tokens/s | peak RSS (MiB) |\n" + "| --- " * 22 + "|\n")
     lines = []
     errors = []
     for r in records:
@@ -82,11 +90,15 @@ def table(records):
         errors.append(ratio - 1)
         cpu_measured, cpu_predicted = collectives_cpu(r)
         bound = p.get("cpu_bound") or None
+        idle = compute_idle(r)
+        idle_share = idle / p["in_collectives"] if idle is not None and p["in_collectives"] > 0 \
+            else None
         lines.append(
             f"| {r['label'].split(', ')[0]} | {link} | {backend(r)} | {r['dtype']} | {r['strategy']} | "
             f"{r['variant']} | {step:.2f} | {alone:.2f} | {exposed:.2f} | "
             f"{r['median']['in_collectives']:.2f} | {p['in_collectives']:.2f} | "
             f"{exposed / p['in_collectives'] if p['in_collectives'] > 0 else 0:.2f} | "
+            f"{cell(idle)} | {cell(idle_share)} | "
             f"{cell(cpu_measured)} | {cell(cpu_predicted)} | {cell(bound)} | "
             f"{p['step']:.2f} | {ratio:.3f} | {repeats(r)} | {r['tokens_per_second']:.0f} | "
             f"{r['peak_rss_bytes'] / 2**20:.0f} |")

@@ -14,15 +14,17 @@
 # but the root's gradients reduced whole (`prefetch+whole`); over Gloo at 1, 3 and 10 Gbit/s and
 # over MPI at 3 and 10 Gbit/s. About 40 minutes with 3 repeats, 13 of them the 1 Gbit/s cell
 # (where communication exceeds compute; --cells '10gbit|3gbit' leaves it out).
-# Then the table (bench/netem_table.py) in OUT.
+# Each record has the compute CPU's idle time a step (fsdp-bench: the time no training thread had
+# work, the exposed communication read off the compute's own timeline). Then the table
+# (bench/netem_table.py) in OUT.
 #
 # Usage: bench/overlap_pinned.sh [--out bench/results/overlap-pinned-DATE] [--bin build/bin]
 #                                [--repeats 3] [--steps 3] [--compute-cpus 0] [--comm-cpus 1]
-#                                [--cells REGEX]
+#                                [--cells REGEX] [--variants LIST (fsdp-bench's; the four above)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=bench/results/overlap-pinned-$(date +%F) BIN=build/bin REPEATS=3 STEPS=3 COMPUTE=0 COMM=1
-CELLS=.
+CELLS=. VARIANTS=plain,prefetch,prefetch+onepiece,prefetch+whole
 while (($#)); do
   [[ $# -ge 2 ]] || { echo "overlap_pinned.sh: $1 needs a value (see the usage in $0)" >&2; exit 2; }
   case $1 in
@@ -33,6 +35,7 @@ while (($#)); do
     --compute-cpus) COMPUTE=$2 ;;
     --comm-cpus) COMM=$2 ;;
     --cells) CELLS=$2 ;;
+    --variants) VARIANTS=$2 ;;
     *) echo "overlap_pinned.sh: unknown option $1 (see the usage in $0)" >&2; exit 2 ;;
   esac
   shift 2
@@ -50,7 +53,7 @@ cell() {
   bench/netem.sh --hosts 2 --ranks-per-host 1 --rate "$rate" --backend "$backend" --bin "$BIN" \
     --json "$OUT/$name.json" -- --model 124m --seq 256 --batch 1 --steps "$STEPS" \
     --repeats "$REPEATS" --dtype fp32 --strategies FULL_SHARD \
-    --variants plain,prefetch,prefetch+onepiece,prefetch+whole --compute-cpus "$COMPUTE" --comm-cpus "$COMM" \
+    --variants "$VARIANTS" --compute-cpus "$COMPUTE" --comm-cpus "$COMM" \
     --contention 0 --cores-per-rank 0 --label "$label" >"$OUT/$name.log" 2>&1 ||
     { echo "overlap_pinned: $name failed; its log:"; tail -30 "$OUT/$name.log"; exit 1; }
   echo "overlap_pinned: $name: $((SECONDS - start)) s"

@@ -10,9 +10,11 @@
 #    compute alone again and predicts from it (one prediction per repeat, the median shown; none
 #    for offload, which the time model does not describe);
 #    with the ranks' training threads on one CPU and their collectives' threads on another
-#    (--compute-cpus, --comm-cpus), every thread is on one of the two;
+#    (--compute-cpus, --comm-cpus), every thread is on one of the two, and the compute CPU's idle
+#    time a step is recorded;
 #  - bench/netem_table.py joins the recorded partial re-run with the grid it completes, with the
-#    CPU columns, and still reads records from before them;
+#    CPU columns, and still reads records from before them; pinned records show the compute
+#    CPUs' idle time;
 #  - bench/vs_fsdp2_table.py reads the fsdp-bench and FSDP2 records of the recorded comparison;
 #  - fsdp-bench-adamw on a tiny shard (an odd size, two threads): it prints every row, and the
 #    op-by-op AdamW ends exactly where torch's does;
@@ -67,6 +69,8 @@ for r in records:
     assert cpus["threads_on_compute"] >= 1 and cpus["threads_on_comm"] >= 2, (name, cpus)
     if sys.argv[2] != sys.argv[3]:
         assert cpus["threads_on_compute"] + cpus["threads_on_comm"] == cpus["threads"], (name, cpus)
+    # The compute CPU's idle time a step: read (10 ms ticks) and no longer than the step.
+    assert 0 <= cpus["compute_idle_seconds"] <= r["median"]["step"] + 0.02, (name, cpus, r["median"])
     assert (r["host_shard_bytes"] > 0) == ("offload" in r["variant"]), name
     assert r["timed_steps"] == 4 and len(r["step_seconds"]) == 4, name
     assert r["comm_bytes_per_step"] == r["plan"]["comm_bytes_per_step"], name
@@ -100,12 +104,17 @@ python3 "$REPO/bench/netem_table.py" "$WORK/netem" "$REPO/bench/results/netem-cp
 grep -q ' of 118 cells predicted within 15%' "$WORK/netem.md" ||
   fail "netem_table.py did not join the grids: $(tail -3 "$WORK/netem.md")"
 # Every row with the CPU its collectives took, measured and predicted, and the CPU bound.
-grep -Ec '^\| 2 x 2 \| 10gbit \| gloo \| fp32 \| FULL_SHARD \| prefetch( \| [0-9.-]+){6}( \| [0-9.]+){3} \| ' \
+grep -Ec '^\| 2 x 2 \| 10gbit \| gloo \| fp32 \| FULL_SHARD \| prefetch( \| [0-9.-]+){6} \| - \| -( \| [0-9.]+){3} \| ' \
   "$WORK/netem.md" | grep -qx 1 || fail "netem_table.py: no CPU columns: $(grep -m3 '2 x 2' "$WORK/netem.md")"
 # Records from before the CPU was recorded still make a table, with '-' there.
 mkdir -p "$WORK/old" && cp "$REPO"/bench/results/netem-more-2026-11-26/*.json "$WORK/old/"
 python3 "$REPO/bench/netem_table.py" "$WORK/old" >"$WORK/old.md" 2>&1 &&
   grep -q '| - | - | - |' "$WORK/old.md" || fail "netem_table.py on older records: $(tail -3 "$WORK/old.md")"
+# Pinned records with the compute CPUs' idle time: it and its share of the collectives in the row.
+mkdir -p "$WORK/pinned" && cp "$REPO"/bench/results/overlap-pinned-2026-11-27-idle/*.json "$WORK/pinned/"
+python3 "$REPO/bench/netem_table.py" "$WORK/pinned" >"$WORK/pinned.md" 2>&1 &&
+  grep -Eq '^\| 2 x 1 \| 10gbit \| mpi \| fp32 \| FULL_SHARD \| prefetch( \| -?[0-9.]+){8} \| ' "$WORK/pinned.md" ||
+  fail "netem_table.py: no compute CPUs' idle column: $(grep -m3 '2 x 1' "$WORK/pinned.md")"
 
 # bench/vs_fsdp2.sh's table, from the run recorded in the repository (the JSON fields it reads),
 # and its refusal of an unknown option.

@@ -119,8 +119,11 @@ struct Requests {
 // [Note: MPI progress] OpenMPI advances a nonblocking collective (libnbc's schedule, the TCP and
 // shared-memory transfers under it) only inside MPI calls. Without help, a prefetched all-gather
 // issued before a unit's compute would move nothing until the wait after it, and prefetch would
-// hide no communication. This thread tests every collective in flight about every 100 us, under
-// the mutex that serialises all MPI calls (MPI_THREAD_SERIALIZED), and sleeps when none is.
+// hide no communication. This thread tests every collective in flight about every 100 us (20 us
+// while a waiter sleeps), under the mutex that serialises all MPI calls (MPI_THREAD_SERIALIZED),
+// and sleeps when none is. A waiter polls a little (a small collective completes within
+// microseconds), then sleeps until this thread sees its collective complete, as a Gloo waiter
+// sleeps until Gloo's worker is done.
 // FSDP_MPI_PROGRESS=0 turns it off (for measuring what it buys: docs/comm.md).
 class ProgressThread {
  public:
@@ -142,6 +145,15 @@ class ProgressThread {
     live_.push_back(r);
     cv_.notify_one();
   }
+  // Blocks until `r` completes, as seen by this thread's tests, or until `until`. A waiter that
+  // polled instead (every 20 us, taking the MPI mutex and polling every transport) kept its CPU
+  // busy the whole wait: where training threads share a CPU, that was the peer's compute time.
+  void await(const Requests& r, Clock::time_point until) {
+    std::unique_lock<std::mutex> lock(done_mu_);
+    ++waiters_;
+    done_cv_.wait_until(lock, until, [&] { return r.complete.load(); });
+    --waiters_;
+  }
   // Before MPI_Finalize: no MPI call may follow it.
   void stop() {
     {
@@ -160,6 +172,9 @@ class ProgressThread {
   std::vector<std::weak_ptr<Requests>> live_;
   bool stopping_ = false;
   std::thread thread_;
+  std::mutex done_mu_;  // orders a completion's notice after a waiter's check of it
+  std::condition_variable done_cv_;
+  std::atomic<int> waiters_{0};  // threads asleep in await()
 };
 
 // Finalises MPI when static objects are destroyed at exit, if init() initialised it.
@@ -243,16 +258,22 @@ void ProgressThread::run() {
         if (auto r = weak.lock()) batch.push_back(std::move(r));
       }
     }
-    bool pending = false;
+    bool pending = false, completed = false;
     {
       std::lock_guard<std::mutex> lock(MpiRuntime::get().mu);
       int finalized = 0;
       MPI_Finalized(&finalized);
       if (finalized) return;  // a program that brought its own MPI ended it
       for (const auto& r : batch) {
+        const bool was = r->complete;
         r->test();
         pending = pending || !r->complete;
+        completed = completed || (!was && r->complete);
       }
+    }
+    if (completed) {
+      { std::lock_guard<std::mutex> lock(done_mu_); }
+      done_cv_.notify_all();
     }
     {
       std::lock_guard<std::mutex> lock(list_mu_);
@@ -265,7 +286,9 @@ void ProgressThread::run() {
                   live_.end());
     }
     batch.clear();
-    if (pending) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    // While a thread sleeps in await(), this one tests as often as that thread polled before it
+    // slept (every 20 us; 100 us apart a collective's data moves in fewer, later pieces).
+    if (pending) std::this_thread::sleep_for(std::chrono::microseconds(waiters_ > 0 ? 20 : 100));
   }
 }
 
@@ -290,12 +313,18 @@ class MpiWork : public Work {
     if (done_) return;
     const auto deadline = Clock::now() + timeout_;
     for (int polls = 0; !test(); ++polls) {
-      if (Clock::now() >= deadline) {
+      const auto now = Clock::now();
+      if (now >= deadline) {
         if (!abandoned_) ++g_abandoned;
         abandoned_ = true;
         throw CommError(timeout_error(what_, timeout_).what() + (diagnose_ ? diagnose_() : ""));
       }
-      back_off(polls);
+      if (polls >= kEagerPolls && ProgressThread::enabled()) {
+        // Tested again every 10 ms all the same: a wait is also what moves the rings on.
+        ProgressThread::get().await(*requests_, std::min(deadline, now + kRecheck));
+      } else {
+        back_off(polls);
+      }
     }
     if (abandoned_) --g_abandoned;  // the peers caught up after all
     abandoned_ = false;
@@ -322,8 +351,10 @@ class MpiWork : public Work {
 
   // OpenMPI progresses nonblocking collectives only inside MPI calls, so poll eagerly at first;
   // then sleep a little, because ranks often share cores and a spinning waiter starves its peers.
+  static constexpr int kEagerPolls = 100;
+  static constexpr std::chrono::milliseconds kRecheck{10};
   static void back_off(int polls) {
-    if (polls < 100) {
+    if (polls < kEagerPolls) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(polls < 2000 ? 20 : 200));

@@ -58,8 +58,10 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -388,6 +390,28 @@ int64_t minor_faults() {
 // alone's (measure_compute_profile) is read, so that the two subtract.
 int64_t cpu_ns() { return static_cast<int64_t>(std::clock()) * (1000000000 / CLOCKS_PER_SEC); }
 
+// How long `cpus` have been idle since boot, averaged over them: /proc/stat's idle and iowait, in
+// clock ticks (10 ms). In a pinned run every training thread of this host runs on them and no
+// thread of the collectives does, so over a step this is the time no training thread had work:
+// the exposed communication, read off the compute's own timeline, as a GPU trace shows it (the
+// compute stream's gaps), not as a step minus a compute alone measured in another run (whose
+// spread between runs here, 0.1 to 0.2 s, exceeds a 10 Gbit/s step's exposed time). It leaves
+// out what the training threads spend inside collective calls (issuing, polling); the step minus
+// the compute alone keeps that.
+int64_t compute_cpus_idle_ns(const std::vector<int>& cpus) {
+  std::ifstream stat("/proc/stat");
+  int64_t ticks = 0;
+  for (std::string line; std::getline(stat, line);) {
+    if (line.size() < 4 || line.compare(0, 3, "cpu") != 0 || !std::isdigit(line[3])) continue;
+    std::istringstream in(line.substr(3));
+    int cpu = -1;
+    int64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0;
+    in >> cpu >> user >> nice >> system >> idle >> iowait;
+    if (std::find(cpus.begin(), cpus.end(), cpu) != cpus.end()) ticks += idle + iowait;
+  }
+  return ticks * (1000000000 / sysconf(_SC_CLK_TCK)) / static_cast<int64_t>(cpus.size());
+}
+
 double mib(int64_t bytes) { return bytes / (1024.0 * 1024.0); }
 
 // The largest value over the ranks.
@@ -401,9 +425,10 @@ int64_t max_over_ranks(fsdp::Comm& world, int64_t mine) {
 // cost about 2 us each here), each the slowest rank's.
 struct StepTimes {
   int64_t step = 0, forward = 0, backward = 0, optimizer = 0, comm = 0, faults = 0;
-  int64_t cpu = 0;  // the process's CPU time in the step, every thread's
+  int64_t cpu = 0;   // the process's CPU time in the step, every thread's
+  int64_t idle = 0;  // pinned runs: the compute CPUs' idle time in the step (compute_cpus_idle_ns)
 };
-constexpr int kStepParts = 7;
+constexpr int kStepParts = 8;
 
 double seconds(int64_t ns) { return ns * 1e-9; }
 
@@ -443,7 +468,7 @@ struct Result {
     };
     return {med(&StepTimes::step),      med(&StepTimes::forward), med(&StepTimes::backward),
             med(&StepTimes::optimizer), med(&StepTimes::comm),    med(&StepTimes::faults),
-            med(&StepTimes::cpu)};
+            med(&StepTimes::cpu),       med(&StepTimes::idle)};
   }
   double tokens_per_second(const Args& a) const {
     return plan.world_size * a.batch * a.seq / seconds(median().step);
@@ -463,7 +488,8 @@ struct Result {
 std::vector<StepTimes> slowest_rank(fsdp::Comm& world, const std::vector<StepTimes>& mine) {
   std::vector<int64_t> flat;
   for (const auto& t : mine)
-    flat.insert(flat.end(), {t.step, t.forward, t.backward, t.optimizer, t.comm, t.faults, t.cpu});
+    flat.insert(flat.end(),
+                {t.step, t.forward, t.backward, t.optimizer, t.comm, t.faults, t.cpu, t.idle});
   std::vector<int64_t> all(flat.size() * static_cast<size_t>(world.size()));
   world.all_gather(flat.data(), all.data(), flat.size(), fsdp::DType::kInt64);
   std::vector<StepTimes> out = mine;
@@ -473,7 +499,7 @@ std::vector<StepTimes> slowest_rank(fsdp::Comm& world, const std::vector<StepTim
       StepTimes& o = out[i];
       o = {std::max(o.step, t[0]),      std::max(o.forward, t[1]), std::max(o.backward, t[2]),
            std::max(o.optimizer, t[3]), std::max(o.comm, t[4]),    std::max(o.faults, t[5]),
-           std::max(o.cpu, t[6])};
+           std::max(o.cpu, t[6]),       std::max(o.idle, t[7])};
     }
   }
   return out;
@@ -598,6 +624,7 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
     fsdp::synchronize_current_stream(device);
     world->barrier();
     const int64_t blocked = counts->blocked_ns, faults = minor_faults(), cpu0 = cpu_ns();
+    const int64_t idle0 = a.pinned() ? compute_cpus_idle_ns(a.compute_cpus) : 0;
     const auto t0 = Clock::now();
     opt.zero_grad();
     at::Tensor loss =
@@ -625,7 +652,8 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
                      ns(t3 - t2),
                      counts->blocked_ns - blocked,
                      minor_faults() - faults,
-                     cpu_ns() - cpu0};
+                     cpu_ns() - cpu0,
+                     a.pinned() ? compute_cpus_idle_ns(a.compute_cpus) - idle0 : 0};
   };
   step();  // warm-up: records the unit order, faults in buffers, allocates AdamW state
   world->barrier();
@@ -749,7 +777,7 @@ std::string json_record(const Args& a, int n, const std::string& backend, const 
     o << ", \"cpus\": {\"compute\": \"" << a.compute_cpus_text << "\", \"comm\": \""
       << a.comm_cpus_text << "\", \"threads\": " << t.threads
       << ", \"threads_on_compute\": " << t.on_compute << ", \"threads_on_comm\": " << t.on_comm
-      << "}";
+      << ", \"compute_idle_seconds\": " << seconds(r.median().idle) << "}";
   }
   o << ", \"label\": \"" << a.label << "\"}";
   return o.str();
@@ -819,8 +847,8 @@ void print_time_model(const Args& a, const std::vector<Result>& results) {
   std::printf(
       "\n| strategy | variant | step (s) | compute alone (s) | exposed (s) | in collectives (s) | "
       "predicted step (s) | predicted / measured | predicted exposed (s) | predicted collectives "
-      "(s) | CPU beyond compute's (s) | predicted (s) | CPU bound (s) |\n"
-      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+      "(s) | CPU beyond compute's (s) | predicted (s) | CPU bound (s) | compute CPUs idle (s) |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
   for (const auto& r : results) {
     const auto predicted = r.predicted();
     if (!predicted) continue;
@@ -831,10 +859,11 @@ void print_time_model(const Args& a, const std::vector<Result>& results) {
     for (const auto& profile : r.profiles) alone_cpu += profile.cpu / r.profiles.size();
     std::printf(
         "| %s | %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f "
-        "|\n",
+        "| %s |\n",
         r.strategy.c_str(), r.variant.c_str(), seconds(t.step), alone, seconds(t.step) - alone,
         seconds(t.comm), p.step, p.step / seconds(t.step), p.exposed, p.in_collectives,
-        seconds(t.cpu) - alone_cpu, p.comm_cpu, p.cpu_bound);
+        seconds(t.cpu) - alone_cpu, p.comm_cpu, p.cpu_bound,
+        a.pinned() ? fixed(seconds(t.idle), 2).c_str() : "-");
   }
   std::printf(
       "(links: within a host %g Gbit/s, %g us; between hosts %g Gbit/s, %g us; a core moves %g "
@@ -843,7 +872,8 @@ void print_time_model(const Args& a, const std::vector<Result>& results) {
       "rank training a world of one at once, the slowest; in collectives: measured, the time the "
       "compute thread waited; predicted collectives: how long the collectives run; CPU beyond "
       "compute's: the process's CPU seconds a step over the compute alone's, measured, and "
-      "predicted for the collectives)\n",
+      "predicted for the collectives; compute CPUs idle: pinned runs, the time a step no training "
+      "thread of this host had work, the exposed communication on the compute's own timeline)\n",
       a.intra_gbit, a.intra_us, a.inter_gbit, a.inter_us, a.comm_cpu_gbit, a.contention,
       a.intra_cpu_gbit, a.inter_cpu_gbit, results.empty() ? 0.0 : results.front().cores_per_rank);
 }
