@@ -1,9 +1,9 @@
 // The MPI backend (OpenMPI): every collective is nonblocking, on a communicator of our own: MPI-3's
 // own call (all-reduce, broadcast, barrier) or a ring of ours over point-to-point calls
-// (all-gather, reduce-scatter: [Note: MPI rings]); Work::wait polls MPI_Testall until the
-// requests complete or the deadline passes.
-// A progress thread tests the collectives in flight meanwhile, so that their data moves while
-// the issuing thread computes ([Note: MPI progress]).
+// (all-gather, reduce-scatter: [Note: MPI rings]). A progress thread tests the collectives in
+// flight, so that their data moves while the issuing thread computes, and Work::wait, after a
+// few polls of its own, sleeps until that thread sees its collective complete or the deadline
+// passes ([Note: MPI progress]).
 // It also owns the process's MPI lifetime: MPI is initialised on first use, and finalised at exit
 // only if we initialised it (a program that brings its own MPI keeps control of it). MPI has no
 // bf16/fp16, so those travel as 16-bit words reduced by user-defined ops.

@@ -773,11 +773,12 @@ std::string json_record(const Args& a, int n, const std::string& backend, const 
     o << "]";
   }
   if (a.pinned()) {
-    const ThreadPlaces t = thread_places(a);
+    const ThreadPlaces places = thread_places(a);
     o << ", \"cpus\": {\"compute\": \"" << a.compute_cpus_text << "\", \"comm\": \""
-      << a.comm_cpus_text << "\", \"threads\": " << t.threads
-      << ", \"threads_on_compute\": " << t.on_compute << ", \"threads_on_comm\": " << t.on_comm
-      << ", \"compute_idle_seconds\": " << seconds(r.median().idle) << "}";
+      << a.comm_cpus_text << "\", \"threads\": " << places.threads
+      << ", \"threads_on_compute\": " << places.on_compute
+      << ", \"threads_on_comm\": " << places.on_comm
+      << ", \"compute_idle_seconds\": " << seconds(t.idle) << "}";
   }
   o << ", \"label\": \"" << a.label << "\"}";
   return o.str();
