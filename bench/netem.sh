@@ -21,7 +21,7 @@
 # RATE: a number with kbit, mbit or gbit; DELAY: 0 or a number with us or ms. Under MPI,
 # FSDP_MPI_PROGRESS (default 1: the backend's progress thread) is passed to the ranks; the mpirun
 # options are Open MPI 4's (Debian 12's 4.1, where this was run).
-# fsdp-bench also predicts each step with the time model (fsdp/train/step_time.h): the script
+# fsdp-bench also predicts each step with the time model (fsdp/plan/step_time.h): the script
 # gives it the link it made (--inter-gbit: RATE times 0.95, what TCP carries of an Ethernet
 # link's bytes, 1448 of every 1514) and this machine's defaults for the rest (--intra-gbit 8.6,
 # --intra-us 30, --comm-cpu-gbit 8.6 and --contention 1.5, fitted on one host; the CPU bound's

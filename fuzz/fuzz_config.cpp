@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "fsdp/train/config.h"
+#include "fsdp/config/config.h"
 #include "fuzz_target.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

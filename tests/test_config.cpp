@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "compat.h"
-#include "fsdp/train/config.h"
+#include "fsdp/config/config.h"
 #include "train/run_log.h"
 
 namespace {
@@ -566,6 +566,39 @@ TEST(ConfigErrors, BadYamlAndMissingFiles) {
     ADD_FAILURE() << "no error for a missing file";
   } catch (const ConfigError& e) {
     EXPECT_TRUE(contains(e.what(), "/nonexistent/dir/x.yaml: cannot open"));
+  }
+}
+
+// model.pretrained goes through the reader the caller gives (the configuration reads no model
+// folder itself): without one it is an error naming the key; with one, its settings fill the keys
+// left unset, with the reader's file and field as their origin, and contradict a key set to another
+// value by name.
+TEST(ConfigPretrained, AFolderIsReadByTheReaderGiven) {
+  const std::string folder = ::testing::TempDir();
+  const std::vector<fsdp::ConfigOverride> o = {{"model.pretrained", folder},
+                                               {"data.tokenizer_dir", folder}};
+  try {
+    fsdp::load_config("", o);
+    ADD_FAILURE() << "model.pretrained was taken without a reader";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "model.pretrained: this program reads no model folders"))
+        << e.what();
+  }
+  const fsdp::FolderReader reader = [](const std::string& dir, int64_t) {
+    fsdp::FolderSettings s;
+    s.file = dir + "/settings.json";
+    s.settings["model.n_layer"] = {"3", "layers"};
+    return s;
+  };
+  EXPECT_EQ(fsdp::load_config("", o, {}, reader).model.n_layer, 3);
+  std::vector<fsdp::ConfigOverride> other = o;
+  other.push_back({"model.n_layer", "5"});
+  try {
+    fsdp::load_config("", other, {}, reader);
+    ADD_FAILURE() << "a contradicting setting was taken";
+  } catch (const ConfigError& e) {
+    EXPECT_TRUE(contains(e.what(), "model.n_layer = 5 contradicts")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "settings.json, whose layers gives 3")) << e.what();
   }
 }
 

@@ -1,4 +1,4 @@
-// Hugging Face model folders in (train/hf_folder.h): each fixture of tests/data/hf/models (tiny
+// Hugging Face model folders in (hf/folder.h): each fixture of tests/data/hf/models (tiny
 // random models transformers 5.12 saved, with its losses, logits and greedy tokens on a fixed
 // batch: scripts/hf_fixtures.sh) becomes our model through model.pretrained alone, loads its
 // weights (sharded files, bf16, Hub-style GPT-2 names) and computes what transformers computed.
@@ -16,15 +16,15 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "factory/model_factory.h"
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/checkpoint/full_state.h"
 #include "fsdp/comm.h"
+#include "fsdp/config/config.h"
 #include "fsdp/fully_shard.h"
 #include "fsdp/models/gpt2.h"
-#include "fsdp/train/config.h"
-#include "train/hf_export.h"
-#include "train/hf_folder.h"
-#include "train/model_factory.h"
+#include "hf/export.h"
+#include "hf/folder.h"
 #include "train/run_data.h"
 
 namespace fsdp {
@@ -46,7 +46,7 @@ TrainConfig pretrained_config(const fs::path& dir, std::vector<ConfigOverride> e
                                    {"data.seq_len", "16"},
                                    {"data.tokenizer_dir", tokenizer.string()}};
   o.insert(o.end(), extra.begin(), extra.end());
-  return load_config("", o);
+  return load_config("", o, {}, hf::read_folder_settings);
 }
 
 struct Loaded {
@@ -204,7 +204,8 @@ TEST(HfFolder, AValueThatContradictsConfigJsonNamesBoth) {
 // files would tokenize its data silently wrong. "model/" is the folder "model".
 TEST(HfFolder, ALlamaFolderWithoutATokenizerNeedsOneNamed) {
   const std::string e = config_error([] {
-    load_config("", {{"model.pretrained", (kModels / "llama").string()}});
+    load_config("", {{"model.pretrained", (kModels / "llama").string()}}, {},
+                hf::read_folder_settings);
   });
   EXPECT_NE(e.find("holds no tokenizer"), std::string::npos) << e;
   const TrainConfig c = pretrained_config(kModels / "llama" / "");

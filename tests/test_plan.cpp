@@ -8,11 +8,11 @@
 
 #include <iostream>
 
+#include "factory/model_factory.h"
 #include "fsdp/comm_stats.h"
 #include "fsdp/fsdp.h"
-#include "fsdp/train/plan.h"
+#include "fsdp/plan/plan.h"
 #include "test_util.h"
-#include "train/model_factory.h"
 
 namespace fsdp {
 namespace {

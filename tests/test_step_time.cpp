@@ -1,12 +1,12 @@
-// The planner's time model (fsdp/train/step_time.h) against closed forms: what a step costs with
+// The planner's time model (fsdp/plan/step_time.h) against closed forms: what a step costs with
 // no communication, with communication alone (the bandwidth-bound ceiling, every ring priced as
 // docs/plan.md states), how much prefetch can hide, how the links a group spans and Gloo's
 // reduce-scatter change the price, and how contention stretches compute. The prediction against
 // measured steps is the benchmark's (bench/netem.sh) and the emulated-network test's.
 #include <gtest/gtest.h>
 
-#include "fsdp/train/plan.h"
-#include "fsdp/train/step_time.h"
+#include "fsdp/plan/plan.h"
+#include "fsdp/plan/step_time.h"
 
 namespace fsdp {
 namespace {

@@ -21,13 +21,13 @@ if(TARGET fsdp-train)
   endforeach()
 endif()
 
-# The planner (fsdp/train/plan.h) against the runtime's accounting and counted traffic.
+# The planner (fsdp/plan/plan.h) against the runtime's accounting and counted traffic.
 fsdp_test_executable(test_plan test_plan.cpp)
 foreach(np 1 2 3 4)
   fsdp_mpi_test(NAME plan_mpi_np${np} EXE test_plan NP ${np} BACKEND mpi)
 endforeach()
 fsdp_mpi_test(NAME plan_gloo_np4 EXE test_plan NP 4 BACKEND gloo)
-# Its time model (fsdp/train/step_time.h) against closed forms.
+# Its time model (fsdp/plan/step_time.h) against closed forms.
 fsdp_unit_test(test_step_time test_step_time.cpp)
 
 # fsdp-bench and fsdp-plan: a tiny benchmark run checked against the plan, and bad arguments;

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <sstream>
 
-#include "fsdp/train/config.h"
-#include "train/config_schema.h"
+#include "config/schema.h"
+#include "fsdp/config/config.h"
 #include "util/number_flag.h"
 
 namespace fsdp {
@@ -278,7 +278,8 @@ void write_keys(std::ostream& out, ConfigKey::Kind kind, const std::string& titl
 
 }  // namespace
 
-ParsedArgs parse_train_args(const std::vector<std::string>& args, MachineChecks machine) {
+ParsedArgs parse_train_args(const std::vector<std::string>& args, MachineChecks machine,
+                            const FolderReader& read_folder) {
   ArgsState s;
   size_t i = 0;
   for (TrainCommand c : {TrainCommand::kTrain, TrainCommand::kSample, TrainCommand::kEval}) {
@@ -292,7 +293,7 @@ ParsedArgs parse_train_args(const std::vector<std::string>& args, MachineChecks 
     return s.out;
   }
   for (; i < args.size(); ++i) parse_one(s, args, i);
-  s.out.config = load_config(s.out.config_file, s.overrides, machine);
+  s.out.config = load_config(s.out.config_file, s.overrides, machine, read_folder);
   s.out.sample.overrides = s.out.eval.overrides = s.overrides;
   // Without --checkpoint a model folder is the model (sample and eval take it), else the run's
   // checkpoints.
@@ -302,10 +303,11 @@ ParsedArgs parse_train_args(const std::vector<std::string>& args, MachineChecks 
   return s.out;
 }
 
-ParsedArgs parse_train_args(int argc, const char* const* argv, MachineChecks machine) {
+ParsedArgs parse_train_args(int argc, const char* const* argv, MachineChecks machine,
+                            const FolderReader& read_folder) {
   std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) args.emplace_back(argv[i]);
-  return parse_train_args(args, machine);
+  return parse_train_args(args, machine, read_folder);
 }
 
 std::string train_usage(TrainCommand command) {

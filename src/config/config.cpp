@@ -2,7 +2,7 @@
 // then command-line overrides, then validation. Every setting records where it came from (file and
 // line, or flag), which is what lets a validation error point at the line to fix. Also the way
 // back out (to_yaml), the key list for --help and docs, and the conversion to ShardingOptions.
-#include "fsdp/train/config.h"
+#include "fsdp/config/config.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -16,9 +16,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "config/schema.h"
 #include "data/utf8.h"
-#include "train/config_schema.h"
-#include "train/hf_folder.h"
 
 namespace fsdp {
 namespace {
@@ -96,9 +95,9 @@ class Builder {
   void apply_yaml(const std::string& text, const std::string& source);
   void apply_override(const ConfigOverride& o);
   // model.pretrained: the folder's config.json fills the model keys the user left unset.
-  void take_pretrained() {
+  void take_pretrained(const FolderReader& read_folder) {
     try {
-      hf::apply_pretrained(config_, origins_);
+      config::apply_pretrained(config_, origins_, read_folder);
     } catch (const ConfigError&) {
       throw;
     } catch (const std::exception& e) {  // a filesystem error, a JSON value of another type
@@ -434,11 +433,12 @@ TrainConfig parse_config(const std::string& yaml, const std::string& source_name
 }
 
 TrainConfig load_config(const std::string& path, const std::vector<ConfigOverride>& overrides,
-                        MachineChecks machine) {
+                        MachineChecks machine, const FolderReader& read_folder) {
   Builder builder;
   if (!path.empty()) builder.apply_yaml(read_file(path), path);
   for (const auto& o : overrides) builder.apply_override(o);
-  builder.take_pretrained();  // not for a checkpoint's saved config (parse_config): it is complete
+  builder.take_pretrained(
+      read_folder);  // not for a checkpoint's saved config (parse_config): it is complete
   return builder.finish(machine);
 }
 

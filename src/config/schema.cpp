@@ -1,6 +1,6 @@
 // The option table. Adding a key is one row here (and a line in docs/config.md, which a test
 // checks); the loader, --help, to_yaml and config_keys() pick it up. Order is --help's order.
-#include "train/config_schema.h"
+#include "config/schema.h"
 
 #include <algorithm>
 #include <climits>

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "fsdp/train/config.h"
-#include "train/config_value.h"
+#include "config/value.h"
+#include "fsdp/config/config.h"
 
 namespace fsdp {
 namespace config {
@@ -65,6 +65,16 @@ ConfigError error_at(const Origins& origins, const std::vector<std::string>& key
 // unsupported table, and what `machine` asks of this machine. Throws ConfigError located through
 // `origins`.
 void validate(const TrainConfig& config, const Origins& origins, MachineChecks machine = {});
+
+// When config.model.pretrained is set: sets the model.* keys the folder determines (read by
+// `read_folder`), data.seq_len to a GPT-2's n_positions when the default is longer, and, when the
+// folder has a tokenizer and data.tokenizer_dir was not set, data.tokenizer_dir (each only when
+// not set); the folder is made absolute (a checkpoint's saved config then finds it from
+// anywhere). `origins` says which keys were set by the user: a value that contradicts the folder
+// is a ConfigError naming both. The values set are recorded in `origins` as coming from the
+// folder's file. Returns the folder's notes. (config/pretrained.cpp)
+std::vector<std::string> apply_pretrained(TrainConfig& config, Origins& origins,
+                                          const FolderReader& read_folder);
 
 }  // namespace config
 }  // namespace fsdp

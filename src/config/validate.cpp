@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "compat.h"
-#include "train/config_schema.h"
+#include "config/schema.h"
 
 namespace fsdp {
 namespace config {

@@ -1,6 +1,6 @@
 // Conversions from untyped config values, strict enough that a typo is an error rather than a
 // zero: a number must be consumed whole, an int must be integral, a bool must be a YAML word.
-#include "train/config_value.h"
+#include "config/value.h"
 
 #include <algorithm>
 #include <cctype>

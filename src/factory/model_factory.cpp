@@ -1,5 +1,6 @@
-// Model construction for the trainer: ModelConfig -> GPT-2 or Llama, with seeded initialisation.
-#include "train/model_factory.h"
+// Model construction for the trainer and the planner: ModelConfig -> GPT-2 or Llama, with seeded
+// initialisation.
+#include "factory/model_factory.h"
 
 #include <torch/nn/module.h>
 

@@ -1,5 +1,6 @@
-// The trainer's view of a model: a root module and how to call it, built from ModelConfig. This is
-// the one place that knows which model types exist; the loop and the sampler see only CausalLM.
+// The trainer's and the planner's view of a model: a root module and how to call it, built from
+// ModelConfig. This is the one place that knows which model types exist; the loop, the sampler and
+// the planner see only CausalLM.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -8,8 +9,8 @@
 #include <functional>
 #include <memory>
 
+#include "fsdp/config/config.h"
 #include "fsdp/options.h"
-#include "fsdp/train/config.h"
 
 namespace torch {
 namespace nn {

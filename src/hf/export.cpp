@@ -1,7 +1,7 @@
-// Exporting a checkpoint as a Hugging Face model folder (hf_export.h): config.json for each family,
+// Exporting a checkpoint as a Hugging Face model folder (hf/export.h): config.json for each family,
 // generation_config.json, the tokenizer files, and the weights through
 // consolidate_checkpoint_files, all written into a temporary folder renamed into place at the end.
-#include "train/hf_export.h"
+#include "hf/export.h"
 
 #include <unistd.h>
 
@@ -14,8 +14,8 @@
 
 #include "fsdp/checkpoint/full_state.h"
 #include "fsdp/checkpoint/ownership.h"
+#include "fsdp/config/config.h"
 #include "fsdp/data/tokenizer.h"
-#include "fsdp/train/trainer.h"
 
 namespace fsdp {
 namespace hf {

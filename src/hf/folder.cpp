@@ -1,8 +1,8 @@
-// Reading a Hugging Face model folder (hf_folder.h): config.json to our settings, the weights'
+// Reading a Hugging Face model folder (hf/folder.h): config.json to our settings, the weights'
 // name map. Each family's fields are handled in one function; a field no family function and no
 // entry of kHarmless accounts for is refused, so that a config.json we only half understand never
 // builds a different model silently.
-#include "train/hf_folder.h"
+#include "hf/folder.h"
 
 #include <cmath>
 #include <cstdio>
@@ -11,8 +11,6 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-
-#include "fsdp/data/tokenizer.h"
 
 namespace fsdp {
 namespace hf {
@@ -162,6 +160,7 @@ class Reader {
                       "it does not)");
     }
     out_.dtype = string("dtype", string("torch_dtype", ""));
+    out_.file = path_;
     return out_;
   }
 
@@ -366,74 +365,6 @@ FolderSettings read_folder_settings(const std::string& dir, int64_t context_leng
     read_llama_family(r, type, context_length);
   }
   return r.finish();
-}
-
-namespace {
-
-// The user's value of `key` against config.json's: equal as the option parser reads both.
-void agree_or_fail(const TrainConfig& config, const config::Origins& origins,
-                   const config::Option& option, const FolderSettings::Value& v,
-                   const std::string& path) {
-  TrainConfig theirs = config;
-  option.set(theirs, config::RawValue::scalar(v.text));
-  const std::string mine = option.get(config), folder = option.get(theirs);
-  if (mine == folder) return;
-  throw config::error_at(origins, {option.key},
-                         option.key + " = " + mine + " contradicts " + path + ", whose " + v.field +
-                             " gives " + folder + " (leave " + option.key +
-                             " unset to take the folder's)");
-}
-
-}  // namespace
-
-std::vector<std::string> apply_pretrained(TrainConfig& config, config::Origins& origins) {
-  if (config.model.pretrained.empty()) return {};
-  fs::path normal = fs::absolute(config.model.pretrained).lexically_normal();
-  if (!normal.has_filename()) normal = normal.parent_path();  // "model/" is "model"
-  const std::string dir = normal.string();
-  if (!fs::is_directory(dir)) {
-    throw config::error_at(origins, {"model.pretrained"},
-                           "'" + config.model.pretrained + "' is not a folder");
-  }
-  if (!config.model.init_from.empty()) {
-    throw config::error_at(origins, {"model.init_from", "model.pretrained"},
-                           "model.init_from and model.pretrained both name weights; set one");
-  }
-  config.model.pretrained = dir;
-  const std::string path = (fs::path(dir) / "config.json").string();
-  // model.type first: the other keys are checked against the type it sets.
-  FolderSettings folder = read_folder_settings(dir, config.context_length());
-  std::vector<std::pair<std::string, FolderSettings::Value>> ordered(folder.settings.begin(),
-                                                                     folder.settings.end());
-  std::stable_partition(ordered.begin(), ordered.end(),
-                        [](const auto& kv) { return kv.first == "model.type"; });
-  for (const auto& [key, value] : ordered) {
-    const config::Option* option = config::find_option(key);
-    if (origins.count(key)) {
-      agree_or_fail(config, origins, *option, value, path);
-      continue;
-    }
-    option->set(config, config::RawValue::scalar(value.text));
-    origins[key] = config::Origin{path, 0, "config.json's " + value.field, 0};
-  }
-  // A GPT-2 shorter than the default sequence length: its context, unless the user chose one.
-  if (!origins.count("data.seq_len") && config.model.n_positions > 0 &&
-      config.data.seq_len > config.model.n_positions) {
-    config.data.seq_len = config.model.n_positions;
-    origins["data.seq_len"] = config::Origin{path, 0, "config.json's n_positions", 0};
-  }
-  if (!origins.count("data.tokenizer_dir")) {
-    if (data::has_tokenizer(dir)) {
-      config.data.tokenizer_dir = dir;
-      origins["data.tokenizer_dir"] = config::Origin{path, 0, "model.pretrained's tokenizer", 0};
-    } else if (config.model.type != ModelType::kGPT2) {  // GPT-2's own files are the default
-      throw config::error_at(origins, {"model.pretrained"},
-                             dir +
-                                 " holds no tokenizer (tokenizer.json): set data.tokenizer_dir "
-                                 "to the folder of the model's tokenizer");
-    }
-  }
-  return folder.notes;
 }
 
 TensorNameMap weight_name_map(ModelType type) {

@@ -1,4 +1,4 @@
-// The time model's measured compute (fsdp/train/step_time.h, measure_compute_profile): the
+// The time model's measured compute (fsdp/plan/step_time.h, measure_compute_profile): the
 // configured model trained on this machine as one rank of a world of one, so that every
 // collective is a no-op and what is left is the compute, the casts and the copies a rank does.
 #include <algorithm>
@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "core/streams.h"
+#include "factory/model_factory.h"
 #include "fsdp/fsdp.h"
 #include "fsdp/models/gpt2.h"
-#include "fsdp/train/step_time.h"
-#include "train/model_factory.h"
+#include "fsdp/plan/step_time.h"
 
 namespace fsdp {
 namespace {

@@ -1,14 +1,14 @@
-// The planner (fsdp/train/plan.h). Model state, gathered units, gradient buffers and
+// The planner (fsdp/plan/plan.h). Model state, gathered units, gradient buffers and
 // communication restate the runtime's rules (src/core/unit.cpp, runtime.cpp) as arithmetic over
 // the units' sizes; docs/plan.md derives each formula. Activations are counted from the tensors
 // the models' forward code keeps for backward.
-#include "fsdp/train/plan.h"
+#include "fsdp/plan/plan.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 
-#include "train/model_factory.h"
+#include "factory/model_factory.h"
 
 namespace fsdp {
 namespace {

@@ -1,8 +1,8 @@
-// The planner's time model (fsdp/train/step_time.h): a replay of one optimizer step's schedule as
+// The planner's time model (fsdp/plan/step_time.h): a replay of one optimizer step's schedule as
 // src/core/unit.cpp and runtime.cpp issue it, with each collective priced by a ring over the
 // links it crosses, and the CPU bound (the collectives' bytes in core-seconds) beside it.
 // docs/plan.md, "Step time", derives the terms and lists what it leaves out.
-#include "fsdp/train/step_time.h"
+#include "fsdp/plan/step_time.h"
 
 #include <algorithm>
 #include <cstdio>

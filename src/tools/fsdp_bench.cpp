@@ -42,7 +42,7 @@
 // --intra-gbit and --inter-gbit (the links, as fsdp-plan takes them; bench/netem.sh passes the
 // ones it makes): every rank first measures the compute alone (the model as a world of one, all
 // ranks at once), and a second table puts each step beside the time model's prediction
-// (fsdp/train/step_time.h; not for offload variants, which it does not model).
+// (fsdp/plan/step_time.h; not for offload variants, which it does not model).
 // --intra-cpu-gbit, --inter-cpu-gbit and --cores-per-rank: the model's CPU bound (what a core
 // moves over each link, default 0: free, bench/netem.sh gives 14 and 8.7; the cores a rank shares
 // with its collectives, by default the CPUs this process may use over its host's ranks, and none
@@ -75,13 +75,13 @@
 
 #include "core/device_memory.h"
 #include "core/streams.h"
+#include "factory/model_factory.h"
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/checkpoint/full_state.h"
 #include "fsdp/fsdp.h"
-#include "fsdp/train/plan.h"
-#include "fsdp/train/step_time.h"
+#include "fsdp/plan/plan.h"
+#include "fsdp/plan/step_time.h"
 #include "tools/tool_util.h"
-#include "train/model_factory.h"
 #include "util/number_flag.h"
 
 namespace {
@@ -104,7 +104,7 @@ struct Args {
   std::string allocator = "fsdp";  // fsdp: fsdp/host_memory.h's; glibc: malloc's heap (counted)
   std::string device = "cpu";      // cpu or cuda
   int root_chunks = 0;             // fsdp_config.root_reduction_chunks, but under `onepiece`
-  // The time model's links (fsdp/train/step_time.h), Gbit/s and microseconds; a bandwidth turns
+  // The time model's links (fsdp/plan/step_time.h), Gbit/s and microseconds; a bandwidth turns
   // on the prediction and the compute-alone measurement. 0: not given.
   double intra_gbit = 0, intra_us = 0, inter_gbit = 0, inter_us = 0;
   double comm_cpu_gbit = 0, contention = 0;  // TimeModelOptions' comm_cpu_bandwidth, contention

@@ -9,7 +9,7 @@
 // DIR is a step folder or a checkpoint root (its `latest` is used). consolidate streams the
 // parameters into one safetensors file with Hugging Face's names (memory bounded by a 16 MiB
 // chunk); reshard rewrites the checkpoint, optimizer state included, for N ranks; export writes a
-// Hugging Face model folder (config.json, weights, tokenizer: train/hf_export.h) that
+// Hugging Face model folder (config.json, weights, tokenizer: hf/export.h) that
 // transformers' from_pretrained loads. No output may lie inside a checkpoint, or be a non-empty
 // folder for reshard and export: refused before anything is written (docs/checkpoint.md). Exit
 // codes: 0 done (inspect: the checkpoint is intact), 1 a damaged checkpoint, a refused output or
@@ -23,7 +23,7 @@
 
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/checkpoint/full_state.h"
-#include "train/hf_export.h"
+#include "hf/export.h"
 #include "util/number_flag.h"
 
 namespace {

@@ -8,14 +8,14 @@
 //   build/bin/fsdp-plan --config configs/gpt2-124m.yaml --num_processes 4 --num_machines 2
 //       --profile 3 --inter-gbit 10      (and the step time, from compute measured here)
 //
-// Prints the configured strategy's breakdown (fsdp/train/plan.h), then every strategy's total
+// Prints the configured strategy's breakdown (fsdp/plan/plan.h), then every strategy's total
 // against what a rank has: this machine's memory per rank on a node (MemTotal / ranks per node),
 // and for a config that trains on cuda, a GPU's memory for what lives on the device (its own
 // flag, --gpu-memory GIB, else what the first GPU visible here reports) with host memory for what
 // offload keeps there. A GPU job may be planned from a machine without one: train.device cuda is
 // not checked against this machine.
 // With a compute figure (--profile STEPS: the model measured here as one rank; or --tflops T, a
-// rate per rank) it adds the time model (fsdp/train/step_time.h, docs/plan.md): step time, the
+// rate per rank) it adds the time model (fsdp/plan/step_time.h, docs/plan.md): step time, the
 // communication compute does not hide (and where the replay waited for it), the CPU bound on the
 // CPU, and tokens/s, for each strategy too. Its links and the CPU bound's rates have defaults
 // (TimeFlags below) that the --intra-*/--inter-*/--cores-per-rank flags replace.
@@ -31,9 +31,10 @@
 #include <vector>
 
 #include "core/device_memory.h"
-#include "fsdp/train/config.h"
-#include "fsdp/train/plan.h"
-#include "fsdp/train/step_time.h"
+#include "fsdp/config/config.h"
+#include "fsdp/plan/plan.h"
+#include "fsdp/plan/step_time.h"
+#include "hf/folder.h"
 #include "tools/tool_util.h"
 #include "util/number_flag.h"
 
@@ -298,7 +299,8 @@ int main(int argc, char** argv) {
   try {
     gpu_memory_gib = take_number(argv_rest, kGpuMemoryFlag, 0.001, 1e6, 0);
     time_flags = take_time_flags(argv_rest);
-    args = fsdp::parse_train_args(argv_rest, fsdp::MachineChecks{/*device_available=*/false});
+    args = fsdp::parse_train_args(argv_rest, fsdp::MachineChecks{/*device_available=*/false},
+                                  fsdp::hf::read_folder_settings);
   } catch (const fsdp::flags::NumberError& e) {
     std::cerr << "fsdp-plan: " << e.what() << " (fsdp-plan --help lists its flags)\n";
     return 2;

@@ -1,4 +1,4 @@
-// fsdp-train: the trainer's command line. Parses the arguments (fsdp/train/config.h), joins the
+// fsdp-train: the trainer's command line. Parses the arguments (fsdp/config/config.h), joins the
 // ranks the launcher started (or runs alone as one rank), and runs `train`, `sample` or `eval`.
 //
 //   fsdp-run --nproc-per-node 2 build/bin/fsdp-train --config configs/default.yaml
@@ -15,9 +15,10 @@
 
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/comm.h"
+#include "fsdp/config/config.h"
 #include "fsdp/host_memory.h"
-#include "fsdp/train/config.h"
 #include "fsdp/train/trainer.h"
+#include "hf/folder.h"
 #include "tools/tool_util.h"
 
 namespace {
@@ -43,7 +44,7 @@ int main(int argc, char** argv) {
   fsdp::tools::write_whole_lines();
   fsdp::ParsedArgs args;
   try {
-    args = fsdp::parse_train_args(argc, argv);
+    args = fsdp::parse_train_args(argc, argv, {}, fsdp::hf::read_folder_settings);
   } catch (const fsdp::ConfigError& e) {
     std::cerr << "fsdp-train: " << e.what() << "\n(fsdp-train --help lists every option)\n";
     return 2;

@@ -8,13 +8,13 @@
 #include <cmath>
 #include <limits>
 
+#include "factory/model_factory.h"
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/checkpoint/full_state.h"
 #include "fsdp/data/tokenizer.h"
 #include "fsdp/fully_shard.h"
 #include "fsdp/train/trainer.h"
-#include "train/hf_folder.h"
-#include "train/model_factory.h"
+#include "hf/folder.h"
 #include "train/run_data.h"
 #include "train/run_log.h"
 

@@ -7,11 +7,11 @@
 
 #include <vector>
 
+#include "factory/model_factory.h"
 #include "fsdp/comm.h"
+#include "fsdp/config/config.h"
 #include "fsdp/data/corpus.h"
 #include "fsdp/data/loader.h"
-#include "fsdp/train/config.h"
-#include "train/model_factory.h"
 #include "train/run_log.h"
 
 namespace fsdp {

@@ -18,8 +18,10 @@
 #include <optional>
 #include <sstream>
 
+#include "config/saved.h"
 #include "core/collectives.h"
 #include "core/device_memory.h"
+#include "factory/model_factory.h"
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/checkpoint/full_state.h"
 #include "fsdp/checkpoint/ownership.h"
@@ -30,9 +32,8 @@
 #include "fsdp/grad_scaler.h"
 #include "fsdp/models/gpt2.h"
 #include "fsdp/optim.h"
-#include "train/hf_export.h"
-#include "train/hf_folder.h"
-#include "train/model_factory.h"
+#include "hf/export.h"
+#include "hf/folder.h"
 #include "train/run_data.h"
 #include "train/run_log.h"
 
@@ -111,25 +112,12 @@ std::string train_state_json(const TrainConfig& c, const data::LoaderState& load
                              const ShardedGradScaler* scaler) {
   nlohmann::json j;
   j["loader"] = {{"epoch", loader.epoch}, {"position", loader.position}};
-  j["config"] = to_yaml(c);
-  // The config's relative paths mean this folder: readers elsewhere resolve them against it.
-  j["started_in"] = std::filesystem::current_path().string();
+  config::put_saved_config(c, j);
   if (scaler) {
     const GradScalerState g = scaler->state();
     j["grad_scaler"] = {{"scale", g.scale}, {"growth_tracker", g.growth_tracker}};
   }
   return j.dump();
-}
-
-// The config a checkpoint was trained with, from its train state.
-TrainConfig saved_config(const std::string& train_state, const std::string& where) {
-  const auto j = nlohmann::json::parse(train_state, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("config") || !j["config"].is_string()) {
-    throw CheckpointError(where +
-                          ": the train state holds no trainer config (was it written by "
-                          "fsdp-train?)");
-  }
-  return parse_config(j["config"].get<std::string>(), where + " (saved config)");
 }
 
 data::LoaderState saved_loader_state(const std::string& train_state, const std::string& where) {
@@ -257,7 +245,7 @@ void restore_scaler(const std::string& train_state, const std::string& where,
 int64_t resume(const std::string& path, const TrainConfig& c, FullyShardedModel& model, AdamW& opt,
                data::TrainLoader& loader, ShardedGradScaler* scaler, RunLog& log) {
   LoadedCheckpoint loaded = load_checkpoint(path, model, &opt);
-  const TrainConfig saved = saved_config(loaded.train_state, loaded.path);
+  const TrainConfig saved = config::saved_config(loaded.train_state, loaded.path);
   const std::vector<std::string> differences = architecture_differences(saved, c);
   if (!differences.empty()) {
     std::string list;
@@ -570,30 +558,6 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
     }
   }
   return summary;
-}
-
-TrainConfig checkpoint_config(const std::string& dir) {
-  const std::string state = read_checkpoint_metadata(dir).train_state;
-  TrainConfig c = saved_config(state, dir);
-  const auto j = nlohmann::json::parse(state, nullptr, false);
-  if (j.is_object() && j.contains("started_in") && j["started_in"].is_string()) {
-    resolve_paths(c, j["started_in"].get<std::string>());
-  }
-  return c;
-}
-
-void resolve_paths(TrainConfig& c, const std::string& base) {
-  auto resolve = [&](std::string& path) {
-    if (!path.empty() && std::filesystem::path(path).is_relative()) {
-      path = (std::filesystem::path(base) / path).lexically_normal().string();
-    }
-  };
-  if (c.data.dataset != "sotu") resolve(c.data.dataset);  // the bundled corpus is a name
-  for (std::string* path :
-       {&c.data.val_dataset, &c.data.tokenizer_dir, &c.data.cache_dir, &c.model.init_from,
-        &c.model.pretrained, &c.train.checkpoint_dir, &c.train.metrics_file, &c.train.export_dir}) {
-    resolve(*path);
-  }
 }
 
 }  // namespace fsdp

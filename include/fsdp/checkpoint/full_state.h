@@ -59,7 +59,7 @@ struct FullStateLoadOptions {
   bool from_rank0_ = false;
   // The files' tensor names to the model's parameter names (an empty result ignores the tensor);
   // default none: the names are the model's. What a model folder of another naming needs
-  // (train/hf_folder.h maps Hub-style GPT-2 files this way).
+  // (hf/folder.h maps Hub-style GPT-2 files this way).
   TensorNameMap name_map_;
 
   FullStateLoadOptions& strict(bool s) {

@@ -16,11 +16,15 @@
 // which.
 //
 // Nothing here reads the environment or touches LibTorch: parsing is pure, so tests and tools call
-// it directly, and every failure is one exception type, ConfigError.
+// it directly, and every failure is one exception type, ConfigError (checkpoint_config, which
+// reads a checkpoint's metadata, also throws CheckpointError). A model folder (model.pretrained)
+// is read by the FolderReader the caller gives: the configuration knows no format but YAML.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -61,7 +65,7 @@ struct ModelConfig {
   // tokenizer files), as save_pretrained writes it: the model's type and shape come from its
   // config.json (a model.* key set elsewhere must agree with it), its weights replace the seeded
   // initialisation of a fresh run, and its tokenizer becomes data.tokenizer_dir unless that is
-  // set. train/hf_folder.h maps the names. Default empty.
+  // set. hf/folder.h maps the names. Default empty.
   std::string pretrained;
 
   // GPT-2 only. Width of the residual stream. Default 128.
@@ -286,15 +290,48 @@ struct MachineChecks {
   bool device_available = true;
 };
 
-// The defaults, then the YAML file at `path` (empty: none), then `overrides` in order; validated.
-// `path` must name a regular file of at most kMaxConfigFileBytes; the ConfigError names it.
+// What a model folder's own config says (model.pretrained), as our settings. The configuration
+// reads YAML and flags only: a FolderReader reads the folder (the Hugging Face room's
+// hf::read_folder_settings, src/hf/folder.h), and load_config applies what it returns under the
+// same precedence rules (src/config/pretrained.cpp).
+struct FolderSettings {
+  struct Value {
+    std::string text;   // as a --KEY VALUE override would give it
+    std::string field;  // the folder's field it came from
+  };
+  std::string file;                       // the file they were read from (DIR/config.json)
+  std::map<std::string, Value> settings;  // "model.n_layer" -> {"12", "num_hidden_layers"}
+  std::string dtype;                      // "float32", "bfloat16", "float16"; "" when not given
+  // Things the run does differently from the folder's own framework, logged when the run starts
+  // (dropout: fsdp.cpp's models have none).
+  std::vector<std::string> notes;
+};
+// Reads the folder `dir` for a run whose context is `context_length` tokens; throws ConfigError
+// naming the file and the field.
+using FolderReader = std::function<FolderSettings(const std::string& dir, int64_t context_length)>;
+
+// The defaults, then the YAML file at `path` (empty: none), then `overrides` in order, then, when
+// model.pretrained is set, what `read_folder` reads from that folder for the keys left unset (a
+// key set to another value is an error naming both); validated. `path` must name a regular file
+// of at most kMaxConfigFileBytes; the ConfigError names it. model.pretrained without a reader is a
+// ConfigError.
 TrainConfig load_config(const std::string& path, const std::vector<ConfigOverride>& overrides = {},
-                        MachineChecks machine = {});
+                        MachineChecks machine = {}, const FolderReader& read_folder = {});
 // The same from YAML text; `source_name` stands for the file in error messages.
 TrainConfig parse_config(const std::string& yaml, const std::string& source_name = "<config>",
                          const std::vector<ConfigOverride>& overrides = {});
 // Checks a config built in code: ranges, relations between keys, unsupported settings.
 void validate_config(const TrainConfig& config);
+
+// The config the checkpoint step folder `dir` was trained with (its train state's YAML), its
+// relative paths resolved against the folder the run started in (recorded in the train state;
+// checkpoints written before it was recorded keep them as saved). Throws CheckpointError naming
+// the folder when it holds none.
+TrainConfig checkpoint_config(const std::string& dir);
+
+// Makes the config's relative paths (data sets, tokenizer, cache, model files, checkpoint, metrics
+// and export folders) absolute against `base`. data.dataset `sotu` names the bundled corpus.
+void resolve_paths(TrainConfig& config, const std::string& base);
 
 // The config as YAML (`--print-config`): every setting that applies to the model type, so that
 // parse_config(to_yaml(c)) == c for any c that load_config returned.
@@ -366,9 +403,12 @@ struct ParsedArgs {
 // plus, for `sample`, --checkpoint DIR --prompt TEXT --max-new-tokens N --temperature T --top-k K
 // --num-samples N --seed S. `--KEY=VALUE` works too; a bool key alone (`--fsdp_config.fsdp_sync_
 // module_states`) means true; `--resume` alone is `--train.resume auto`. Throws ConfigError.
-ParsedArgs parse_train_args(int argc, const char* const* argv, MachineChecks machine = {});
+// `read_folder` reads model.pretrained's folder (load_config).
+ParsedArgs parse_train_args(int argc, const char* const* argv, MachineChecks machine = {},
+                            const FolderReader& read_folder = {});
 // Without the program name.
-ParsedArgs parse_train_args(const std::vector<std::string>& args, MachineChecks machine = {});
+ParsedArgs parse_train_args(const std::vector<std::string>& args, MachineChecks machine = {},
+                            const FolderReader& read_folder = {});
 
 // The --help text for `command`, generated from the flag and key tables.
 std::string train_usage(TrainCommand command = TrainCommand::kTrain);

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "fsdp/train/config.h"
+#include "fsdp/config/config.h"
 #include "fsdp/units.h"
 
 namespace fsdp {

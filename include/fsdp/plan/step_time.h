@@ -1,5 +1,5 @@
 // The planner's time model (fsdp-plan, fsdp-bench): one optimizer step of a plan
-// (fsdp/train/plan.h) replayed as the runtime schedules it, on two kinds of resource. Compute is
+// (fsdp/plan/plan.h) replayed as the runtime schedules it, on two kinds of resource. Compute is
 // one queue per rank, its per-unit forward and backward times split from a whole-model profile by
 // each unit's FLOPs. Each process group's collectives run one at a time in issue order, each priced
 // by a ring algorithm over the links its ranks span (within a host, or between hosts through the
@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "fsdp/train/config.h"
-#include "fsdp/train/plan.h"
+#include "fsdp/config/config.h"
+#include "fsdp/plan/plan.h"
 
 namespace fsdp {
 

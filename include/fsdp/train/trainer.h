@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "fsdp/comm.h"
-#include "fsdp/train/config.h"
+#include "fsdp/config/config.h"
 
 namespace fsdp {
 
@@ -86,15 +86,5 @@ struct EvalResult {
 // (config's own for a model folder). No optimizer state is built. Printed on rank 0.
 EvalResult evaluate_model(const TrainConfig& config, const EvalOptions& options, CommPtr world,
                           std::ostream& out);
-
-// The config the checkpoint step folder `dir` was trained with (its train state's YAML), its
-// relative paths resolved against the folder the run started in (recorded in the train state;
-// checkpoints written before it was recorded keep them as saved). Throws CheckpointError naming
-// the folder when it holds none.
-TrainConfig checkpoint_config(const std::string& dir);
-
-// Makes the config's relative paths (data sets, tokenizer, cache, model files, checkpoint, metrics
-// and export folders) absolute against `base`. data.dataset `sotu` names the bundled corpus.
-void resolve_paths(TrainConfig& config, const std::string& base);
 
 }  // namespace fsdp
