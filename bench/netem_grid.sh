@@ -9,7 +9,7 @@
 # --cells: only the cells whose name matches (e.g. 'mpi'); the tables cover every JSON in OUT.
 # --repeats: fsdp-bench's; each repeat runs every strategy and variant of a file again after
 # measuring the compute alone again. The medians are what the table compares: on a 2-core VM
-# one run of a cell is 10-20% off another (bench/README.md, "Emulated networks").
+# one run of a cell is 10-20% off another (bench/NOTES.md, "Emulated networks").
 # The cells (strategies x {plain, prefetch} in each), over Gloo unless said:
 #   1 host x 2 and x 4 ranks (loopback)  fp32, bf16  NO_SHARD, SHARD_GRAD_OP, FULL_SHARD
 #   2 hosts x 1 rank at 1, 3, 10 Gbit    fp32, bf16  NO_SHARD, SHARD_GRAD_OP, FULL_SHARD

@@ -2,8 +2,10 @@
 # The benchmarks (bench/README.md): set-up, then GPT-2 124M at world size 2 (fp32 and bf16, every
 # strategy with and without prefetch and activation checkpointing), the planner's view of GPT-2
 # large, and one GPT-2 large FULL_SHARD step; and NO_SHARD/FULL_SHARD again with glibc's heap for
-# every block instead of fsdp's host allocator. Writes bench/results/*.json and
-# bench/results/table.md, and prints the table. About 20 minutes on a 2-core machine.
+# every block instead of fsdp's host allocator. Writes bench/results/*.json,
+# bench/results/table.md and the memory plot (bench/memory_plot.py: each run's per-rank peak beside
+# the plan's, bench/results/memory-by-strategy.png), and prints the table. About 20 minutes on a
+# 2-core machine.
 #   scripts/bench.sh            everything
 #   scripts/bench.sh --quick    a tiny model only (a minute: checks that the benchmark runs)
 set -euo pipefail
@@ -61,6 +63,9 @@ sed -n '/^every strategy/,$p' "$out/gpt2-large-plan.txt" >>"$out/table.md"
 echo >>"$out/table.md"
 bench gpt2-large-fp32 --model large --seq 512 --dtype fp32 --steps 1 \
   --strategies FULL_SHARD --variants prefetch
+
+echo "== memory by strategy (bench/results/memory-by-strategy.png)" >>"$out/table.md"
+/usr/bin/python3 bench/memory_plot.py >>"$out/table.md"  # Debian's: python3-matplotlib for the plot
 
 echo
 cat "$out/table.md"
