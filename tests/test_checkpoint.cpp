@@ -233,7 +233,7 @@ TEST(Checkpoint, MetadataAndOfflineReshard) {
     EXPECT_EQ(meta.units[u].name, a.sharded->units()[u].name);
     EXPECT_EQ(meta.units[u].numel, a.sharded->units()[u].numel);
   }
-  const std::string resharded = path + "_resharded";
+  const std::string resharded = root + "_resharded";  // outside the root: it is the run's
   if (world->rank() == 0) reshard_checkpoint(path, resharded, world->size() % 3 + 1);
   world->barrier();
   EXPECT_TRUE(verify_checkpoint(resharded).empty());
@@ -242,7 +242,10 @@ TEST(Checkpoint, MetadataAndOfflineReshard) {
   load_checkpoint(resharded, *b.sharded, b.opt.get());
   expect_same_shards(a, b);
   world->barrier();
-  if (world->rank() == 0) fs::remove_all(root);
+  if (world->rank() == 0) {
+    fs::remove_all(root);
+    fs::remove_all(resharded);
+  }
 }
 
 // --- damaged checkpoints ---------------------------------------------------------------------
@@ -367,10 +370,10 @@ TEST_F(Damaged, EveryReaderRefusesAnUncommittedCheckpoint) {
   if (world_->rank() == 0) fs::remove(path_ + "/COMMITTED");
   world_->barrier();
   if (world_->rank() == 0) {
-    const std::string out = root_ + "/consolidated.safetensors";
+    const std::string out = root_ + "_consolidated.safetensors";
     const std::vector<std::pair<std::string, std::function<void()>>> readers = {
         {"consolidate_checkpoint", [&] { consolidate_checkpoint(path_, out, DType::kFloat32); }},
-        {"reshard_checkpoint", [&] { reshard_checkpoint(path_, root_ + "/resharded", 2); }},
+        {"reshard_checkpoint", [&] { reshard_checkpoint(path_, root_ + "_resharded", 2); }},
         {"CheckpointReader", [&] { CheckpointReader reader(path_); }},
     };
     for (const auto& [name, read] : readers) {
@@ -686,11 +689,13 @@ TEST(Ownership, NoWriterWritesOverACheckpoint) {
     for (const std::string& out :
          {s1 + "/model.safetensors", s1 + "/metadata.json", s1 + "/COMMITTED", shard,
           s2 + "/metadata.json", s2, root + "/latest", root + "/" + kCheckpointLockFile, root,
+          root + "/model.safetensors", root + "/step_00000025",
           (elsewhere / "to_step" / "model.safetensors").string()}) {
       refused([&] { consolidate_checkpoint(s1, out); }, out);
     }
     for (const std::string& out :
-         {s1, s1 + "/resharded", s2 + "/resharded", root, (elsewhere / "to_step").string()}) {
+         {s1, s1 + "/resharded", s2 + "/resharded", root, root + "/step_00000025",
+          root + "/resharded", (elsewhere / "to_step").string()}) {
       refused([&] { reshard_checkpoint(s1, out, 1); }, out);
     }
     std::ofstream(elsewhere / "note.txt") << "a user's file";

@@ -602,6 +602,20 @@ TEST(ConfigPretrained, AFolderIsReadByTheReaderGiven) {
   }
 }
 
+// A checkpoint's config read from another folder means the folder its run started in: every path,
+// the bundled corpus's folder included (eval of a sotu run from elsewhere once looked for
+// ./assets/sotu), while "sotu" stays a name and absolute paths stay as they are.
+TEST(ConfigPaths, RelativePathsResolveAgainstTheFolderTheRunStartedIn) {
+  TrainConfig c;
+  c.data.val_dataset = "/data/val.txt";
+  fsdp::resolve_paths(c, "/runs/a");
+  EXPECT_EQ(c.data.dataset, "sotu");
+  EXPECT_EQ(c.data.sotu_dir, "/runs/a/assets/sotu");
+  EXPECT_EQ(c.data.tokenizer_dir, "/runs/a/assets/gpt2");
+  EXPECT_EQ(c.data.cache_dir, "/runs/a/build/data-cache");
+  EXPECT_EQ(c.data.val_dataset, "/data/val.txt");
+}
+
 // A config must be a regular file of bounded size: a folder once meant "no settings" (rc 0), and
 // /dev/zero was read until the kernel killed the process. The /dev/zero case comes last, after
 // assertions that stop the test on a build that would read it without end.
@@ -820,6 +834,7 @@ std::map<std::string, Change> changes() {
       {"data.seq_len", {[](TrainConfig& c) { c.data.seq_len = 64; }}},
       {"data.tokenizer_dir", {[](TrainConfig& c) { c.data.tokenizer_dir = "/opt/gpt2"; }}},
       {"data.cache_dir", {[](TrainConfig& c) { c.data.cache_dir = "123"; }}},
+      {"data.sotu_dir", {[](TrainConfig& c) { c.data.sotu_dir = "/corpora/sotu"; }}},
       {"optim.lr", {[](TrainConfig& c) { c.optim.lr = 3e-4; }}},
       {"optim.min_lr", {[](TrainConfig& c) { c.optim.min_lr = 0; }}},
       {"optim.warmup_steps", {[](TrainConfig& c) { c.optim.warmup_steps = 0; }}},

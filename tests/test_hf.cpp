@@ -10,6 +10,8 @@
 // softmaxes of order 6) to 1e-5 relative, the issue's bound. Greedy tokens must be equal: the
 // fixtures' smallest top-2 margin is 2.6e-3, far above those differences.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -37,6 +39,11 @@ const fs::path kModels = fs::path(FSDP_HF_FIXTURES) / "models";
 json read_json(const fs::path& p) {
   std::ifstream in(p);
   return json::parse(in);
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 TrainConfig pretrained_config(const fs::path& dir, std::vector<ConfigOverride> extra = {}) {
@@ -241,6 +248,92 @@ TEST(HfFolder, WhatWeDoNotBuildIsRefusedByName) {
             std::string::npos);
 }
 
+// Hostile config.json files (issue 45): 100,000 nested arrays as a value crashed the process in an
+// error message's dump(); a folder, a FIFO or a link to /dev/zero in its place was "missing"; a
+// 200 MB one trained. Each is refused naming the file, in well under a second.
+TEST(HfFolder, HostileConfigJsonIsRefusedNamingTheFile) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  for (const char* field : {"vocab_size", "architectures", "hidden_act", "rope_theta"}) {
+    TempFolder f("llama");
+    std::string text = read_text(f.path() / "config.json");
+    text.insert(1, "\"" + std::string(field) + "_x\": " + deep + ",");
+    std::ofstream(f.path() / "config.json") << text;
+    const std::string e = config_error([&] { pretrained_config(f.path()); });
+    EXPECT_NE(e.find("config.json: JSON nested deeper than 64 levels"), std::string::npos) << e;
+  }
+  {
+    TempFolder f("llama");
+    f.edit_config([&](json& j) {
+      j["vocab_size"] = json::parse(std::string(60, '[') + "1" + std::string(60, ']'));
+    });
+    const std::string e = config_error([&] { pretrained_config(f.path()); });
+    EXPECT_NE(e.find("vocab_size: expected an integer, got [[[["), std::string::npos) << e;
+    EXPECT_LT(e.size(), 400u) << e;
+  }
+  const auto replaced = [](const std::function<void(const fs::path&)>& make) {
+    TempFolder f("llama");
+    fs::remove(f.path() / "config.json");
+    make(f.path() / "config.json");
+    return config_error([&] { pretrained_config(f.path()); });
+  };
+  std::string e = replaced([](const fs::path& p) { fs::create_directory(p); });
+  EXPECT_NE(e.find("config.json: is a folder, not a config.json"), std::string::npos) << e;
+  e = replaced([](const fs::path& p) { ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0); });
+  EXPECT_NE(e.find("config.json: is not a regular file"), std::string::npos) << e;
+  e = replaced([](const fs::path& p) { fs::create_symlink("/dev/zero", p); });
+  EXPECT_NE(e.find("config.json: is not a regular file"), std::string::npos) << e;
+  e = replaced([](const fs::path& p) {
+    std::ofstream(p) << "{\"_name_or_path\": \"" << std::string(2 << 20, 'x') << "\"}";
+  });
+  EXPECT_NE(e.find("more than a config.json may hold (1 MiB)"), std::string::npos) << e;
+  e = replaced([](const fs::path&) {});
+  EXPECT_NE(e.find("missing: a Hugging Face model folder holds config.json"), std::string::npos)
+      << e;
+}
+
+// A config.json edited over weights of another size (issue 45: vocab_size 20 million ran to 16.7 GB
+// and the OOM killer; 100,000 layers ran for minutes) is refused from the files' headers, naming
+// config.json's field and the tensor, before anything is allocated.
+TEST(HfFolder, AConfigJsonThatContradictsItsWeightsIsRefusedBeforeBuilding) {
+  const auto refused = [](const std::function<void(json&)>& edit) {
+    TempFolder f("llama");
+    f.edit_config(edit);
+    const TrainConfig c = pretrained_config(f.path());
+    struct rusage before {};
+    ::getrusage(RUSAGE_SELF, &before);
+    const std::string e = config_error([&] { hf::check_folder_weights(c); });
+    struct rusage after {};
+    ::getrusage(RUSAGE_SELF, &after);
+    EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 100 * 1024) << "KiB of peak RSS added";
+    return e;
+  };
+  std::string e = refused([](json& j) { j["vocab_size"] = 20000000; });
+  EXPECT_NE(e.find("config.json: vocab_size: vocab_size and hidden_size (model.vocab_size, "
+                   "model.dim) give model.embed_tokens.weight the shape [20000000, 64], but "),
+            std::string::npos)
+      << e;
+  e = refused([](json& j) { j["num_hidden_layers"] = 100000; });
+  EXPECT_NE(e.find("num_hidden_layers (model.n_layer) is 100000, but the weights in "),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("hold 2 blocks (model.layers.0 to model.layers.1)"), std::string::npos) << e;
+  e = refused([](json& j) { j["intermediate_size"] = 1000; });
+  EXPECT_NE(e.find("intermediate_size and hidden_size (model.intermediate_size, model.dim) give "
+                   "model.layers.0.mlp.gate_proj.weight the shape [1000, 64]"),
+            std::string::npos)
+      << e;
+  e = refused([](json& j) { j["tie_word_embeddings"] = true; });
+  EXPECT_NE(e.find("holds the tensor lm_head.weight, which the model config.json describes does "
+                   "not have"),
+            std::string::npos)
+      << e;
+  // Every fixture as saved passes (gpt2-hub: Hub-style names, the causal-mask buffers dropped).
+  for (const char* fixture :
+       {"gpt2", "gpt2-hub", "llama", "llama-linear", "llama-tied", "mistral", "qwen2"}) {
+    EXPECT_NO_THROW(hf::check_folder_weights(pretrained_config(kModels / fixture))) << fixture;
+  }
+}
+
 std::string load_error(const fs::path& dir) {
   try {
     load(pretrained_config(dir));
@@ -269,8 +362,8 @@ TEST(HfFolder, ATokenizerLargerThanTheEmbeddingIsNamed) {
     prepare_data(c, log);
     ADD_FAILURE() << "no error";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("has 2001 tokens, more than the model's embedding holds "
-                                         "(model.vocab_size 384)"),
+    EXPECT_NE(std::string(e.what()).find("has ids up to 2000 (2001 tokens), more than the model's "
+                                         "embedding holds (model.vocab_size 384)"),
               std::string::npos)
         << e.what();
   }
@@ -292,6 +385,15 @@ TEST(HfFolder, AMissingShardOrIndexEntryIsNamed) {
     std::ofstream(f.path() / "model.safetensors.index.json") << index.dump();
     const std::string e = load_error(f.path());
     EXPECT_NE(e.find("puts tensor 'model.norm.weight'"), std::string::npos) << e;
+  }
+  {
+    TempFolder f("llama");  // a shard linked to a device is named as what it is, not "missing"
+    fs::remove(f.path() / "model-00003-of-00005.safetensors");
+    fs::create_symlink("/dev/zero", f.path() / "model-00003-of-00005.safetensors");
+    const std::string e = load_error(f.path());
+    EXPECT_NE(e.find("model-00003-of-00005.safetensors', which is not a regular file"),
+              std::string::npos)
+        << e;
   }
   {
     TempFolder f("gpt2");

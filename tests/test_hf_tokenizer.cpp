@@ -260,6 +260,55 @@ TEST(HFTokenizerErrors, MissingFilesNameTheFolder) {
   expect_error([&] { load_tokenizer(dir); }, {dir + "/tokenizer.json", "malformed JSON"});
 }
 
+// Hostile tokenizer files (issue 45): 100,000 nested arrays in a component crashed the process in
+// an error message's dump(); a million added tokens took 14 s and 2.8 GB before being refused; a
+// folder or a device in a file's place is named as what it is.
+TEST(HFTokenizerErrors, HostileFilesAreRefusedBeforeTheyAreBuilt) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  for (const char* component : {"normalizer", "pre_tokenizer"}) {
+    const std::string dir = edited_fixture(std::string("deep_") + component, [](json&) {});
+    std::string text = read_file(dir + "/tokenizer.json");
+    text.insert(1, "\"" + std::string(component) + "_x\": " + deep + ",");
+    std::ofstream(dir + "/tokenizer.json") << text;
+    expect_error([&] { load_tokenizer(dir); },
+                 {dir + "/tokenizer.json", "nested deeper than 64 levels"});
+  }
+  const std::string many = edited_fixture("added", [](json& j) {
+    j["added_tokens"] = json::array();
+    for (int i = 0; i < 100001; ++i) j["added_tokens"].push_back(json::object());
+  });
+  expect_error([&] { load_tokenizer(many); },
+               {many + "/tokenizer.json", "\"added_tokens\" lists 100001 tokens", "refused"});
+  const std::string dir = edited_fixture("config_folder", [](json&) {});
+  std::filesystem::create_directory(dir + "/tokenizer_config.json");
+  expect_error([&] { load_tokenizer(dir); },
+               {dir + "/tokenizer_config.json", "is a folder, not a tokenizer_config.json"});
+  // tokenizer.json itself as a folder or a link to a device: named as what it is ("holds no
+  // tokenizer" before).
+  const std::string folder = temp_dir("tokenizer_folder");
+  std::filesystem::create_directory(folder + "/tokenizer.json");
+  expect_error([&] { load_tokenizer(folder); },
+               {folder + "/tokenizer.json", "is a folder, not a tokenizer.json"});
+  const std::string device = temp_dir("tokenizer_device");
+  std::filesystem::create_symlink("/dev/zero", device + "/tokenizer.json");
+  expect_error([&] { load_tokenizer(device); },
+               {device + "/tokenizer.json", "is not a regular file"});
+}
+
+// An empty vocabulary once encoded a whole corpus to end-of-text tokens without a word; two tokens
+// with one id were counted as two. Both are refused by name.
+TEST(HFTokenizerErrors, EmptyAndDuplicateIdsAreNamed) {
+  const std::string empty =
+      edited_fixture("empty_vocab", [](json& j) { j["model"]["vocab"] = json::object(); });
+  expect_error([&] { load_tokenizer(empty); }, {empty + "/tokenizer.json", "\"vocab\" is empty"});
+  const std::string twice = edited_fixture("same_id", [](json& j) {
+    const int32_t id = j["model"]["vocab"].begin()->get<int32_t>();
+    j["model"]["vocab"]["zz_same_id_again"] = id;
+  });
+  expect_error([&] { load_tokenizer(twice); },
+               {twice + "/tokenizer.json", "\"zz_same_id_again\"", "both have id"});
+}
+
 TEST(HFTokenizerErrors, ConfigTokenMissingFromTheVocabulary) {
   const std::string dir = edited_fixture("config", [](json&) {});
   std::ofstream(dir + "/tokenizer_config.json") << R"({"bos_token": "<nope>"})";

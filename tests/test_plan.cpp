@@ -7,10 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
+#include <map>
 
 #include "factory/model_factory.h"
 #include "fsdp/comm_stats.h"
 #include "fsdp/fsdp.h"
+#include "fsdp/plan/fits.h"
 #include "fsdp/plan/plan.h"
 #include "test_util.h"
 
@@ -32,6 +34,76 @@ TrainConfig small_config(ModelType type) {
   // the plan only bounds (PlanSplitRoot checks them).
   c.fsdp.split_root_reduction = false;
   return c;
+}
+
+// model_shapes, known from the config alone, is what build_model registers: every name, shape and
+// count, for each family and each option that adds or reshapes a parameter.
+TEST(ModelShapes, AreWhatBuildModelRegisters) {
+  std::vector<TrainConfig> configs;
+  configs.push_back(small_config(ModelType::kGPT2));
+  configs.back().model.n_positions = 12;
+  TrainConfig llama = small_config(ModelType::kLlama);
+  llama.model.n_head = 2;  // rotary embeddings need an even head size: 18
+  configs.push_back(llama);
+  TrainConfig qwen = llama;
+  qwen.model.n_kv_head = 1;
+  qwen.model.qkv_bias = true;
+  qwen.model.tie_embeddings = true;
+  configs.push_back(qwen);
+  TrainConfig wide = llama;
+  wide.model.head_dim = 12;  // heads wider than dim / n_head
+  wide.model.o_bias = true;
+  wide.model.mlp_bias = true;
+  configs.push_back(wide);
+  for (const TrainConfig& c : configs) {
+    const CausalLM lm = build_model(c);
+    std::map<std::string, std::vector<int64_t>> built, known;
+    for (const auto& p : lm.module->named_parameters()) built[p.key()] = p.value().sizes().vec();
+    const ModelShapes shapes = model_shapes(c);
+    for (const auto& p : shapes.outer) known[p.name] = p.shape;
+    for (int64_t b = 0; b < shapes.blocks; ++b) {
+      for (const auto& p : shapes.block) known[block_parameter_name(p, b)] = p.shape;
+    }
+    EXPECT_EQ(known, built) << to_string(c.model.type);
+    EXPECT_EQ(shapes.parameters(), count_parameters(*lm.module));
+  }
+  TrainConfig huge = llama;
+  huge.model.n_layer = 1000000000;
+  huge.model.dim = 1 << 20;
+  huge.model.n_head = 1 << 10;
+  EXPECT_EQ(model_shapes(huge).parameters(), INT64_MAX);  // saturates, builds nothing
+}
+
+// A job that cannot fit the host is refused before anything is built: from the config alone when
+// even the fp32 state is too large (10^9 layers: no model is built, so this returns at once),
+// else from the plan's total; one that fits passes. The message names the figure and the limit.
+TEST(HostMemoryCheck, RefusesWhatCannotFitNamingThePlanAndTheLimit) {
+  TrainConfig c = small_config(ModelType::kLlama);
+  c.model.n_head = 2;
+  const Plan plan = plan_training(c, 2, 2);
+  const auto error = [&](const TrainConfig& config, int64_t bytes, bool training = true) {
+    try {
+      check_host_memory(config, 2, 2, HostMemory{bytes, "the test's limit"}, training);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error(c, 2 * plan.memory.total()), "no error");
+  EXPECT_EQ(error(c, 0), "no error");  // an unknown limit refuses nothing
+  std::string e = error(c, 2 * plan.memory.total() - 2);
+  EXPECT_NE(e.find("the plan (fsdp-plan: FULL_SHARD over 2 ranks) needs"), std::string::npos) << e;
+  EXPECT_NE(e.find("the 2 ranks on this host need"), std::string::npos) << e;
+  EXPECT_NE(e.find("(the test's limit); nothing was built"), std::string::npos) << e;
+  // Without gradients and optimizer state (eval, sample) the same host holds it.
+  EXPECT_EQ(error(c, 2 * plan.memory.total() - 2, /*training=*/false), "no error");
+  TrainConfig huge = c;
+  huge.model.n_layer = 1000000000;
+  e = error(huge, int64_t{24} << 30);
+  EXPECT_NE(e.find("parameters (fp32, with gradients and AdamW's state) need at least"),
+            std::string::npos)
+      << e;
+  EXPECT_GT(host_memory_limit().bytes, 0);  // /proc/meminfo is there on Linux
 }
 
 struct Measured {

@@ -23,7 +23,8 @@
 #    the world does not divide is refused;
 #  - bad arguments to any of them exit non-zero naming the option, before any rank starts; every
 #    numeric flag of every tool (fsdp-ckpt, fsdp-train sample, fsdp-run too) refuses trailing text
-#    and numbers past its range.
+#    and numbers past its range;
+#  - every tool prints its usage for --help and -h and exits 0.
 # Usage: tools_smoke.sh BUILD_BIN_DIR [SANITIZED (1 or 0)]
 set -uo pipefail
 BIN=$1
@@ -260,6 +261,17 @@ for bad in 3abc 99999999999; do
 done
 "$BIN/fsdp-ckpt" reshard "$WORK/no-checkpoint" "$WORK/resharded" --world-size 3abc >/dev/null 2>&1
 [[ $? == 2 ]] || fail "fsdp-ckpt reshard --world-size 3abc: exit code not 2 (a usage error)"
+
+# Every tool prints its usage for --help and -h, exits 0, and starts nothing.
+for tool in fsdp-bench fsdp-bench-adamw fsdp-bench-comm fsdp-demo fsdp-plan fsdp-ckpt fsdp-run \
+  fsdp-train; do
+  for flag in --help -h; do
+    out=$(timeout 20 "$BIN/$tool" "$flag" 2>&1)
+    rc=$?
+    ((rc == 0)) && grep -qi "usage" <<<"$out" || fail "$tool $flag: exit $rc, no usage: $(head -2 <<<"$out")"
+  done
+done
+echo "ok: every tool prints its usage for --help and -h"
 
 if ((failures > 0)); then
   echo "$failures failure(s)"

@@ -21,6 +21,17 @@ if(TARGET fsdp-train)
   endforeach()
 endif()
 
+# Racing writers and interrupted tools at the command line (tests/hostile_tools.sh): two
+# consolidates into one output, a lock-file link, outputs inside a root, SIGINT mid-write.
+if(TARGET fsdp-train AND TARGET fsdp-ckpt)
+  math(EXPR port "${FSDP_TEST_PORT} + 1")
+  math(EXPR next "${FSDP_TEST_PORT} + 4")
+  set(FSDP_TEST_PORT ${next} CACHE INTERNAL "")
+  add_test(NAME hostile_tools COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/hostile_tools.sh
+                                      $<TARGET_FILE_DIR:fsdp-train> ${PROJECT_SOURCE_DIR} ${port})
+  set_tests_properties(hostile_tools PROPERTIES TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()
+
 # The planner (fsdp/plan/plan.h) against the runtime's accounting and counted traffic.
 fsdp_test_executable(test_plan test_plan.cpp)
 foreach(np 1 2 3 4)

@@ -35,10 +35,13 @@ File File::open_read(const std::string& path) {
   return File(fd, path);
 }
 
-File File::create(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("cannot create", path);
-  return File(fd, path);
+File File::create_temp(const std::string& path, files::TempGuard* guard) {
+  try {
+    const int fd = files::create_temp_file(path, guard);
+    return File(fd, guard->path());
+  } catch (const std::runtime_error& e) {
+    throw CheckpointError(e.what());
+  }
 }
 
 File::File(File&& other) noexcept : fd_(std::exchange(other.fd_, -1)), path_(other.path_) {}
@@ -111,13 +114,31 @@ void durable_rename(const std::string& from, const std::string& to) {
   sync_dir(std::filesystem::path(to).parent_path().string());
 }
 
+void durable_commit(files::TempGuard& tmp, const std::string& to,
+                    const files::OutputState& before) {
+  try {
+    files::rename_into_place(tmp.path(), to, before);
+  } catch (const std::runtime_error& e) {
+    throw CheckpointError(e.what());
+  }
+  tmp.keep();
+  sync_dir(std::filesystem::path(to).parent_path().string());
+}
+
 void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  File f = File::create(tmp);
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+    throw CheckpointError("'" + path +
+                          "' is a symbolic link; fsdp.cpp writes its own files there and follows "
+                          "no link (remove the link)");
+  }
+  const files::OutputState before = files::output_state(path);
+  files::TempGuard tmp;
+  File f = File::create_temp(path, &tmp);
   f.append(text.data(), text.size());
   f.sync();
   f.close();
-  durable_rename(tmp, path);
+  durable_commit(tmp, path, before);
 }
 
 std::string read_small_file(const std::string& path) {

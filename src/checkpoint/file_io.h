@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "util/files.h"
+
 namespace fsdp {
 namespace ckpt {
 
@@ -14,8 +16,9 @@ namespace ckpt {
 class File {
  public:
   static File open_read(const std::string& path);
-  // Creates or truncates.
-  static File create(const std::string& path);
+  // A new temporary beside `path` (util/files.h: unique to this writer, created exclusively, never
+  // through a link), registered in `guard` for removal unless it is committed.
+  static File create_temp(const std::string& path, files::TempGuard* guard);
   File(File&& other) noexcept;
   File& operator=(File&& other) noexcept;
   ~File();
@@ -34,12 +37,17 @@ class File {
   std::string path_;
 };
 
-// Writes `text` to `path` durably: a temporary file in the same folder, fsync, rename, fsync of
-// the folder. Readers see the old content or the new, never a mix.
+// Writes `text` to `path` durably: a temporary file of its own in the same folder, fsync, rename,
+// fsync of the folder. Readers see the old content or the new, never a mix. `path` must be what it
+// was when the write began (absent, or the same file: another writer's output is never replaced)
+// and not a symbolic link.
 void write_file_atomically(const std::string& path, const std::string& text);
 std::string read_small_file(const std::string& path);
 // rename(2) then fsync of the destination's folder.
 void durable_rename(const std::string& from, const std::string& to);
+// The temporary `tmp` (a file or folder) moved to `to` if `to` is still as `before` says
+// (files::rename_into_place), then the folder synced and the temporary kept as the output.
+void durable_commit(files::TempGuard& tmp, const std::string& to, const files::OutputState& before);
 void sync_dir(const std::string& dir);
 bool exists(const std::string& path);
 

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "util/json.h"
+
 namespace fsdp {
 namespace ckpt {
 namespace {
@@ -89,6 +91,27 @@ CheckpointFile file_from_json(const json& j) {
   j.at("crc32").get_to(f.crc32);
   j.at("block_crc32").get_to(f.block_crc32);
   return f;
+}
+
+// Every number of the metadata is an integer but the optimizer's learning rate (and whatever the
+// train state holds, which is kept as text): a float where an integer belongs would be converted
+// by nlohmann with a cast that is undefined past int64's range (5e123 was, found by fuzzing).
+// `field` names where `j` is, for the error.
+void check_integers(const json& j, const std::string& field, const std::string& path) {
+  if (j.is_number_float()) {
+    bad(path, field + ": expected an integer, got " + json_bounds::excerpt(j));
+  }
+  if (j.is_array()) {
+    for (size_t i = 0; i < j.size(); ++i) {
+      check_integers(j[i], field + "[" + std::to_string(i) + "]", path);
+    }
+  } else if (j.is_object()) {
+    for (const auto& [key, value] : j.items()) {
+      const std::string inner = field.empty() ? key : field + "." + key;
+      if (inner == "train_state" || inner == "optimizer.lr") continue;
+      check_integers(value, inner, path);
+    }
+  }
 }
 
 CheckpointMetadata fields_from_json(const json& j) {
@@ -241,7 +264,7 @@ ShardFileWriter::ShardFileWriter(const std::string& dir, const ShardHeader& head
     : dir_(dir),
       name_(shard_file_name(header.shard_rank, header.shard_count)),
       header_(header),
-      file_(File::create(join(dir, name_ + ".tmp"))),
+      file_(File::create_temp(join(dir, name_), &tmp_)),
       block_bytes_(block_bytes) {
   block_.reserve(static_cast<size_t>(block_bytes));
   unsigned char h[kShardHeaderBytes];
@@ -273,7 +296,7 @@ CheckpointFile ShardFileWriter::finish() {
   flush_block();
   file_.sync();
   file_.close();
-  durable_rename(join(dir_, name_ + ".tmp"), join(dir_, name_));
+  durable_commit(tmp_, join(dir_, name_), files::OutputState{});  // a new file in a new folder
   return {name_, static_cast<int>(header_.shard_rank), bytes_, crc_, block_crcs_};
 }
 
@@ -298,6 +321,8 @@ std::string metadata_to_json(const CheckpointMetadata& m) {
 }
 
 CheckpointMetadata metadata_from_json(const std::string& text, const std::string& path) {
+  const size_t deep = json_bounds::too_deep_at(text);
+  if (deep != std::string::npos) bad(path, json_bounds::too_deep_message("the metadata", deep));
   json j;
   try {
     j = json::parse(text);
@@ -312,8 +337,9 @@ CheckpointMetadata metadata_from_json(const std::string& text, const std::string
   check(format.is_string() && format.get<std::string>() == kFormatName, path,
         std::string("not an fsdp.cpp checkpoint (\"format\" is not \"") + kFormatName + "\")");
   check(version.is_number_integer() && version.get<int64_t>() == kFormatVersion, path,
-        "format version " + version.dump() + "; this build reads version " +
+        "format version " + json_bounds::excerpt(version) + "; this build reads version " +
             std::to_string(kFormatVersion));
+  check_integers(j, "", path);
   CheckpointMetadata m;
   try {
     m = fields_from_json(j);
@@ -328,7 +354,7 @@ CheckpointMetadata metadata_from_json(const std::string& text, const std::string
 void check_json_object(const std::string& text, const std::string& what) {
   bool ok = false;
   try {
-    ok = json::parse(text).is_object();
+    ok = json_bounds::parse_or_discard(text).is_object();
   } catch (const json::exception&) {
   }
   if (!ok) throw CheckpointError(what + " must be a JSON object, got: " + text.substr(0, 80));

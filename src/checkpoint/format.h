@@ -62,6 +62,7 @@ class ShardFileWriter {
   void flush_block();
   std::string dir_, name_;
   ShardHeader header_;
+  files::TempGuard tmp_;  // before file_: the file is created into it
   File file_;
   int64_t block_bytes_;
   std::vector<unsigned char> block_;  // the block being filled

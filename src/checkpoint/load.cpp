@@ -184,7 +184,20 @@ void reshard_checkpoint(const std::string& dir, const std::string& out_dir, int 
   CheckpointReader reader(src);
   CheckpointMetadata meta = reader.metadata();
   check_checkpoint_output(out_dir, dir, "the checkpoint it reads", OutputKind::kNewFolder);
-  fs::create_directories(out_dir);
+  // Written whole beside `out_dir` and renamed into place: an interrupted reshard leaves no
+  // half-written folder for a later reshard or resume to meet (the temporary is removed on
+  // failure, and by fsdp-ckpt on SIGINT).
+  fs::path out = fs::path(out_dir).lexically_normal();
+  if (!out.has_filename()) out = out.parent_path();
+  if (out.has_parent_path()) fs::create_directories(out.parent_path());
+  const files::OutputState before = files::output_state(out.string());
+  files::TempGuard tmp;
+  std::string staging;
+  try {
+    staging = files::create_temp_folder(out.string(), &tmp);
+  } catch (const std::runtime_error& e) {
+    throw CheckpointError(e.what());
+  }
   lay_out_regions(meta.units, meta.tensor_kinds.size(), world_size);
   meta.world_size = world_size;
   meta.replicate_size = 1;
@@ -192,7 +205,7 @@ void reshard_checkpoint(const std::string& dir, const std::string& out_dir, int 
   meta.files.clear();
   for (int r = 0; r < world_size; ++r) {
     ShardFileWriter writer(
-        out_dir,
+        staging,
         {kFormatVersion, static_cast<uint32_t>(r), static_cast<uint32_t>(world_size), meta.step},
         meta.block_bytes);
     for (const auto& u : meta.units) {
@@ -204,8 +217,9 @@ void reshard_checkpoint(const std::string& dir, const std::string& out_dir, int 
     }
     meta.files.push_back(writer.finish());
   }
-  write_file_atomically(join(out_dir, kMetadataFile), metadata_to_json(meta));
-  write_file_atomically(join(out_dir, kCommitMarker), commit_marker(meta.step));
+  write_file_atomically(join(staging, kMetadataFile), metadata_to_json(meta));
+  write_file_atomically(join(staging, kCommitMarker), commit_marker(meta.step));
+  durable_commit(tmp, out.string(), before);
 }
 
 }  // namespace fsdp

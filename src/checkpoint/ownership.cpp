@@ -15,6 +15,7 @@
 #include "checkpoint/errors.h"
 #include "checkpoint/format.h"
 #include "fsdp/checkpoint/checkpoint.h"
+#include "util/files.h"
 
 namespace fsdp {
 namespace fs = std::filesystem;
@@ -36,9 +37,11 @@ int try_lock(const std::string& root, std::string* error) {
   std::error_code ec;
   fs::create_directories(root, ec);
   const std::string path = (fs::path(root) / kCheckpointLockFile).string();
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    *error = "cannot open the lock file '" + path + "': " + std::strerror(errno);
+  int fd = -1;
+  try {
+    fd = files::open_own_file(path);  // never through a link: the lock is written to
+  } catch (const std::runtime_error& e) {
+    *error = std::string("the lock file: ") + e.what();
     return -1;
   }
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -77,8 +80,12 @@ bool is_checkpoint_root(const fs::path& p) {
   std::error_code ec;
   if (!fs::is_directory(p, ec)) return false;
   if (fs::exists(p / kLatestFile, ec) || fs::exists(p / kCheckpointLockFile, ec)) return true;
+  // A run names its steps step_N: a checkpoint a tool wrote under another name (a resharded copy)
+  // or a link to a step folder (a user's shortcut) does not make its folder a root.
   for (const auto& e : fs::directory_iterator(p, ec)) {
-    if (is_step_folder(e.path())) return true;
+    if (!e.is_symlink(ec) && e.is_directory(ec) && is_step_name(e.path().filename().string())) {
+      return true;
+    }
   }
   return false;
 }
@@ -122,11 +129,12 @@ void check_checkpoint_output(const std::string& out_path, const std::string& inp
   if (within(real, fs::weakly_canonical(input))) refuse("is or lies inside " + input_name);
   for (fs::path p = real; p.has_relative_path(); p = p.parent_path()) {
     if (is_step_folder(p)) refuse("lies inside the checkpoint '" + p.string() + "'");
-  }
-  const std::string name = real.filename().string();
-  if ((name == kLatestFile || name == kCheckpointLockFile) &&
-      is_checkpoint_root(real.parent_path())) {
-    refuse("is the checkpoint root's '" + name + "' file");
+    // A root's names are its run's: a step folder a tool made there (step_N) would be replaced by
+    // the run's own save of that step, and `latest` or the lock are the run's state.
+    if (p != real && is_checkpoint_root(p)) {
+      refuse("lies inside the checkpoint root '" + p.string() +
+             "', whose names belong to the run that writes it; write it outside the root");
+    }
   }
   if (kind == OutputKind::kFile && fs::is_directory(real, ec)) {
     refuse("is a folder; give the name of the file to write");

@@ -18,6 +18,9 @@
 #include <set>
 #include <unordered_map>
 
+#include "util/files.h"
+#include "util/json.h"
+
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "safetensors stores little-endian data and this build reads and writes it as is");
 
@@ -198,6 +201,8 @@ json parse_header_json(const std::string& text, const std::string& path) {
     fail(path,
          "the header is not valid UTF-8 JSON: a NUL byte at header offset " + std::to_string(nul));
   }
+  const size_t deep = json_bounds::too_deep_at(text);
+  if (deep != std::string::npos) fail(path, json_bounds::too_deep_message("the header", deep));
   json header;
   try {
     header = json::parse(text, watch);
@@ -228,7 +233,8 @@ std::map<std::string, std::string> parse_metadata(const json& j, const std::stri
 int64_t get_count(const json& v, const std::string& path, const std::string& name,
                   const std::string& what) {
   if (!v.is_number_unsigned()) {
-    fail_tensor(path, name, what + " must be a non-negative integer, got " + v.dump());
+    fail_tensor(path, name,
+                what + " must be a non-negative integer, got " + json_bounds::excerpt(v));
   }
   const uint64_t n = v.get<uint64_t>();
   if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
@@ -249,14 +255,15 @@ SafetensorsDType parse_dtype_field(const json& entry, const std::string& path,
   const json& d = field(entry, "dtype", path, name);
   std::optional<SafetensorsDType> dtype;
   if (d.is_string()) dtype = parse_safetensors_dtype(d.get<std::string>());
-  if (!dtype) fail_tensor(path, name, "unknown dtype " + d.dump());
+  if (!dtype) fail_tensor(path, name, "unknown dtype " + json_bounds::excerpt(d));
   return *dtype;
 }
 
 std::vector<int64_t> parse_shape(const json& entry, const std::string& path,
                                  const std::string& name) {
   const json& s = field(entry, "shape", path, name);
-  if (!s.is_array()) fail_tensor(path, name, "\"shape\" is not an array: " + s.dump());
+  if (!s.is_array())
+    fail_tensor(path, name, "\"shape\" is not an array: " + json_bounds::excerpt(s));
   std::vector<int64_t> shape;
   for (const json& d : s) shape.push_back(get_count(d, path, name, "shape dimension"));
   return shape;
@@ -287,7 +294,8 @@ std::pair<int64_t, int64_t> checked_sizes(SafetensorsDType dtype, const std::vec
 
 SafetensorsTensorInfo parse_tensor(const std::string& name, const json& entry,
                                    const std::string& path) {
-  if (!entry.is_object()) fail_tensor(path, name, "its entry is not an object: " + entry.dump());
+  if (!entry.is_object())
+    fail_tensor(path, name, "its entry is not an object: " + json_bounds::excerpt(entry));
   SafetensorsTensorInfo t;
   t.name = name;
   t.dtype = parse_dtype_field(entry, path, name);
@@ -296,18 +304,20 @@ SafetensorsTensorInfo parse_tensor(const std::string& name, const json& entry,
   t.numel = numel;
   const json& offsets = field(entry, "data_offsets", path, name);
   if (!offsets.is_array() || offsets.size() != 2) {
-    fail_tensor(path, name, "\"data_offsets\" must be [begin, end], got " + offsets.dump());
+    fail_tensor(path, name,
+                "\"data_offsets\" must be [begin, end], got " + json_bounds::excerpt(offsets));
   }
   t.begin = get_count(offsets[0], path, name, "data_offsets begin");
   t.end = get_count(offsets[1], path, name, "data_offsets end");
   if (t.end < t.begin) {
-    fail_tensor(path, name, "data_offsets " + offsets.dump() + " end before they begin");
+    fail_tensor(path, name,
+                "data_offsets " + json_bounds::excerpt(offsets) + " end before they begin");
   }
   if (t.end - t.begin != nbytes) {
     fail_tensor(path, name,
-                "data_offsets " + offsets.dump() + " span " + std::to_string(t.end - t.begin) +
-                    " bytes, but " + dtype_row(t.dtype).name + " " + shape_text(t.shape) +
-                    " needs " + std::to_string(nbytes));
+                "data_offsets " + json_bounds::excerpt(offsets) + " span " +
+                    std::to_string(t.end - t.begin) + " bytes, but " + dtype_row(t.dtype).name +
+                    " " + shape_text(t.shape) + " needs " + std::to_string(nbytes));
   }
   return t;
 }
@@ -622,6 +632,8 @@ void SafetensorsReader::read_elements(const std::string& name, int64_t begin, in
 
 struct SafetensorsWriter::Impl {
   std::string path, tmp_path;
+  files::TempGuard tmp;       // removes the temporary unless committed, and on SIGINT in tools
+  files::OutputState before;  // what was at `path` when writing began
   Fd fd;
   int64_t data_offset = 0;
   std::vector<SafetensorsTensorInfo> tensors;
@@ -641,7 +653,6 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<SafetensorsTe
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.path = std::move(path);
-  m.tmp_path = m.path + ".tmp";
   m.tensors = lay_out(std::move(tensors), m.path);
   const std::string header =
       header_text(m.tensors, with_format(std::move(metadata), m.path), m.path);
@@ -650,8 +661,13 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<SafetensorsTe
   m.data_offset = 8 + static_cast<int64_t>(header.size());
   const int64_t total = m.data_offset + (m.tensors.empty() ? 0 : m.tensors.back().end);
 
-  m.fd = Fd(::open(m.tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (m.fd.get() < 0) fail_errno(m.tmp_path, "cannot create");
+  m.before = files::output_state(m.path);
+  try {
+    m.fd = Fd(files::create_temp_file(m.path, &m.tmp));  // this writer's own, never shared
+  } catch (const std::runtime_error& e) {
+    fail(m.path, e.what());
+  }
+  m.tmp_path = m.tmp.path();
   unsigned char n[8];
   for (int i = 0; i < 8; ++i) n[i] = static_cast<unsigned char>(header.size() >> (8 * i));
   pwrite_all(m.fd.get(), m.tmp_path, 0, n, 8);
@@ -663,10 +679,7 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<SafetensorsTe
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
-  if (impl_ && !impl_->committed) {
-    impl_->fd.close();
-    ::unlink(impl_->tmp_path.c_str());
-  }
+  if (impl_ && !impl_->committed) impl_->fd.close();  // the guard removes the temporary
 }
 
 const std::string& SafetensorsWriter::path() const { return impl_->path; }
@@ -727,9 +740,12 @@ void SafetensorsWriter::commit() {
   }
   if (::fsync(m.fd.get()) != 0) fail_errno(m.tmp_path, "cannot fsync");
   if (m.fd.close() != 0) fail_errno(m.tmp_path, "cannot close");
-  if (::rename(m.tmp_path.c_str(), m.path.c_str()) != 0) {
-    fail_errno(m.path, "cannot rename '" + m.tmp_path + "' to it");
+  try {
+    files::rename_into_place(m.tmp_path, m.path, m.before);
+  } catch (const std::runtime_error& e) {
+    fail(m.path, e.what());
   }
+  m.tmp.keep();
   m.committed = true;
   fsync_dir_of(m.path);
 }

@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "util/json.h"
+
 namespace fsdp {
 namespace fs = std::filesystem;
 
@@ -18,15 +20,16 @@ namespace {
 
 // The index's weight map: tensor name -> file name (a plain name in the index's folder).
 std::map<std::string, std::string> read_weight_map(const std::string& index) {
-  std::ifstream in(index);
-  if (!in) fail(index, "cannot open the index");
-  std::stringstream text;
-  text << in.rdbuf();
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text.str());
+    // An index lists a name and a file per tensor: 64 MiB is 100 times a 70B model's.
+    j = json_bounds::parse(
+        json_bounds::read_file(index, json_bounds::kMaxTokenizerJsonBytes, "an index file"),
+        "the index");
   } catch (const nlohmann::json::exception& e) {
     fail(index, std::string("the index is not JSON: ") + e.what());
+  } catch (const std::runtime_error& e) {
+    fail(index, e.what());
   }
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
     fail(index, "the index has no \"weight_map\" object");
@@ -75,7 +78,15 @@ struct SafetensorsSet::Impl {
     for (const auto& [tensor, file] : weight_map) {
       if (by_file.count(file)) continue;
       const std::string full = (folder / file).string();
-      if (!fs::is_regular_file(full)) fail(index, "names '" + file + "', which is missing");
+      std::error_code ec;
+      if (!fs::exists(fs::symlink_status(full, ec))) {
+        fail(index, "names '" + file + "', which is missing");
+      }
+      if (!fs::is_regular_file(full, ec)) {
+        fail(index, "names '" + file +
+                        "', which is not a regular file (a folder, a device or a FIFO, or a link "
+                        "to one)");
+      }
       readers.push_back(std::make_unique<SafetensorsReader>(full));
       by_file[file] = readers.back().get();
     }

@@ -14,6 +14,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "util/files.h"
+
 namespace fsdp {
 namespace comm_internal {
 namespace {
@@ -32,12 +34,12 @@ class DirectorySlots : public ProgressSlots {
 
   void put(const std::string& key, const std::string& value) override {
     const std::string path = path_of(key);
-    const std::string tmp = path + ".tmp";
-    const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    const std::string tmp = files::temp_name_beside(path);  // never another writer's
+    const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return;
     const bool whole = write(fd, value.data(), value.size()) == static_cast<ssize_t>(value.size());
     close(fd);
-    if (whole) rename(tmp.c_str(), path.c_str());
+    if (!whole || rename(tmp.c_str(), path.c_str()) != 0) unlink(tmp.c_str());
   }
 
   std::string get(const std::string& key) override {

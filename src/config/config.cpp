@@ -340,8 +340,9 @@ bool operator==(const ModelConfig& a, const ModelConfig& b) {
 }
 
 bool operator==(const DataConfig& a, const DataConfig& b) {
-  return std::tie(a.dataset, a.val_dataset, a.val_split, a.seq_len, a.tokenizer_dir, a.cache_dir) ==
-         std::tie(b.dataset, b.val_dataset, b.val_split, b.seq_len, b.tokenizer_dir, b.cache_dir);
+  return std::tie(a.dataset, a.val_dataset, a.val_split, a.seq_len, a.tokenizer_dir, a.cache_dir,
+                  a.sotu_dir) == std::tie(b.dataset, b.val_dataset, b.val_split, b.seq_len,
+                                          b.tokenizer_dir, b.cache_dir, b.sotu_dir);
 }
 
 bool operator==(const OptimConfig& a, const OptimConfig& b) {

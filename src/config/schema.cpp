@@ -481,6 +481,8 @@ std::vector<Option> data_section() {
       string_setting("data.tokenizer_dir", FIELD(data.tokenizer_dir),
                      "folder with GPT-2's encoder.json and vocab.bpe"),
       string_setting("data.cache_dir", FIELD(data.cache_dir), "where tokenized corpora are cached"),
+      string_setting("data.sotu_dir", FIELD(data.sotu_dir),
+                     "the bundled State of the Union texts' folder (data.dataset sotu)"),
   };
 }
 

@@ -102,6 +102,7 @@ void check_data(const Checks& k, const DataConfig& d) {
   k.at_least("data.seq_len", d.seq_len, 1);
   k.not_empty("data.tokenizer_dir", d.tokenizer_dir);
   k.not_empty("data.cache_dir", d.cache_dir);
+  k.not_empty("data.sotu_dir", d.sotu_dir);
 }
 
 void check_optim(const Checks& k, const OptimConfig& o) {

@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "fsdp/data/tokenizer.h"
+#include "util/files.h"
 
 namespace fsdp::data {
 namespace fs = std::filesystem;
@@ -55,27 +56,36 @@ void fsync_path(const std::string& path, int flags) {
 
 // Writes text to path through a temporary file and a rename, like write_token_file.
 void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) throw std::runtime_error("corpus: cannot write " + tmp);
+  files::TempGuard guard;
+  const int fd = files::create_temp_file(path, &guard);
+  const std::string& tmp = guard.path();
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      throw std::runtime_error("corpus: cannot write " + tmp + ": " + std::strerror(errno));
+    }
+    done += static_cast<size_t>(n);
   }
-  fsync_path(tmp, O_RDONLY);
+  ::fsync(fd);
+  ::close(fd);
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     throw std::runtime_error("corpus: cannot rename " + tmp + " to " + path + ": " +
                              std::strerror(errno));
+  guard.keep();
 }
 
 // An exclusive flock held for the object's lifetime.
 class FileLock {
  public:
   explicit FileLock(const std::string& path) {
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0)
-      throw std::runtime_error("corpus: cannot open lock file " + path + ": " +
-                               std::strerror(errno));
+    try {
+      fd_ = files::open_own_file(path);  // never through a link
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(std::string("corpus: the cache's lock file: ") + e.what());
+    }
     while (::flock(fd_, LOCK_EX) != 0) {
       if (errno == EINTR) continue;
       ::close(fd_);

@@ -451,6 +451,13 @@ size_t Pipeline::vocab_size() const {
   return model_.vocab().size() + added;
 }
 
+int32_t Pipeline::max_id() const {
+  int32_t top = -1;
+  for (const auto& [token, id] : model_.vocab()) top = std::max(top, id);
+  for (const AddedToken& t : spec_.added_tokens) top = std::max(top, t.id);
+  return top;
+}
+
 int32_t Pipeline::token_to_id(const std::string& token) const {
   for (const AddedToken& t : spec_.added_tokens)
     if (t.content == token) return t.id;

@@ -85,6 +85,7 @@ class Pipeline {
 
   // get_vocab_size(with_added_tokens=true).
   size_t vocab_size() const;
+  int32_t max_id() const;  // the largest id of the vocabulary and the added tokens
   // The id of a token string (added tokens first, then the model's vocabulary), or -1.
   int32_t token_to_id(const std::string& token) const;
   const std::vector<AddedToken>& added_tokens() const { return spec_.added_tokens; }

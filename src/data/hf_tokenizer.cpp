@@ -13,6 +13,7 @@
 #include "data/fingerprint.h"
 #include "data/hf_pipeline.h"
 #include "data/utf8.h"
+#include "util/json.h"
 
 namespace fsdp::data {
 namespace {
@@ -36,6 +37,10 @@ class SpecReader {
   }
 
   json parse(const std::string& text) const {
+    const size_t deep = json_bounds::too_deep_at(text);
+    if (deep != std::string::npos) {
+      throw std::runtime_error(json_bounds::too_deep_message(where_, deep));
+    }
     try {
       return json::parse(text);
     } catch (const json::exception& e) {
@@ -58,7 +63,7 @@ class SpecReader {
     try {
       return it->get<T>();
     } catch (const json::exception&) {
-      fail("field \"" + key + "\" has the wrong type in " + j.dump().substr(0, 200));
+      fail("field \"" + key + "\" has the wrong type in " + json_bounds::excerpt(j, 200));
     }
   }
 
@@ -68,7 +73,7 @@ class SpecReader {
     if (!v.is_number_integer() ||
         (v.is_number_unsigned() ? v.get<uint64_t>() > INT32_MAX
                                 : v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX))
-      fail(what + " is not an integer in [0, 2^31): " + v.dump().substr(0, 80));
+      fail(what + " is not an integer in [0, 2^31): " + json_bounds::excerpt(v));
     return v.get<int32_t>();
   }
 
@@ -79,15 +84,26 @@ class SpecReader {
 
   std::vector<int32_t> ids(const json& j) const {
     std::vector<int32_t> out;
-    if (!j.is_array()) fail("\"ids\" is not an array: " + j.dump().substr(0, 80));
+    if (!j.is_array()) fail("\"ids\" is not an array: " + json_bounds::excerpt(j));
     for (const json& v : j) out.push_back(count(v, "an id"));
     return out;
   }
 
   std::unordered_map<std::string, int32_t> vocab(const json& j) const {
     if (!j.is_object()) fail("the model's \"vocab\" is not an object");
+    // An empty vocabulary encoded a whole corpus to end-of-text tokens without a word.
+    if (j.empty()) fail("the model's \"vocab\" is empty");
     std::unordered_map<std::string, int32_t> out;
-    for (const auto& [token, id] : j.items()) out[token] = count(id, "the id of \"" + token + "\"");
+    std::unordered_map<int32_t, std::string> owner;
+    for (const auto& [token, id] : j.items()) {
+      const int32_t n = count(id, "the id of \"" + token + "\"");
+      const auto [it, fresh] = owner.emplace(n, token);
+      if (!fresh) {
+        fail("tokens \"" + it->second + "\" and \"" + token + "\" both have id " +
+             std::to_string(n) + " in the model's \"vocab\"");
+      }
+      out[token] = n;
+    }
     return out;
   }
 
@@ -156,7 +172,8 @@ class SpecReader {
   PreTokenizerStep split(const json& j) const {
     const json p = j.value("pattern", json());
     if (!p.is_object() || !p.contains("Regex") || !p["Regex"].is_string()) {
-      const std::string literal = p.is_object() ? p.value("String", json()).dump() : p.dump();
+      const std::string literal =
+          p.is_object() ? json_bounds::excerpt(p.value("String", json())) : json_bounds::excerpt(p);
       fail("unsupported Split pattern " + literal + " (only the GPT-2, Llama 3 and Qwen2 regexes)");
     }
     PreTokenizerStep s(PreTokenizerStep::Kind::kSplit);
@@ -258,6 +275,13 @@ class SpecReader {
   }
 
   std::vector<hf::AddedToken> added_tokens(const json& j) const {
+    // Each added token is a matcher the encoder tries at every position: a list this long is not
+    // a tokenizer anyone trains with (Gemma 3 has 6,000), and building it took seconds and GBs.
+    constexpr size_t kMaxAddedTokens = 100000;
+    if (j.is_array() && j.size() > kMaxAddedTokens) {
+      fail("\"added_tokens\" lists " + std::to_string(j.size()) + " tokens, more than " +
+           std::to_string(kMaxAddedTokens) + " (refused before building them)");
+    }
     std::vector<hf::AddedToken> out;
     for (const json& t : j.is_array() ? j : json::array()) {
       hf::AddedToken a;
@@ -283,7 +307,8 @@ class SpecReader {
       const size_t sp = line.find(' ');
       if (line.rfind("#version", 0) == 0) continue;
       if (sp == std::string::npos || line.find(' ', sp + 1) != std::string::npos)
-        fail("malformed merge " + m.dump() + " (merge " + std::to_string(out.size() + 1) + ")");
+        fail("malformed merge " + json_bounds::excerpt(m) + " (merge " +
+             std::to_string(out.size() + 1) + ")");
       out.emplace_back(line.substr(0, sp), line.substr(sp + 1));
     }
     return out;
@@ -328,14 +353,6 @@ std::string family_of(const PipelineSpec& s, const BpeOptions& o) {
   });
   if (has_pre(s, K::kMetaspace) || prepends || o.byte_fallback) return "bpe-sentencepiece";
   return "bpe";
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("tokenizer: cannot read " + path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 // bos_token / eos_token of tokenizer_config.json: a string, an AddedToken object, or null.
@@ -408,8 +425,16 @@ HFTokenizer HFTokenizer::load(const std::string& dir) {
   namespace fs = std::filesystem;
   const std::string folder = fs::path(dir).lexically_normal().string();
   const std::string config = folder + "/tokenizer_config.json";
-  const std::string tokenizer_json = read_file(folder + "/tokenizer.json");
-  return parse(tokenizer_json, fs::exists(config) ? read_file(config) : "", folder);
+  // Bounded before reading (docs/hardening.md): tokenizer.json far above any published one;
+  // tokenizer_config.json above Gemma 3's (over 1 MB: 6,000 added tokens listed one by one).
+  const std::string tokenizer_json = json_bounds::read_file(
+      folder + "/tokenizer.json", json_bounds::kMaxTokenizerJsonBytes, "a tokenizer.json");
+  const std::string config_json =
+      fs::exists(fs::symlink_status(config))
+          ? json_bounds::read_file(config, json_bounds::kMaxTokenizerConfigBytes,
+                                   "a tokenizer_config.json")
+          : "";
+  return parse(tokenizer_json, config_json, folder);
 }
 
 HFTokenizer::HFTokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -427,6 +452,7 @@ std::string HFTokenizer::decode(const std::vector<int32_t>& ids) const {
   return impl_->pipeline.decode(ids);
 }
 size_t HFTokenizer::vocab_size() const { return impl_->pipeline.vocab_size(); }
+int32_t HFTokenizer::max_id() const { return impl_->pipeline.max_id(); }
 std::optional<int32_t> HFTokenizer::bos_id() const { return impl_->bos; }
 std::optional<int32_t> HFTokenizer::eos_id() const { return impl_->eos; }
 std::string HFTokenizer::family() const { return impl_->family; }

@@ -9,6 +9,7 @@
 #include "data/fingerprint.h"
 #include "fsdp/data/hf_tokenizer.h"
 #include "fsdp/data/tokenizer.h"
+#include "util/json.h"
 
 namespace fsdp::data {
 namespace {
@@ -25,7 +26,10 @@ struct TokenizerFiles {
 // The files, or nullopt when the folder has neither kind.
 std::optional<TokenizerFiles> files_in(const std::string& dir) {
   const std::string d = fs::path(dir).lexically_normal().string();
-  if (fs::is_regular_file(d + "/tokenizer.json"))
+  // tokenizer.json in any form (a folder, a FIFO, a link to a device) is the tokenizer the folder
+  // means: its reader names what it is, instead of "no tokenizer".
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(d + "/tokenizer.json", ec)))
     return TokenizerFiles{true, d + "/tokenizer.json", d + "/tokenizer_config.json"};
   if (fs::is_regular_file(d + "/encoder.json") && fs::is_regular_file(d + "/vocab.bpe"))
     return TokenizerFiles{false, d + "/encoder.json", d + "/vocab.bpe"};
@@ -44,11 +48,10 @@ TokenizerFiles find_files(const std::string& dir) {
                            "/vocab.bpe (or vocab.json + merges.txt)");
 }
 
+// A file of the tokenizer, bounded as the tokenizer's loader bounds it; "" when absent.
 std::string read_if_present(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  if (!fs::exists(fs::symlink_status(path))) return "";
+  return json_bounds::read_file(path, json_bounds::kMaxTokenizerJsonBytes, "a tokenizer file");
 }
 
 }  // namespace

@@ -14,6 +14,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "util/files.h"
+
 namespace fsdp::data {
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -207,19 +209,23 @@ void write_token_file(const std::string& path, const std::vector<int32_t>& token
     fail(path, std::to_string(tokens.size()) + " tokens do not fit the header's int32 count");
   int32_t header[kTokenFileHeaderInts] = {kTokenFileMagic, version,
                                           static_cast<int32_t>(tokens.size())};
-  const std::string tmp = path + ".tmp-" + std::to_string(::getpid());
+  // A temporary of this writer's own (util/files.h), removed if anything fails: a failed write
+  // leaves nothing behind. The cache's file is replaced whatever it held (its builder holds the
+  // cache's lock).
+  files::TempGuard guard;
+  Fd f{-1};
   try {
-    Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
-    if (f.fd < 0) fail(tmp, "cannot create: " + errno_text());
-    write_all(f.fd, header, sizeof header, tmp);
-    write_all(f.fd, payload.data(), payload.size(), tmp);
-    if (::fsync(f.fd) != 0) fail(tmp, "fsync failed: " + errno_text());
-    if (::rename(tmp.c_str(), path.c_str()) != 0)
-      fail(path, "cannot rename " + tmp + " over it: " + errno_text());
-  } catch (...) {
-    ::unlink(tmp.c_str());  // a failed write leaves nothing behind
-    throw;
+    f.fd = files::create_temp_file(path, &guard);
+  } catch (const std::runtime_error& e) {
+    fail(path, e.what());
   }
+  const std::string& tmp = guard.path();
+  write_all(f.fd, header, sizeof header, tmp);
+  write_all(f.fd, payload.data(), payload.size(), tmp);
+  if (::fsync(f.fd) != 0) fail(tmp, "fsync failed: " + errno_text());
+  if (::rename(tmp.c_str(), path.c_str()) != 0)
+    fail(path, "cannot rename " + tmp + " over it: " + errno_text());
+  guard.keep();
 }
 
 OpenedRanges open_ranges(const std::vector<TokenRange>& ranges) {

@@ -314,6 +314,7 @@ std::string GPT2Tokenizer::decode(const std::vector<int32_t>& ids) const {
 
 int32_t GPT2Tokenizer::eot() const { return impl_->eot; }
 size_t GPT2Tokenizer::vocab_size() const { return impl_->pipeline.vocab_size(); }
+int32_t GPT2Tokenizer::max_id() const { return impl_->pipeline.max_id(); }
 uint64_t GPT2Tokenizer::fingerprint() const { return impl_->fingerprint; }
 
 std::vector<std::pair<std::string, int32_t>> GPT2Tokenizer::special_tokens() const {

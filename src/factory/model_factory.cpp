@@ -4,6 +4,7 @@
 
 #include <torch/nn/module.h>
 
+#include <cstdint>
 #include <unordered_set>
 
 #include "fsdp/hooks.h"
@@ -77,6 +78,107 @@ CausalLM build_model(const TrainConfig& config) {
       return build_llama(config);
   }
   throw std::invalid_argument("model.type: unknown model type");
+}
+
+namespace {
+
+int64_t saturating_mul(int64_t a, int64_t b) {
+  if (a < 0 || b < 0) return -1;
+  if (a != 0 && b > INT64_MAX / a) return INT64_MAX;
+  return a * b;
+}
+
+int64_t saturating_add(int64_t a, int64_t b) { return b > INT64_MAX - a ? INT64_MAX : a + b; }
+
+ModelShapes gpt2_shapes(const TrainConfig& config) {
+  const ModelConfig& m = config.model;
+  const int64_t d = m.n_embd;
+  const std::string positions = m.n_positions > 0 ? "model.n_positions" : "data.seq_len";
+  const std::vector<std::string> width = {"model.n_embd"};
+  ModelShapes s;
+  s.outer = {{"transformer.wte.weight", {m.vocab_size, d}, {"model.vocab_size", "model.n_embd"}},
+             {"transformer.wpe.weight", {config.context_length(), d}, {positions, "model.n_embd"}},
+             {"transformer.ln_f.weight", {d}, width},
+             {"transformer.ln_f.bias", {d}, width}};
+  const std::string b = "transformer.h.{}.";
+  s.block = {{b + "ln_1.weight", {d}, width},
+             {b + "ln_1.bias", {d}, width},
+             {b + "attn.c_attn.weight", {d, saturating_mul(3, d)}, width},
+             {b + "attn.c_attn.bias", {saturating_mul(3, d)}, width},
+             {b + "attn.c_proj.weight", {d, d}, width},
+             {b + "attn.c_proj.bias", {d}, width},
+             {b + "ln_2.weight", {d}, width},
+             {b + "ln_2.bias", {d}, width},
+             {b + "mlp.c_fc.weight", {d, saturating_mul(4, d)}, width},
+             {b + "mlp.c_fc.bias", {saturating_mul(4, d)}, width},
+             {b + "mlp.c_proj.weight", {saturating_mul(4, d), d}, width},
+             {b + "mlp.c_proj.bias", {d}, width}};
+  s.blocks = m.n_layer;
+  s.blocks_key = "model.n_layer";
+  return s;
+}
+
+ModelShapes llama_shapes(const TrainConfig& config) {
+  const ModelConfig& m = config.model;
+  const int64_t d = m.dim, f = m.intermediate_size;
+  const int64_t kv_heads = m.n_kv_head > 0 ? m.n_kv_head : m.n_head;
+  const int64_t head_dim = m.head_dim > 0 ? m.head_dim : (m.n_head > 0 ? d / m.n_head : 0);
+  const int64_t q = saturating_mul(m.n_head, head_dim), kv = saturating_mul(kv_heads, head_dim);
+  const std::vector<std::string> q_keys = {"model.n_head", "model.head_dim", "model.dim"};
+  const std::vector<std::string> kv_keys = {"model.n_kv_head", "model.head_dim", "model.dim"};
+  const std::vector<std::string> mlp_keys = {"model.intermediate_size", "model.dim"};
+  ModelShapes s;
+  s.outer = {{"model.embed_tokens.weight", {m.vocab_size, d}, {"model.vocab_size", "model.dim"}},
+             {"model.norm.weight", {d}, {"model.dim"}}};
+  if (!m.tie_embeddings) {
+    s.outer.push_back({"lm_head.weight", {m.vocab_size, d}, {"model.vocab_size", "model.dim"}});
+  }
+  const std::string b = "model.layers.{}.";
+  s.block = {{b + "self_attn.q_proj.weight", {q, d}, q_keys}};
+  if (m.qkv_bias) s.block.push_back({b + "self_attn.q_proj.bias", {q}, q_keys});
+  s.block.push_back({b + "self_attn.k_proj.weight", {kv, d}, kv_keys});
+  if (m.qkv_bias) s.block.push_back({b + "self_attn.k_proj.bias", {kv}, kv_keys});
+  s.block.push_back({b + "self_attn.v_proj.weight", {kv, d}, kv_keys});
+  if (m.qkv_bias) s.block.push_back({b + "self_attn.v_proj.bias", {kv}, kv_keys});
+  s.block.push_back({b + "self_attn.o_proj.weight", {d, q}, q_keys});
+  if (m.o_bias) s.block.push_back({b + "self_attn.o_proj.bias", {d}, {"model.dim"}});
+  for (const char* proj : {"gate_proj", "up_proj"}) {
+    s.block.push_back({b + "mlp." + proj + ".weight", {f, d}, mlp_keys});
+    if (m.mlp_bias) s.block.push_back({b + "mlp." + proj + ".bias", {f}, mlp_keys});
+  }
+  s.block.push_back({b + "mlp.down_proj.weight", {d, f}, mlp_keys});
+  if (m.mlp_bias) s.block.push_back({b + "mlp.down_proj.bias", {d}, {"model.dim"}});
+  s.block.push_back({b + "input_layernorm.weight", {d}, {"model.dim"}});
+  s.block.push_back({b + "post_attention_layernorm.weight", {d}, {"model.dim"}});
+  s.blocks = m.n_layer;
+  s.blocks_key = "model.n_layer";
+  return s;
+}
+
+}  // namespace
+
+int64_t ParameterShape::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n = saturating_mul(n, d);
+  return n;
+}
+
+int64_t ModelShapes::parameters() const {
+  int64_t per_block = 0, n = 0;
+  for (const auto& p : block) per_block = saturating_add(per_block, p.numel());
+  for (const auto& p : outer) n = saturating_add(n, p.numel());
+  return saturating_add(n, saturating_mul(per_block, blocks));
+}
+
+ModelShapes model_shapes(const TrainConfig& config) {
+  return config.model.type == ModelType::kGPT2 ? gpt2_shapes(config) : llama_shapes(config);
+}
+
+std::string block_parameter_name(const ParameterShape& shape, int64_t block) {
+  std::string name = shape.name;
+  const size_t at = name.find("{}");
+  if (at != std::string::npos) name.replace(at, 2, std::to_string(block));
+  return name;
 }
 
 int64_t count_parameters(const torch::nn::Module& module) {

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "fsdp/config/config.h"
 #include "fsdp/options.h"
@@ -38,5 +40,31 @@ CausalLM build_model(const TrainConfig& config);
 
 // Parameters in the model (tied ones once).
 int64_t count_parameters(const torch::nn::Module& module);
+
+// A parameter of the model a config describes, known without building it: the name the module
+// registers it under (transformers' names, GPT-2's with "transformer."), its shape, and the config
+// keys its sizes come from (for an error that names the setting at fault).
+struct ParameterShape {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<std::string> keys;  // "model.vocab_size", "model.n_embd"
+  int64_t numel() const;          // saturates at INT64_MAX
+};
+
+// The model's parameters from its config alone (nothing is built or allocated, so that sizes far
+// beyond memory are cheap to reason about): those outside the blocks, and one block's, whose
+// names hold "{}" for the block's index. build_model's named_parameters are exactly these, each
+// block's with its index (tests/test_plan.cpp checks it for every family).
+struct ModelShapes {
+  std::vector<ParameterShape> outer;
+  std::vector<ParameterShape> block;
+  int64_t blocks = 0;
+  std::string blocks_key;  // the config key of the block count: "model.n_layer"
+  // Every parameter counted once, tied ones once; saturates at INT64_MAX.
+  int64_t parameters() const;
+};
+ModelShapes model_shapes(const TrainConfig& config);
+// `shape.name` with the block index in place of "{}".
+std::string block_parameter_name(const ParameterShape& shape, int64_t block);
 
 }  // namespace fsdp

@@ -16,6 +16,8 @@
 #include "fsdp/checkpoint/ownership.h"
 #include "fsdp/config/config.h"
 #include "fsdp/data/tokenizer.h"
+#include "util/files.h"
+#include "util/json.h"
 
 namespace fsdp {
 namespace hf {
@@ -28,15 +30,16 @@ namespace {
   throw std::runtime_error("export '" + path + "': " + what);
 }
 
+// A source folder's config.json or generation_config.json: bounded as when it was read in.
 ojson read_json(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) fail(p.string(), "cannot open it");
-  std::stringstream text;
-  text << in.rdbuf();
   try {
-    return ojson::parse(text.str());
+    return json_bounds::parse<ojson>(
+        json_bounds::read_file(p.string(), json_bounds::kMaxSmallJsonBytes, "a JSON file"),
+        p.string());
   } catch (const ojson::exception& e) {
     fail(p.string(), std::string("not JSON: ") + e.what());
+  } catch (const std::runtime_error& e) {
+    fail(p.string(), e.what());
   }
 }
 
@@ -233,10 +236,12 @@ std::vector<std::string> export_model_folder(const std::string& step_dir,
   const DType dtype = options.dtype.value_or(from_hf_dtype(base).value_or(DType::kFloat32));
   const fs::path tok = options.tokenizer_dir.empty() ? t.data.tokenizer_dir : options.tokenizer_dir;
 
-  const fs::path tmp = out.string() + ".tmp-" + std::to_string(::getpid());
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  try {
+  // The folder is made beside `out` under a name of its own, removed on failure or SIGINT
+  // (util/files.h), and renamed into place only if `out` is still as it was (absent or empty).
+  const files::OutputState before = files::output_state(out.string());
+  files::TempGuard guard;
+  const fs::path tmp = files::create_temp_folder(out.string(), &guard);
+  {
     ojson config = t.model.type == ModelType::kGPT2 ? gpt2_config(t, base) : llama_config(t, base);
     set_dtype(config, dtype);
     const ojson ids = special_ids(tok);
@@ -252,11 +257,8 @@ std::vector<std::string> export_model_folder(const std::string& step_dir,
     }
     copy_tokenizer(tok, tmp, t.context_length());
     consolidate_checkpoint_files(step_dir, tmp.string(), dtype, options.max_shard_bytes);
-    if (fs::exists(out)) fs::remove(out);  // empty, checked above
-    fs::rename(tmp, out);
-  } catch (...) {
-    fs::remove_all(tmp);
-    throw;
+    files::rename_into_place(tmp.string(), out.string(), before);
+    guard.keep();
   }
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(out)) files.push_back(e.path().string());

@@ -12,6 +12,10 @@
 #include <set>
 #include <sstream>
 
+#include "factory/model_factory.h"
+#include "fsdp/checkpoint/safetensors.h"
+#include "util/json.h"
+
 namespace fsdp {
 namespace hf {
 namespace fs = std::filesystem;
@@ -104,23 +108,25 @@ class Reader {
   int64_t integer(const std::string& field) const {
     if (!has(field)) fail(field, "missing: the model's shape needs it");
     const json& v = j_[field];
-    if (!v.is_number_integer()) fail(field, "expected an integer, got " + v.dump());
+    if (!v.is_number_integer()) fail(field, "expected an integer, got " + json_bounds::excerpt(v));
     return v.get<int64_t>();
   }
   double number(const std::string& field, double fallback) const {
     if (!has(field)) return fallback;
     const json& v = j_[field];
-    if (!v.is_number()) fail(field, "expected a number, got " + v.dump());
+    if (!v.is_number()) fail(field, "expected a number, got " + json_bounds::excerpt(v));
     return v.get<double>();
   }
   bool boolean(const std::string& field, bool fallback) const {
     if (!has(field)) return fallback;
-    if (!j_[field].is_boolean()) fail(field, "expected true or false, got " + j_[field].dump());
+    if (!j_[field].is_boolean())
+      fail(field, "expected true or false, got " + json_bounds::excerpt(j_[field]));
     return j_[field].get<bool>();
   }
   std::string string(const std::string& field, const std::string& fallback) const {
     if (!has(field)) return fallback;
-    if (!j_[field].is_string()) fail(field, "expected a string, got " + j_[field].dump());
+    if (!j_[field].is_string())
+      fail(field, "expected a string, got " + json_bounds::excerpt(j_[field]));
     return j_[field].get<std::string>();
   }
 
@@ -146,8 +152,8 @@ class Reader {
   void require_value(const std::string& field, const json& want, const std::string& why) {
     use(field);
     if (has(field) && j_[field] != want) {
-      fail(field,
-           j_[field].dump() + " is not implemented (" + why + "); fsdp.cpp builds " + want.dump());
+      fail(field, json_bounds::excerpt(j_[field]) + " is not implemented (" + why +
+                      "); fsdp.cpp builds " + want.dump());
     }
   }
 
@@ -176,7 +182,7 @@ class Reader {
 void note_dropout(Reader& r, const std::vector<std::string>& fields) {
   for (const auto& f : fields) {
     if (r.number(f, 0) != 0) {
-      r.note("config.json's " + f + " = " + r.at(f).dump() +
+      r.note("config.json's " + f + " = " + json_bounds::excerpt(r.at(f)) +
              ": fsdp.cpp's models have no dropout, so it trains without");
     }
   }
@@ -281,7 +287,8 @@ void check_sliding_window(Reader& r, const std::string& type, int64_t context_le
   if (r.has("layer_types") && r.at("layer_types").is_array()) {
     for (const auto& t : r.at("layer_types")) {
       if (t != "full_attention" && on) {
-        r.fail("layer_types", t.dump() + " layers are not implemented (full_attention only)");
+        r.fail("layer_types",
+               json_bounds::excerpt(t) + " layers are not implemented (full_attention only)");
       }
     }
   }
@@ -318,15 +325,17 @@ void read_llama_family(Reader& r, const std::string& type, int64_t context_lengt
   note_dropout(r, {"attention_dropout"});
 }
 
+// config.json, bounded: at most json_bounds::kMaxSmallJsonBytes (1 MiB, as a YAML config) and
+// 64 levels deep; a folder, a FIFO or a device in its place is named as what it is.
 json parse_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path, 0, "", "cannot open it");
-  std::stringstream text;
-  text << in.rdbuf();
+  std::string text;
   try {
-    return json::parse(text.str());
+    text = json_bounds::read_file(path, json_bounds::kMaxSmallJsonBytes, "a config.json");
+    return json_bounds::parse(text, path);
   } catch (const json::exception& e) {
     throw ConfigError(path, 0, "", std::string("not JSON: ") + e.what());
+  } catch (const std::runtime_error& e) {
+    throw ConfigError("", 0, "", e.what());
   }
 }
 
@@ -339,7 +348,8 @@ const std::map<std::string, std::string> kArchitectures = {{"gpt2", "GPT2LMHeadM
 
 FolderSettings read_folder_settings(const std::string& dir, int64_t context_length) {
   const std::string path = (fs::path(dir) / "config.json").string();
-  if (!fs::is_regular_file(path)) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) {
     throw ConfigError(path, 0, "", "missing: a Hugging Face model folder holds config.json");
   }
   json j = parse_json_file(path);
@@ -354,8 +364,8 @@ FolderSettings read_folder_settings(const std::string& dir, int64_t context_leng
   if (r.has("architectures")) {
     for (const auto& a : r.at("architectures")) {
       if (a != arch->second) {
-        r.fail("architectures", a.dump() + " is not implemented; for model_type '" + type +
-                                    "' fsdp.cpp builds " + arch->second);
+        r.fail("architectures", json_bounds::excerpt(a) + " is not implemented; for model_type '" +
+                                    type + "' fsdp.cpp builds " + arch->second);
       }
     }
   }
@@ -365,6 +375,109 @@ FolderSettings read_folder_settings(const std::string& dir, int64_t context_leng
     read_llama_family(r, type, context_length);
   }
   return r.finish();
+}
+
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? ", " : "") + std::to_string(shape[i]);
+  return out + "]";
+}
+
+// What config.json calls our keys, for errors: "vocab_size and hidden_size (model.vocab_size,
+// model.dim)"; a key config.json did not set (data.seq_len) is named as ours.
+class FieldNames {
+ public:
+  explicit FieldNames(const FolderSettings& folder) : folder_(folder) {}
+  std::string first(const std::vector<std::string>& keys) const {
+    return keys.empty() ? "" : field(keys.front());
+  }
+  std::string describe(const std::vector<std::string>& keys) const {
+    std::string fields, ours;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      fields += (i == 0 ? "" : i + 1 == keys.size() ? " and " : ", ") + field(keys[i]);
+      ours += (i ? ", " : "") + keys[i];
+    }
+    return fields + " (" + ours + ")";
+  }
+
+ private:
+  std::string field(const std::string& key) const {
+    const auto it = folder_.settings.find(key);
+    return it == folder_.settings.end() ? key : it->second.field;
+  }
+  const FolderSettings& folder_;
+};
+
+// The block indices the files hold under `prefix` ("model.layers."), sorted.
+std::set<int64_t> block_indices(const std::vector<std::string>& names, const std::string& prefix) {
+  std::set<int64_t> found;
+  for (const std::string& n : names) {
+    if (n.compare(0, prefix.size(), prefix) != 0) continue;
+    size_t i = prefix.size();
+    int64_t index = 0;
+    for (; i < n.size() && n[i] >= '0' && n[i] <= '9' && index < (int64_t{1} << 40); ++i) {
+      index = index * 10 + (n[i] - '0');
+    }
+    if (i > prefix.size() && i < n.size() && n[i] == '.') found.insert(index);
+  }
+  return found;
+}
+
+}  // namespace
+
+void check_folder_weights(const TrainConfig& config) {
+  const std::string dir = config.model.pretrained;
+  const std::string path = (fs::path(dir) / "config.json").string();
+  const FolderSettings folder = read_folder_settings(dir, config.context_length());
+  const FieldNames fields(folder);
+  SafetensorsSet set(dir, weight_name_map(config.model.type));
+  const std::vector<std::string> names = set.names();
+  const ModelShapes shapes = model_shapes(config);
+  // The block count first: a config.json with 100,000 layers over 2 layers' weights would
+  // otherwise list 100,000 missing tensors.
+  const std::string& pattern = shapes.block.front().name;
+  const std::string prefix = pattern.substr(0, pattern.find("{}"));
+  const std::set<int64_t> found = block_indices(names, prefix);
+  const int64_t held = static_cast<int64_t>(found.size());
+  if (held != shapes.blocks || (held > 0 && *found.rbegin() != held - 1)) {
+    throw ConfigError(path, 0, fields.first({shapes.blocks_key}),
+                      fields.describe({shapes.blocks_key}) + " is " +
+                          std::to_string(shapes.blocks) + ", but the weights in " + dir + " hold " +
+                          std::to_string(held) + " block" + (held == 1 ? "" : "s") +
+                          (held > 0 ? " (" + prefix + std::to_string(*found.begin()) + " to " +
+                                          prefix + std::to_string(*found.rbegin()) + ")"
+                                    : std::string()));
+  }
+  std::set<std::string> expected;
+  const auto check = [&](const ParameterShape& p, const std::string& name) {
+    expected.insert(name);
+    const SafetensorsTensorInfo* info = set.find(name);
+    if (info == nullptr) {
+      throw ConfigError(path, 0, fields.first(p.keys),
+                        fields.describe(p.keys) + " imply the tensor " + name + " " +
+                            shape_text(p.shape) + ", which no weight file in " + dir + " holds");
+    }
+    if (info->shape != p.shape) {
+      throw ConfigError(path, 0, fields.first(p.keys),
+                        fields.describe(p.keys) + " give " + name + " the shape " +
+                            shape_text(p.shape) + ", but " + set.file_of(name) + " holds " +
+                            shape_text(info->shape));
+    }
+  };
+  for (const ParameterShape& p : shapes.outer) check(p, p.name);
+  for (int64_t b = 0; b < shapes.blocks; ++b) {
+    for (const ParameterShape& p : shapes.block) check(p, block_parameter_name(p, b));
+  }
+  for (const std::string& n : names) {
+    if (expected.count(n) == 0) {
+      throw ConfigError(path, 0, "",
+                        set.file_of(n) + " holds the tensor " + n +
+                            ", which the model config.json describes does not have (weights of "
+                            "another model, or a field of config.json fsdp.cpp does not read)");
+    }
+  }
 }
 
 TensorNameMap weight_name_map(ModelType type) {

@@ -25,6 +25,15 @@ namespace hf {
 // naming the file and the field.
 FolderSettings read_folder_settings(const std::string& dir, int64_t context_length);
 
+// Checks the weights in the folder config.model.pretrained against the model `config` describes,
+// from the files' headers alone (nothing is allocated): every parameter the config implies is
+// there with its shape, the blocks are as many as the config says, and no tensor is left over.
+// Throws ConfigError naming config.json's field (and our key) and the tensor: a config.json
+// edited to a vocab_size of 20 million, or 100,000 layers, over weights of another size is refused
+// at once instead of building a model that does not fit. The load that follows checks the same
+// again as it reads.
+void check_folder_weights(const TrainConfig& config);
+
 // The map from a folder's tensor names to ours, for FullStateLoadOptions::name_map: Hub-style
 // GPT-2 files (openai-community/gpt2: no "transformer." prefix, and the causal-mask buffers
 // "h.N.attn.bias" / "h.N.attn.masked_bias", which transformers ignores too); none otherwise.

@@ -893,8 +893,27 @@ fsdp::CommPtr start_world(const Args& a, int argc, char** argv) {
 
 }  // namespace
 
+// What --help prints: the usage at the top of this file, in short.
+constexpr const char* kUsage =
+    "usage: fsdp-bench [--model 124m|large|xl|tiny|llama] [--seq 512] [--batch 1] [--steps 3]\n"
+    "           [--repeats 1] [--dtype fp32|bf16|fp16] [--strategies NO_SHARD,SHARD_GRAD_OP,...]\n"
+    "           [--variants plain,prefetch,ac,prefetch+ac,offload,whole,onepiece]\n"
+    "           [--allocator fsdp|glibc] [--json FILE] [--label TEXT] [--checkpoint DIR]\n"
+    "           [--nproc 2] [--device cpu|cuda] [--root-chunks N]\n"
+    "           [--intra-gbit G --inter-gbit G [--intra-us U] [--inter-us U] [--comm-cpu-gbit G]\n"
+    "            [--contention C] [--intra-cpu-gbit G] [--inter-cpu-gbit G] [--cores-per-rank N]]\n"
+    "           [--compute-cpus LIST --comm-cpus LIST]\n"
+    "Each strategy and variant of one model trained on the same ranks (re-launched under mpirun\n"
+    "without a launcher), with step times, memory and traffic beside the plan (bench/README.md).\n";
+
 int main(int argc, char** argv) {
   fsdp::tools::write_whole_lines();
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  }
   try {
     const Args a = parse_args(argc, argv);
     fsdp::HostAllocatorOptions host;

@@ -24,6 +24,7 @@
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/checkpoint/full_state.h"
 #include "hf/export.h"
+#include "util/files.h"
 #include "util/number_flag.h"
 
 namespace {
@@ -35,7 +36,7 @@ const char* kUsage =
     "       fsdp-ckpt export DIR OUT_DIR [--dtype fp32|bf16|fp16] [--max-shard-size BYTES]\n"
     "                        [--tokenizer TOKENIZER_DIR]\n"
     "DIR: a checkpoint step folder, or a root whose `latest` names one. OUT lies outside every\n"
-    "checkpoint; reshard's and export's is a new or empty folder.\n";
+    "checkpoint and every checkpoint root; reshard's and export's is a new or empty folder.\n";
 
 // The most ranks --world-size writes shard files for (fsdp-run's --nproc-per-node x --nnodes
 // bounds are far above any real job; this keeps a typo from writing millions of files).
@@ -173,6 +174,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  fsdp::files::install_signal_cleanup();  // Ctrl-C leaves no temporary behind
   try {
     return run(argc, argv);
   } catch (const UsageError& e) {

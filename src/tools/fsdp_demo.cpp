@@ -49,6 +49,14 @@ at::Tensor copy_task_batch(int64_t batch, int64_t seq, int64_t vocab, at::Genera
 
 int main(int argc, char** argv) {
   fsdp::tools::write_whole_lines();
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::puts(
+          "usage: fsdp-demo [--steps 200] [--nproc 2] [--strategy FULL_SHARD]\n"
+          "A small GPT-2 trained on a copy task with the strategy given, on --nproc ranks.");
+      return 0;
+    }
+  }
   try {
     const Args a = parse_args(argc, argv);
     fsdp::CommPtr world = fsdp::tools::start_ranks(argc, argv, a.nproc);

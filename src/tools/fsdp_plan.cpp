@@ -9,8 +9,9 @@
 //       --profile 3 --inter-gbit 10      (and the step time, from compute measured here)
 //
 // Prints the configured strategy's breakdown (fsdp/plan/plan.h), then every strategy's total
-// against what a rank has: this machine's memory per rank on a node (MemTotal / ranks per node),
-// and for a config that trains on cuda, a GPU's memory for what lives on the device (its own
+// against what a rank has: this machine's memory per rank on a node (MemTotal, or the memory
+// cgroup's limit where lower, over the ranks per node), and for a config that trains on cuda, a
+// GPU's memory for what lives on the device (its own
 // flag, --gpu-memory GIB, else what the first GPU visible here reports) with host memory for what
 // offload keeps there. A GPU job may be planned from a machine without one: train.device cuda is
 // not checked against this machine.
@@ -24,7 +25,6 @@
 #include <ATen/Parallel.h>
 
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -32,6 +32,7 @@
 
 #include "core/device_memory.h"
 #include "fsdp/config/config.h"
+#include "fsdp/plan/fits.h"
 #include "fsdp/plan/plan.h"
 #include "fsdp/plan/step_time.h"
 #include "hf/folder.h"
@@ -41,17 +42,6 @@
 namespace {
 
 constexpr const char* kGpuMemoryFlag = "--gpu-memory";
-
-int64_t mem_total_bytes() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  while (f >> key >> kib) {
-    if (key == "MemTotal:") return kib * 1024;
-    f.ignore(256, '\n');
-  }
-  return 0;
-}
 
 // One of fsdp-plan's own flags (`--NAME VALUE` or `--NAME=VALUE`), taken out of the arguments
 // that fsdp-train's parser reads next. "" when not given.
@@ -191,7 +181,7 @@ struct Budget {
 Budget budget_of(const fsdp::TrainConfig& config, int local, double gpu_memory_gib) {
   Budget b;
   b.on_gpu = config.train.device == fsdp::TrainDevice::kCuda;
-  b.host = mem_total_bytes() / local;
+  b.host = fsdp::host_memory_limit().bytes / local;
   if (gpu_memory_gib > 0) {
     b.gpu = static_cast<int64_t>(gpu_memory_gib * (int64_t{1} << 30));
     b.gpu_source = kGpuMemoryFlag;

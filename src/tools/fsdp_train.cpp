@@ -20,6 +20,7 @@
 #include "fsdp/train/trainer.h"
 #include "hf/folder.h"
 #include "tools/tool_util.h"
+#include "util/files.h"
 
 namespace {
 
@@ -42,6 +43,7 @@ void wait_for_peers_after(const std::exception& e, fsdp::Comm* world) {
 
 int main(int argc, char** argv) {
   fsdp::tools::write_whole_lines();
+  fsdp::files::install_signal_cleanup();  // a stopped run leaves no export temporary behind
   fsdp::ParsedArgs args;
   try {
     args = fsdp::parse_train_args(argc, argv, {}, fsdp::hf::read_folder_settings);

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <filesystem>
 #include <limits>
 
 #include "factory/model_factory.h"
@@ -15,6 +16,7 @@
 #include "fsdp/fully_shard.h"
 #include "fsdp/train/trainer.h"
 #include "hf/folder.h"
+#include "train/preflight.h"
 #include "train/run_data.h"
 #include "train/run_log.h"
 
@@ -112,19 +114,31 @@ LoadedModel load_model(const TrainConfig& config, const std::string& checkpoint,
     m.source = dir + ", step " + std::to_string(read_checkpoint_metadata(dir).step);
   }
   m.config.train.seed = seed;
-  m.lm = build_model(m.config);
+  preflight(m.config, *world, /*training=*/false, from_folder);
+  building("the model", [&] { m.lm = build_model(m.config); });
   // Any world size: one shard group over every rank started, on this run's device.
   ShardingOptions sharding = m.config.sharding_options().param_init(m.lm.param_init);
   sharding.strategy(ShardingStrategy::kFullShard)
       .shard_group_size(0)
       .device(to_string(config.train.device));
-  m.sharded = fully_shard(m.lm.module, world, sharding);
+  building("this rank's shards of the model",
+           [&] { m.sharded = fully_shard(m.lm.module, world, sharding); });
   if (from_folder) {
     FullStateLoadOptions load;
     load.name_map(hf::weight_name_map(m.config.model.type));
     load_full_safetensors(*m.sharded, m.config.model.pretrained, load);
   } else {
-    load_checkpoint(dir, *m.sharded, nullptr);
+    try {
+      load_checkpoint(dir, *m.sharded, nullptr);
+    } catch (const CheckpointError&) {
+      // A run saving into the root with train.keep_last may have removed the step `latest` named
+      // while the model was built: say so, instead of "not a checkpoint folder".
+      std::error_code ec;
+      if (std::filesystem::exists(dir, ec)) throw;
+      throw CheckpointError("checkpoint '" + dir +
+                            "' was removed before it could be read (the run saving into its "
+                            "folder keeps only its newest steps); run again to read the newest");
+    }
   }
   return m;
 }
@@ -141,6 +155,7 @@ std::vector<std::string> sample(const TrainConfig& config, const SampleOptions& 
   }
   const CausalLM& lm = m.lm;
   const auto tokenizer = data::load_tokenizer(m.config.data.tokenizer_dir);
+  check_vocabulary_fits(m.config, *tokenizer);
   std::vector<int64_t> prompt;
   for (int32_t id : tokenizer->encode(options.prompt)) prompt.push_back(id);
   if (prompt.empty()) {  // an empty prompt starts a document: BOS, or GPT-2's <|endoftext|>

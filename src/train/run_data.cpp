@@ -23,23 +23,26 @@ void check_tokens(const TrainConfig& c, const RunData& d) {
   }
 }
 
+}  // namespace
+
 // A tokenizer whose ids run past the embedding would fail at the first rare token; say so first.
-void check_vocabulary_fits(const TrainConfig& c) {
-  const size_t n = data::load_tokenizer(c.data.tokenizer_dir)->vocab_size();
-  if (static_cast<int64_t>(n) > c.model.vocab_size) {
+// Its largest id counts, not its entries: a vocabulary renumbered past the embedding has few.
+void check_vocabulary_fits(const TrainConfig& c, const data::Tokenizer& tokenizer) {
+  const int64_t top = tokenizer.max_id();
+  if (top >= c.model.vocab_size) {
     throw std::invalid_argument(
-        "data.tokenizer_dir: the tokenizer in " + c.data.tokenizer_dir + " has " +
-        std::to_string(n) + " tokens, more than the model's embedding holds (model.vocab_size " +
+        "data.tokenizer_dir: the tokenizer in " + c.data.tokenizer_dir + " has ids up to " +
+        std::to_string(top) + " (" + std::to_string(tokenizer.vocab_size()) +
+        " tokens), more than the model's embedding holds (model.vocab_size " +
         std::to_string(c.model.vocab_size) + ")");
   }
 }
-
-}  // namespace
 
 RunData prepare_data(const TrainConfig& c, RunLog& log) {
   data::CorpusOptions options;
   options.cache_dir = c.data.cache_dir;
   options.tokenizer_dir = c.data.tokenizer_dir;
+  options.sotu_dir = c.data.sotu_dir;
   options.val_fraction = c.data.val_dataset.empty() ? c.data.val_split : 0.0;
   RunData d{data::prepare_corpus(c.data.dataset, options), {}};
   d.val = d.corpus.val;
@@ -51,7 +54,9 @@ RunData prepare_data(const TrainConfig& c, RunLog& log) {
     validation = std::to_string(held_out.train_tokens) + " validation from data.val_dataset '" +
                  c.data.val_dataset + "'";
   }
-  if (!d.corpus.cache_entry.empty()) check_vocabulary_fits(c);
+  if (!d.corpus.cache_entry.empty()) {
+    check_vocabulary_fits(c, *data::load_tokenizer(c.data.tokenizer_dir));
+  }
   check_tokens(c, d);
   // Token files are read where they lie; only text is tokenized into (or found in) the cache.
   const bool token_files = d.corpus.cache_entry.empty();

@@ -14,6 +14,10 @@
 #include "fsdp/data/loader.h"
 #include "train/run_log.h"
 
+namespace fsdp::data {
+class Tokenizer;
+}
+
 namespace fsdp {
 
 struct RunData {
@@ -25,6 +29,10 @@ struct RunData {
 // and its validation part (data.val_dataset, or the last data.val_split of it), every token
 // checked against model.vocab_size; logged. Throws std::invalid_argument naming the key.
 RunData prepare_data(const TrainConfig& c, RunLog& log);
+
+// Throws std::invalid_argument naming data.tokenizer_dir when `tokenizer` gives ids the model's
+// embedding does not hold (its largest id against model.vocab_size).
+void check_vocabulary_fits(const TrainConfig& c, const data::Tokenizer& tokenizer);
 
 data::LoaderOptions loader_options(const TrainConfig& c, const Comm& world);
 

@@ -18,6 +18,7 @@
 #include <optional>
 #include <sstream>
 
+#include "checkpoint/errors.h"
 #include "config/saved.h"
 #include "core/collectives.h"
 #include "core/device_memory.h"
@@ -34,6 +35,7 @@
 #include "fsdp/optim.h"
 #include "hf/export.h"
 #include "hf/folder.h"
+#include "train/preflight.h"
 #include "train/run_data.h"
 #include "train/run_log.h"
 
@@ -261,6 +263,45 @@ int64_t resume(const std::string& path, const TrainConfig& c, FullyShardedModel&
   return loaded.step;
 }
 
+// resume() from the planned step, or, when that step folder is gone by the time it is read (a run
+// beside this one, saving with train.keep_last, removed it: the plan was made before the data
+// and the model), once more from the newest step rank 0 finds then. A step that is gone again is
+// named as removed, never as "not a checkpoint folder".
+int64_t resume_beside_owner(const std::string& path, const TrainConfig& c,
+                            FullyShardedModel& model, AdamW& opt, data::TrainLoader& loader,
+                            ShardedGradScaler* scaler, RunLog& log, Comm& world) {
+  const auto gone = [](const std::string& dir) {
+    std::error_code ec;
+    return !std::filesystem::exists(dir, ec);
+  };
+  try {
+    return resume(path, c, model, opt, loader, scaler, log);
+  } catch (const CheckpointError&) {
+    // Every rank failed (the load agrees on failure); rank 0's view decides for all of them.
+    const std::string gone_here = world.rank() == 0 && gone(path) ? "gone" : "";
+    if (ckpt::gather_errors(world, gone_here)[0].empty()) throw;
+    std::string next;
+    if (world.rank() == 0) next = resume_plan(c.train).path.value_or("");
+    next = ckpt::gather_errors(world, next)[0];
+    if (next.empty() || next == path) {
+      throw CheckpointError("train.resume: checkpoint '" + path +
+                            "' was removed before it could be read (the run saving into its folder "
+                            "keeps only its newest steps), and no newer one is there");
+    }
+    log.info("train.resume: '" + path + "' was removed before it could be read (the run saving " +
+             "into its folder keeps only its newest steps); resuming from '" + next + "'");
+    try {
+      return resume(next, c, model, opt, loader, scaler, log);
+    } catch (const CheckpointError&) {
+      if (!gone(next)) throw;
+      throw CheckpointError("train.resume: checkpoints '" + path + "' and then '" + next +
+                            "' were removed before they could be read (the run saving into their "
+                            "folder keeps only its newest steps; resume from a copy, or while it "
+                            "does not save)");
+    }
+  }
+}
+
 // The loader's own error (too little data for one global batch) names the tokenized file in the
 // cache; the user knows the data set by the name they gave.
 data::TrainLoader train_loader(const TrainConfig& c, const RunData& d, const Comm& world) {
@@ -438,8 +479,12 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
     eval_loader.emplace(d.val, loader_options(c, *world), c.train.eval_batches);
   }
 
-  // 3. The model, deferred: shapes only, no rank ever holds all of its values.
-  CausalLM lm = build_model(c);
+  // 3. The model, deferred: shapes only, no rank ever holds all of its values. First what can be
+  // known without building it: a folder's weights against its config.json, the job against this
+  // host's memory.
+  preflight(c, *world, /*training=*/true, !c.model.pretrained.empty() && !resume_from);
+  CausalLM lm;
+  building("the model", [&] { lm = build_model(c); });
   const int64_t n_params = count_parameters(*lm.module);
 
   // 4. Shard it: each rank materialises its own shard, every value drawn from (seed, parameter
@@ -450,7 +495,9 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
   const ParamInit init = resume_from || from_file
                              ? ParamInit([](const std::string&, at::Tensor& t) { t.zero_(); })
                              : lm.param_init;
-  auto model = fully_shard(lm.module, world, c.sharding_options().param_init(init));
+  std::shared_ptr<FullyShardedModel> model;
+  building("this rank's shards of the model",
+           [&] { model = fully_shard(lm.module, world, c.sharding_options().param_init(init)); });
   // A fresh run may start from a full model file instead (a resumed one takes its checkpoint's).
   if (from_file) {
     FullStateLoadOptions load;
@@ -483,7 +530,8 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
   // 5. Resume where a checkpoint left off.
   TrainSummary summary;
   if (resume_from) {
-    summary.start_step = resume(*resume_from, c, *model, opt, loader, scaler_ptr, log);
+    summary.start_step =
+        resume_beside_owner(*resume_from, c, *model, opt, loader, scaler_ptr, log, *world);
   }
 
   // 6. The loop.

@@ -114,6 +114,10 @@ struct DataConfig {
   std::string tokenizer_dir = "assets/gpt2";
   // Tokenized corpora are cached here, keyed by their source. Default "build/data-cache".
   std::string cache_dir = "build/data-cache";
+  // The bundled corpus's folder (data.dataset sotu; scripts/fetch_assets.sh). Default
+  // "assets/sotu": relative, so a checkpoint's eval from another folder finds it where the run
+  // started (resolve_paths).
+  std::string sotu_dir = "assets/sotu";
 };
 
 // AdamW with linear warmup then cosine decay (fsdp::warmup_cosine_lr).
@@ -329,8 +333,9 @@ void validate_config(const TrainConfig& config);
 // the folder when it holds none.
 TrainConfig checkpoint_config(const std::string& dir);
 
-// Makes the config's relative paths (data sets, tokenizer, cache, model files, checkpoint, metrics
-// and export folders) absolute against `base`. data.dataset `sotu` names the bundled corpus.
+// Makes the config's relative paths (data sets, tokenizer, cache, the bundled corpus, model files,
+// checkpoint, metrics and export folders) absolute against `base`. data.dataset `sotu` names the
+// bundled corpus, in data.sotu_dir.
 void resolve_paths(TrainConfig& config, const std::string& base);
 
 // The config as YAML (`--print-config`): every setting that applies to the model type, so that

@@ -40,6 +40,7 @@ class HFTokenizer final : public Tokenizer {
   std::vector<int32_t> encode_with_special_tokens(std::string_view text) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
   size_t vocab_size() const override;
+  int32_t max_id() const override;
   std::optional<int32_t> bos_id() const override;
   std::optional<int32_t> eos_id() const override;
   std::vector<std::pair<std::string, int32_t>> special_tokens() const override;

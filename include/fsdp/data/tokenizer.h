@@ -42,6 +42,9 @@ class Tokenizer {
 
   // get_vocab_size(with_added_tokens=True): the model's vocabulary plus added tokens not in it.
   virtual size_t vocab_size() const = 0;
+  // The largest id encode() can give: what a model's embedding must hold (ids need not be dense:
+  // vocab_size() counts entries, and a renumbered vocabulary runs past it).
+  virtual int32_t max_id() const = 0;
   // tokenizer_config.json's bos_token / eos_token (GPT-2's files: <|endoftext|> for both).
   virtual std::optional<int32_t> bos_id() const = 0;
   virtual std::optional<int32_t> eos_id() const = 0;
@@ -92,6 +95,7 @@ class GPT2Tokenizer final : public Tokenizer {
 
   int32_t eot() const;  // <|endoftext|>, 50256 for GPT-2
   size_t vocab_size() const override;
+  int32_t max_id() const override;
   std::optional<int32_t> bos_id() const override { return eot(); }
   std::optional<int32_t> eos_id() const override { return eot(); }
   std::vector<std::pair<std::string, int32_t>> special_tokens() const override;
