@@ -16,17 +16,15 @@ namespace fs = std::filesystem;
 namespace {
 
 // The user's value of `key` against the folder's: equal as the option parser reads both.
-void agree_or_fail(const TrainConfig& config, const Origins& origins,
-                   const Option& option, const FolderSettings::Value& v,
-                   const std::string& path) {
+void agree_or_fail(const TrainConfig& config, const Origins& origins, const Option& option,
+                   const FolderSettings::Value& v, const std::string& path) {
   TrainConfig theirs = config;
   option.set(theirs, RawValue::scalar(v.text));
   const std::string mine = option.get(config), folder = option.get(theirs);
   if (mine == folder) return;
   throw error_at(origins, {option.key},
-                         option.key + " = " + mine + " contradicts " + path + ", whose " + v.field +
-                             " gives " + folder + " (leave " + option.key +
-                             " unset to take the folder's)");
+                 option.key + " = " + mine + " contradicts " + path + ", whose " + v.field +
+                     " gives " + folder + " (leave " + option.key + " unset to take the folder's)");
 }
 
 }  // namespace
@@ -43,11 +41,11 @@ std::vector<std::string> apply_pretrained(TrainConfig& config, Origins& origins,
   const std::string dir = normal.string();
   if (!fs::is_directory(dir)) {
     throw error_at(origins, {"model.pretrained"},
-                           "'" + config.model.pretrained + "' is not a folder");
+                   "'" + config.model.pretrained + "' is not a folder");
   }
   if (!config.model.init_from.empty()) {
     throw error_at(origins, {"model.init_from", "model.pretrained"},
-                           "model.init_from and model.pretrained both name weights; set one");
+                   "model.init_from and model.pretrained both name weights; set one");
   }
   config.model.pretrained = dir;
   // model.type first: the other keys are checked against the type it sets.
@@ -79,9 +77,9 @@ std::vector<std::string> apply_pretrained(TrainConfig& config, Origins& origins,
       origins["data.tokenizer_dir"] = Origin{path, 0, "model.pretrained's tokenizer", 0};
     } else if (config.model.type != ModelType::kGPT2) {  // GPT-2's own files are the default
       throw error_at(origins, {"model.pretrained"},
-                             dir +
-                                 " holds no tokenizer (tokenizer.json): set data.tokenizer_dir "
-                                 "to the folder of the model's tokenizer");
+                     dir +
+                         " holds no tokenizer (tokenizer.json): set data.tokenizer_dir "
+                         "to the folder of the model's tokenizer");
     }
   }
   return folder.notes;

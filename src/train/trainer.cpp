@@ -267,9 +267,9 @@ int64_t resume(const std::string& path, const TrainConfig& c, FullyShardedModel&
 // beside this one, saving with train.keep_last, removed it: the plan was made before the data
 // and the model), once more from the newest step rank 0 finds then. A step that is gone again is
 // named as removed, never as "not a checkpoint folder".
-int64_t resume_beside_owner(const std::string& path, const TrainConfig& c,
-                            FullyShardedModel& model, AdamW& opt, data::TrainLoader& loader,
-                            ShardedGradScaler* scaler, RunLog& log, Comm& world) {
+int64_t resume_beside_owner(const std::string& path, const TrainConfig& c, FullyShardedModel& model,
+                            AdamW& opt, data::TrainLoader& loader, ShardedGradScaler* scaler,
+                            RunLog& log, Comm& world) {
   const auto gone = [](const std::string& dir) {
     std::error_code ec;
     return !std::filesystem::exists(dir, ec);
