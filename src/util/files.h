@@ -198,7 +198,9 @@ inline void install_signal_cleanup() {
 
 // Removes the temporaries of `path` ("NAME.tmp-PID-..." beside it) whose writer is gone: a tool
 // killed with -9 cannot clean up, and the next writer of the same output does it for it. Returns
-// how many were removed.
+// how many were removed. PIDs are this host's: every output fsdp.cpp writes has one writer host
+// (a tool, rank 0, or each rank its own shard file), so a live writer elsewhere is never taken
+// for a dead one here.
 inline int remove_stale_temps_of(const std::string& path) {
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
