@@ -631,7 +631,7 @@ void SafetensorsReader::read_elements(const std::string& name, int64_t begin, in
 // --- writer -------------------------------------------------------------------------------------
 
 struct SafetensorsWriter::Impl {
-  std::string path, tmp_path;
+  std::string path;
   files::TempGuard tmp;       // removes the temporary unless committed, and on SIGINT in tools
   files::OutputState before;  // what was at `path` when writing began
   Fd fd;
@@ -667,14 +667,13 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<SafetensorsTe
   } catch (const std::runtime_error& e) {
     fail(m.path, e.what());
   }
-  m.tmp_path = m.tmp.path();
   unsigned char n[8];
   for (int i = 0; i < 8; ++i) n[i] = static_cast<unsigned char>(header.size() >> (8 * i));
-  pwrite_all(m.fd.get(), m.tmp_path, 0, n, 8);
-  pwrite_all(m.fd.get(), m.tmp_path, 8, header.data(), static_cast<int64_t>(header.size()));
+  pwrite_all(m.fd.get(), m.tmp.path(), 0, n, 8);
+  pwrite_all(m.fd.get(), m.tmp.path(), 8, header.data(), static_cast<int64_t>(header.size()));
   // Full length now, so tensors may arrive in any order and commit() finds no short file.
   if (::ftruncate(m.fd.get(), total) != 0) {
-    fail_errno(m.tmp_path, "cannot extend to " + std::to_string(total) + " bytes");
+    fail_errno(m.tmp.path(), "cannot extend to " + std::to_string(total) + " bytes");
   }
 }
 
@@ -723,7 +722,7 @@ void SafetensorsWriter::write_bytes(const std::string& name, int64_t offset, con
   if (overlaps(m.written[i], offset, offset + bytes)) {
     fail_tensor(m.path, name, range + " overlap bytes already written");
   }
-  pwrite_all(m.fd.get(), m.tmp_path, m.data_offset + t.begin + offset, data, bytes);
+  pwrite_all(m.fd.get(), m.tmp.path(), m.data_offset + t.begin + offset, data, bytes);
   add_range(m.written[i], offset, offset + bytes);
 }
 
@@ -738,10 +737,10 @@ void SafetensorsWriter::commit() {
                       std::to_string(m.tensors[i].nbytes()) + " bytes were written");
     }
   }
-  if (::fsync(m.fd.get()) != 0) fail_errno(m.tmp_path, "cannot fsync");
-  if (m.fd.close() != 0) fail_errno(m.tmp_path, "cannot close");
+  if (::fsync(m.fd.get()) != 0) fail_errno(m.tmp.path(), "cannot fsync");
+  if (m.fd.close() != 0) fail_errno(m.tmp.path(), "cannot close");
   try {
-    files::rename_into_place(m.tmp_path, m.path, m.before);
+    files::rename_into_place(m.tmp.path(), m.path, m.before);
   } catch (const std::runtime_error& e) {
     fail(m.path, e.what());
   }

@@ -241,25 +241,23 @@ std::vector<std::string> export_model_folder(const std::string& step_dir,
   const files::OutputState before = files::output_state(out.string());
   files::TempGuard guard;
   const fs::path tmp = files::create_temp_folder(out.string(), &guard);
-  {
-    ojson config = t.model.type == ModelType::kGPT2 ? gpt2_config(t, base) : llama_config(t, base);
-    set_dtype(config, dtype);
-    const ojson ids = special_ids(tok);
-    for (const auto& [k, v] : ids.items()) {
-      if (!config.contains(k) || config[k].is_null()) config[k] = v;
-    }
-    write_json(tmp / "config.json", config);
-    const fs::path source_gen = fs::path(t.model.pretrained) / "generation_config.json";
-    if (!t.model.pretrained.empty() && fs::is_regular_file(source_gen)) {
-      fs::copy_file(source_gen, tmp / "generation_config.json");
-    } else {
-      write_json(tmp / "generation_config.json", ids);
-    }
-    copy_tokenizer(tok, tmp, t.context_length());
-    consolidate_checkpoint_files(step_dir, tmp.string(), dtype, options.max_shard_bytes);
-    files::rename_into_place(tmp.string(), out.string(), before);
-    guard.keep();
+  ojson config = t.model.type == ModelType::kGPT2 ? gpt2_config(t, base) : llama_config(t, base);
+  set_dtype(config, dtype);
+  const ojson ids = special_ids(tok);
+  for (const auto& [k, v] : ids.items()) {
+    if (!config.contains(k) || config[k].is_null()) config[k] = v;
   }
+  write_json(tmp / "config.json", config);
+  const fs::path source_gen = fs::path(t.model.pretrained) / "generation_config.json";
+  if (!t.model.pretrained.empty() && fs::is_regular_file(source_gen)) {
+    fs::copy_file(source_gen, tmp / "generation_config.json");
+  } else {
+    write_json(tmp / "generation_config.json", ids);
+  }
+  copy_tokenizer(tok, tmp, t.context_length());
+  consolidate_checkpoint_files(step_dir, tmp.string(), dtype, options.max_shard_bytes);
+  files::rename_into_place(tmp.string(), out.string(), before);
+  guard.keep();
   std::vector<std::string> files;
   for (const auto& e : fs::directory_iterator(out)) files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
