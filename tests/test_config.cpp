@@ -223,6 +223,14 @@ TEST(ConfigAccelerate, WrapPolicies) {
                 .fsdp.transformer_layer_cls_to_wrap,
             expected);
 
+  // The class names transformers gives each Llama-shaped family's block name ours, which all
+  // families build from Llama's classes.
+  const TrainConfig qwen = parse(
+      "model:\n  type: llama\nfsdp_config:\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"
+      "  fsdp_transformer_layer_cls_to_wrap: Qwen2DecoderLayer, SmolLM3DecoderLayer, LlamaMLP\n");
+  EXPECT_EQ(qwen.sharding_options().wrap_.module_types,
+            (std::vector<std::string>{"LlamaDecoderLayer", "LlamaMLP"}));
+
   EXPECT_TRUE(contains(parse_error("fsdp_config:\n  fsdp_auto_wrap_policy: LAMBDA_WRAP\n").what(),
                        "TRANSFORMER_BASED_WRAP, SIZE_BASED_WRAP, NO_WRAP"));
 }
@@ -825,6 +833,8 @@ std::map<std::string, Change> changes() {
        {[](TrainConfig& c) { c.model.rope_high_freq_factor = 2; }, true}},
       {"model.rope_original_max_positions",
        {[](TrainConfig& c) { c.model.rope_original_max_positions = 4096; }, true}},
+      {"model.qk_norm", {[](TrainConfig& c) { c.model.qk_norm = true; }, true}},
+      {"model.nope_layers", {[](TrainConfig& c) { c.model.nope_layers = {1, 3}; }, true}},
       {"data.dataset", {[](TrainConfig& c) { c.data.dataset = "my corpus: v2.txt"; }}},
       {"data.val_dataset", {[](TrainConfig& c) { c.data.val_dataset = "val.bin"; }}},
       {"data.val_split", {[](TrainConfig& c) {

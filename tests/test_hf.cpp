@@ -34,7 +34,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const fs::path kModels = fs::path(FSDP_HF_FIXTURES) / "models";
+const fs::path kFixtures = FSDP_HF_FIXTURES;
+const fs::path kModels = kFixtures / "models";
 
 json read_json(const fs::path& p) {
   std::ifstream in(p);
@@ -122,7 +123,7 @@ TEST_P(HfModel, LossLogitsAndGreedyTokensMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfModel,
                          ::testing::Values("gpt2", "gpt2-hub", "llama", "llama-tied",
-                                           "llama-linear", "qwen2", "mistral"),
+                                           "llama-linear", "qwen2", "mistral", "qwen3", "smollm3"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& ch : s) ch = std::isalnum(ch) ? ch : '_';
@@ -186,6 +187,67 @@ TEST(HfFolder, ConfigJsonSetsTheShape) {
   EXPECT_TRUE(q.model.tie_embeddings);
 }
 
+TEST(HfFolder, Qwen3AndSmolLM3ReadTheirOwnFields) {
+  const TrainConfig q = pretrained_config(kModels / "qwen3");
+  EXPECT_TRUE(q.model.qk_norm);
+  EXPECT_EQ(q.model.head_dim, 32);  // wider than hidden_size / heads = 16, as Qwen3's are
+  EXPECT_TRUE(q.model.nope_layers.empty());
+  const TrainConfig s = pretrained_config(kModels / "smollm3");
+  EXPECT_EQ(s.model.nope_layers, std::vector<int64_t>{1});
+  EXPECT_TRUE(s.model.qkv_bias && s.model.o_bias && !s.model.mlp_bias);
+  // Without no_rope_layers, every no_rope_layer_interval-th layer is NoPE (SmolLM3Config).
+  TempFolder f("smollm3");
+  f.edit_config([](json& j) {
+    j.erase("no_rope_layers");
+    j["no_rope_layer_interval"] = 2;
+  });
+  EXPECT_EQ(pretrained_config(f.path()).model.nope_layers, std::vector<int64_t>{1});
+}
+
+// The config.json of models people fine-tune, as their Hub repositories hold them
+// (tests/data/hf/published/README.md): each loads, with the shape its fields say.
+TEST(HfFolder, PublishedConfigsLoadAsPublished) {
+  struct Want {
+    const char* file;
+    int64_t layers, width, kv_heads, head_dim;
+    bool tied, qk_norm;
+    std::vector<int64_t> nope;
+  };
+  std::vector<int64_t> smollm3_nope;
+  for (int64_t i = 3; i < 36; i += 4) smollm3_nope.push_back(i);
+  const std::vector<Want> published = {
+      {"SmolLM2-135M", 30, 576, 3, 0, true, false, {}},
+      {"SmolLM2-1.7B-Instruct", 24, 2048, 32, 0, true, false, {}},
+      {"SmolLM3-3B", 36, 2048, 4, 0, false, false, smollm3_nope},
+      {"Llama-3.2-1B-Instruct", 16, 2048, 8, 64, true, false, {}},
+      {"Qwen2.5-0.5B-Instruct", 24, 896, 2, 0, true, false, {}},
+      {"Qwen3-0.6B", 28, 1024, 8, 128, true, true, {}},
+      {"Mistral-7B-Instruct-v0.3", 32, 4096, 8, 0, false, false, {}},
+  };
+  const fs::path dir = scratch("published");
+  fs::create_directories(dir);
+  for (const Want& w : published) {
+    SCOPED_TRACE(w.file);
+    fs::copy_file(kFixtures / "published" / (std::string(w.file) + ".json"), dir / "config.json",
+                  fs::copy_options::overwrite_existing);
+    const FolderSettings folder = hf::read_folder_settings(dir.string(), 2048);
+    auto setting = [&](const std::string& key) {
+      const auto it = folder.settings.find(key);
+      return it == folder.settings.end() ? std::string("(unset)") : it->second.text;
+    };
+    EXPECT_EQ(setting("model.n_layer"), std::to_string(w.layers));
+    EXPECT_EQ(setting("model.dim"), std::to_string(w.width));
+    EXPECT_EQ(setting("model.n_kv_head"), std::to_string(w.kv_heads));
+    EXPECT_EQ(setting("model.head_dim"), w.head_dim ? std::to_string(w.head_dim) : "(unset)");
+    EXPECT_EQ(setting("model.tie_embeddings"), w.tied ? "true" : "false");
+    EXPECT_EQ(setting("model.qk_norm"), w.qk_norm ? "true" : "(unset)");
+    std::string nope;
+    for (int64_t i : w.nope) nope += (nope.empty() ? "" : ",") + std::to_string(i);
+    EXPECT_EQ(setting("model.nope_layers"), w.nope.empty() ? "(unset)" : nope);
+  }
+  fs::remove_all(dir);
+}
+
 std::string config_error(const std::function<void()>& f) {
   try {
     f();
@@ -245,6 +307,21 @@ TEST(HfFolder, WhatWeDoNotBuildIsRefusedByName) {
             std::string::npos);
   EXPECT_NE(refused("gpt2", [](json& j) { j["architectures"] = {"GPT2ForSequenceClassification"}; })
                 .find("architectures"),
+            std::string::npos);
+  // nanotron's interleaved RoPE pairs other channels than transformers rotates.
+  EXPECT_NE(
+      refused("llama", [](json& j) { j["rope_interleaved"] = true; }).find("rope_interleaved"),
+      std::string::npos);
+  EXPECT_NE(refused("smollm3",
+                    [](json& j) {
+                      j["no_rope_layers"] = {1, 2};
+                    })
+                .find("no_rope_layers: item 1 is 2"),
+            std::string::npos);
+  EXPECT_NE(refused("smollm3", [](json& j) { j["no_rope_layers"] = {1}; }).find("no_rope_layers"),
+            std::string::npos);
+  EXPECT_NE(refused("qwen3", [](json& j) { j["model_type"] = "qwen3_moe"; })
+                .find("(gpt2, llama, mistral, qwen2, qwen3, smollm3)"),
             std::string::npos);
 }
 
@@ -328,8 +405,8 @@ TEST(HfFolder, AConfigJsonThatContradictsItsWeightsIsRefusedBeforeBuilding) {
             std::string::npos)
       << e;
   // Every fixture as saved passes (gpt2-hub: Hub-style names, the causal-mask buffers dropped).
-  for (const char* fixture :
-       {"gpt2", "gpt2-hub", "llama", "llama-linear", "llama-tied", "mistral", "qwen2"}) {
+  for (const char* fixture : {"gpt2", "gpt2-hub", "llama", "llama-linear", "llama-tied", "mistral",
+                              "qwen2", "qwen3", "smollm3"}) {
     EXPECT_NO_THROW(hf::check_folder_weights(pretrained_config(kModels / fixture))) << fixture;
   }
 }

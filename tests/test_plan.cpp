@@ -55,6 +55,10 @@ TEST(ModelShapes, AreWhatBuildModelRegisters) {
   wide.model.o_bias = true;
   wide.model.mlp_bias = true;
   configs.push_back(wide);
+  TrainConfig qwen3 = wide;  // q/k norms over the head's 12 channels; NoPE adds no parameter
+  qwen3.model.qk_norm = true;
+  qwen3.model.nope_layers = {0};
+  configs.push_back(qwen3);
   for (const TrainConfig& c : configs) {
     const CausalLM lm = build_model(c);
     std::map<std::string, std::vector<int64_t>> built, known;

@@ -312,6 +312,12 @@ const char* block_class_name(ModelType type) {
   return type == ModelType::kGPT2 ? "GPT2Block" : "LlamaDecoderLayer";
 }
 
+std::vector<std::string> block_class_aliases(ModelType type) {
+  if (type == ModelType::kGPT2) return {"GPT2Block"};
+  return {"LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer",
+          "SmolLM3DecoderLayer"};
+}
+
 const char* to_string(AutoWrapPolicy policy) {
   switch (policy) {
     case AutoWrapPolicy::kTransformerBased:
@@ -334,7 +340,8 @@ bool operator==(const ModelConfig& a, const ModelConfig& b) {
                     m.attention, m.init_from, m.pretrained, m.n_embd, m.dim, m.n_kv_head,
                     m.intermediate_size, m.rope_theta, m.tie_embeddings, m.head_dim, m.qkv_bias,
                     m.o_bias, m.mlp_bias, m.rope_scaling, m.rope_factor, m.rope_low_freq_factor,
-                    m.rope_high_freq_factor, m.rope_original_max_positions);
+                    m.rope_high_freq_factor, m.rope_original_max_positions, m.qk_norm,
+                    m.nope_layers);
   };
   return fields(a) == fields(b);
 }
@@ -410,7 +417,15 @@ ShardingOptions TrainConfig::sharding_options() const {
   if (fsdp.activation_checkpointing) options.checkpoint_units({"*"});
   switch (fsdp.auto_wrap_policy) {
     case AutoWrapPolicy::kTransformerBased: {
-      std::vector<std::string> classes = fsdp.transformer_layer_cls_to_wrap;
+      std::vector<std::string> classes;
+      const std::vector<std::string> aliases = block_class_aliases(model.type);
+      for (const std::string& c : fsdp.transformer_layer_cls_to_wrap) {
+        const bool alias = std::find(aliases.begin(), aliases.end(), c) != aliases.end();
+        const std::string name = alias ? block_class_name(model.type) : c;
+        if (std::find(classes.begin(), classes.end(), name) == classes.end()) {
+          classes.push_back(name);
+        }
+      }
       if (classes.empty()) classes.push_back(block_class_name(model.type));
       options.wrap(WrapPolicy::by_type(classes));
       break;

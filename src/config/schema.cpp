@@ -74,6 +74,23 @@ Option list_setting(const std::string& key, Ref ref, const std::string& help) {
   return o;
 }
 
+// A list of integers ("3,7,11" or a YAML sequence); an item that is none is named.
+template <typename Ref>
+Option int_list_setting(const std::string& key, Ref ref, const std::string& help) {
+  Option o = setting(key, "list", help);
+  o.set = [ref](TrainConfig& c, const RawValue& v) {
+    std::vector<int64_t> out;
+    for (const std::string& item : to_list(v)) out.push_back(to_int(RawValue::scalar(item)));
+    ref(c) = out;
+  };
+  o.get = [ref](const TrainConfig& c) {
+    std::vector<std::string> items;
+    for (int64_t i : ref(c)) items.push_back(std::to_string(i));
+    return format_list(items);
+  };
+  return o;
+}
+
 template <typename E>
 using Names = std::vector<std::pair<std::string, E>>;
 
@@ -464,6 +481,10 @@ std::vector<Option> model_section() {
       only_for(llama, int_setting("model.rope_original_max_positions",
                                   FIELD(model.rope_original_max_positions),
                                   "rope_scaling llama3: original_max_position_embeddings")),
+      only_for(llama, bool_setting("model.qk_norm", FIELD(model.qk_norm),
+                                   "an RMSNorm of each query and key head (Qwen3)")),
+      only_for(llama, int_list_setting("model.nope_layers", FIELD(model.nope_layers),
+                                       "layers without rotary embeddings, by index (SmolLM3)")),
   };
 }
 

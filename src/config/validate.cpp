@@ -59,6 +59,11 @@ void check_llama(const Checks& k, const ModelConfig& m) {
                 " must be even for rotary embeddings");
   k.at_least("model.intermediate_size", m.intermediate_size, 1);
   k.positive("model.rope_theta", m.rope_theta);
+  for (int64_t layer : m.nope_layers) {
+    k.require(layer >= 0 && layer < m.n_layer, {"model.nope_layers", "model.n_layer"},
+              "model.nope_layers names layer " + num(layer) + ", but the layers are 0 to " +
+                  num(m.n_layer - 1));
+  }
   if (m.rope_scaling == "none") return;
   k.positive("model.rope_factor", m.rope_factor);
   if (m.rope_scaling != "llama3") return;

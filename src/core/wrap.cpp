@@ -36,6 +36,7 @@ Selected by_type(torch::nn::Module& root, const WrapPolicy& policy) {
       seen += " " + type + ",";
     }
   }
+  if (!seen.empty()) seen.pop_back();  // the last comma
   FSDP_CHECK(!out.empty(),
              "wrap policy by module type matched no module; types in the model:", seen);
   return out;

@@ -62,6 +62,8 @@ CausalLM build_llama(const TrainConfig& config) {
   c.o_bias = m.o_bias;
   c.mlp_bias = m.mlp_bias;
   c.rope_scaling = rope_scaling(m);
+  c.qk_norm = m.qk_norm;
+  c.nope_layers = m.nope_layers;
   c.deferred = true;
   Llama model(c);
   return {model.ptr(), [model](const at::Tensor& idx) mutable { return fsdp::forward(model, idx); },
@@ -142,6 +144,11 @@ ModelShapes llama_shapes(const TrainConfig& config) {
   if (m.qkv_bias) s.block.push_back({b + "self_attn.v_proj.bias", {kv}, kv_keys});
   s.block.push_back({b + "self_attn.o_proj.weight", {d, q}, q_keys});
   if (m.o_bias) s.block.push_back({b + "self_attn.o_proj.bias", {d}, {"model.dim"}});
+  if (m.qk_norm) {
+    const std::vector<std::string> hs_keys = {"model.head_dim", "model.dim", "model.n_head"};
+    s.block.push_back({b + "self_attn.q_norm.weight", {head_dim}, hs_keys});
+    s.block.push_back({b + "self_attn.k_norm.weight", {head_dim}, hs_keys});
+  }
   for (const char* proj : {"gate_proj", "up_proj"}) {
     s.block.push_back({b + "mlp." + proj + ".weight", {f, d}, mlp_keys});
     if (m.mlp_bias) s.block.push_back({b + "mlp." + proj + ".bias", {f}, mlp_keys});

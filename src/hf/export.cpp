@@ -106,11 +106,27 @@ ojson gpt2_config(const TrainConfig& t, ojson c) {
   return c;
 }
 
-// qwen2 has q/k/v biases and no other; mistral none; llama's attention_bias is all four.
+// qwen2 has q/k/v biases and no other; mistral none; llama's attention_bias is all four; qwen3
+// has q/k norms (attention_bias all four, no mlp_bias), smollm3 NoPE layers (biases as llama).
 std::string llama_family(const ModelConfig& m, const ojson& base) {
   const std::string was = base.value("model_type", std::string());
   const bool qwen_shape = m.qkv_bias && !m.o_bias && !m.mlp_bias;
   const bool plain = !m.qkv_bias && !m.o_bias;
+  if (m.qk_norm && !m.nope_layers.empty()) {
+    throw std::runtime_error(
+        "export: model.qk_norm and model.nope_layers together are no transformers family (Qwen3 "
+        "has q/k norms, SmolLM3 layers without RoPE)");
+  }
+  if (m.qk_norm || !m.nope_layers.empty()) {
+    const std::string family = m.qk_norm ? "qwen3" : "smollm3";
+    if (m.qkv_bias != m.o_bias || (m.qk_norm && m.mlp_bias)) {
+      throw std::runtime_error("export: " + family +
+                               "'s attention_bias sets the q, k, v and o biases together" +
+                               (m.qk_norm ? std::string(" and it has no mlp_bias") : "") +
+                               "; model.qkv_bias, model.o_bias and model.mlp_bias disagree");
+    }
+    return family;
+  }
   if (was == "qwen2" && qwen_shape) return was;
   if (was == "mistral" && plain && !m.mlp_bias) return was;
   if (qwen_shape) return "qwen2";
@@ -146,6 +162,8 @@ ojson llama_config(const TrainConfig& t, ojson c) {
   const ModelConfig& m = t.model;
   const std::string family = llama_family(m, c);
   const char* arch = family == "qwen2"     ? "Qwen2ForCausalLM"
+                     : family == "qwen3"   ? "Qwen3ForCausalLM"
+                     : family == "smollm3" ? "SmolLM3ForCausalLM"
                      : family == "mistral" ? "MistralForCausalLM"
                                            : "LlamaForCausalLM";
   c["architectures"] = {arch};
@@ -161,9 +179,18 @@ ojson llama_config(const TrainConfig& t, ojson c) {
   c["rms_norm_eps"] = m.norm_eps;
   c["tie_word_embeddings"] = m.tie_embeddings;
   if (!c.contains("max_position_embeddings")) c["max_position_embeddings"] = t.context_length();
-  if (family == "llama") {
+  if (family == "llama" || family == "smollm3" || family == "qwen3") {
     c["attention_bias"] = m.o_bias;
-    c["mlp_bias"] = m.mlp_bias;
+  }
+  if (family == "llama" || family == "smollm3") c["mlp_bias"] = m.mlp_bias;
+  if (family == "smollm3") {
+    ojson flags = ojson::array();
+    for (int64_t i = 0; i < m.n_layer; ++i) {
+      const bool nope =
+          std::find(m.nope_layers.begin(), m.nope_layers.end(), i) != m.nope_layers.end();
+      flags.push_back(nope ? 0 : 1);
+    }
+    c["no_rope_layers"] = flags;
   }
   set_rope(c, m);
   return c;

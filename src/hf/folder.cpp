@@ -80,7 +80,12 @@ const std::set<std::string> kHarmless = {
     "summary_first_dropout",
     "n_ctx",
     "max_window_layers",
+    // transformers 5 reads it nowhere; 4.x's Llama split its projections into this many slices
+    // and summed them, the same products (SmolLM3-3B publishes 2).
     "pretraining_tp",
+    "is_llama_config",         // nanotron's marker in SmolLM2's files
+    "transformers.js_config",  // the browser runtime's settings (SmolLM2)
+    "no_rope_layer_interval",  // SmolLM3: read where no_rope_layers is absent
     "partial_rotary_factor",
     "sliding_window",
     "use_sliding_window",
@@ -294,6 +299,49 @@ void check_sliding_window(Reader& r, const std::string& type, int64_t context_le
   }
 }
 
+// SmolLM3's no_rope_layers: 1 where a layer rotates, 0 where it does not (NoPE); absent, every
+// no_rope_layer_interval-th layer is NoPE, as SmolLM3Config derives it.
+void read_nope_layers(Reader& r) {
+  const int64_t layers = r.integer("num_hidden_layers");
+  std::vector<std::string> nope;
+  if (r.has("no_rope_layers")) {
+    const json& flags = r.at("no_rope_layers");
+    if (!flags.is_array() || static_cast<int64_t>(flags.size()) != layers) {
+      r.fail("no_rope_layers", "expected a list of num_hidden_layers (" + std::to_string(layers) +
+                                   ") 0s and 1s, got " + json_bounds::excerpt(flags));
+    }
+    for (size_t i = 0; i < flags.size(); ++i) {
+      if (flags[i] != 0 && flags[i] != 1) {
+        r.fail("no_rope_layers", "item " + std::to_string(i) + " is " +
+                                     json_bounds::excerpt(flags[i]) + ", not 0 or 1");
+      }
+      if (flags[i] == 0) nope.push_back(std::to_string(i));
+    }
+  } else {
+    const int64_t interval =
+        r.has("no_rope_layer_interval") ? r.integer("no_rope_layer_interval") : 4;
+    if (interval <= 0) r.fail("no_rope_layer_interval", "must be positive");
+    for (int64_t i = 0; i < layers; ++i) {
+      if ((i + 1) % interval == 0) nope.push_back(std::to_string(i));
+    }
+  }
+  std::string list;
+  for (const auto& i : nope) list += (list.empty() ? "" : ",") + i;
+  r.set("model.nope_layers", list, "no_rope_layers");
+}
+
+// Which projections carry biases. Llama, Qwen3 and SmolLM3: attention_bias is q, k, v and o, and
+// (Llama, SmolLM3) mlp_bias the feed-forward's; Qwen2: q, k and v always; Mistral: none.
+void read_biases(Reader& r, const std::string& type) {
+  const bool attention_bias = r.boolean("attention_bias", false);
+  r.use("attention_bias");
+  r.set_bool("model.qkv_bias", type == "qwen2" || attention_bias, "attention_bias");
+  r.set_bool("model.o_bias", attention_bias, "attention_bias");
+  if (type == "llama" || type == "smollm3") {
+    r.set_bool("model.mlp_bias", r.boolean("mlp_bias", false), "mlp_bias");
+  }
+}
+
 void read_llama_family(Reader& r, const std::string& type, int64_t context_length) {
   r.set("model.type", "llama", "model_type");
   r.set_int("model.vocab_size", "vocab_size");
@@ -312,14 +360,15 @@ void read_llama_family(Reader& r, const std::string& type, int64_t context_lengt
              "tie_word_embeddings");
   if (r.has("head_dim")) r.set_int("model.head_dim", "head_dim");
   r.use("head_dim");
-  const bool attention_bias = r.boolean("attention_bias", false);
-  r.use("attention_bias");
-  r.set_bool("model.qkv_bias", type == "qwen2" || attention_bias, "attention_bias");
-  r.set_bool("model.o_bias", attention_bias, "attention_bias");
-  r.set_bool("model.mlp_bias", r.boolean("mlp_bias", false), "mlp_bias");
+  read_biases(r, type);
+  if (type == "qwen3") r.set_bool("model.qk_norm", true, "model_type");
+  if (type == "smollm3") read_nope_layers(r);
   r.require_value("hidden_act", "silu", "the SwiGLU feed-forward");
-  r.require_value("pretraining_tp", 1, "one tensor-parallel slice");
   r.require_value("partial_rotary_factor", 1.0, "rotary embeddings over the whole head");
+  // nanotron's field, which transformers ignores (it always rotates the two halves of a head):
+  // interleaved pairs would need the q/k weights permuted to mean what their trainer meant.
+  r.require_value("rope_interleaved", false, "rotate_half pairs channel i with i + head_dim / 2");
+  r.require_value("use_mrope", false, "Qwen2-VL's multimodal RoPE");
   read_rope(r);
   check_sliding_window(r, type, context_length);
   note_dropout(r, {"attention_dropout"});
@@ -339,10 +388,16 @@ json parse_json_file(const std::string& path) {
   }
 }
 
-const std::map<std::string, std::string> kArchitectures = {{"gpt2", "GPT2LMHeadModel"},
-                                                           {"llama", "LlamaForCausalLM"},
-                                                           {"mistral", "MistralForCausalLM"},
-                                                           {"qwen2", "Qwen2ForCausalLM"}};
+const std::map<std::string, std::string> kArchitectures = {
+    {"gpt2", "GPT2LMHeadModel"},       {"llama", "LlamaForCausalLM"},
+    {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"},
+    {"qwen3", "Qwen3ForCausalLM"},     {"smollm3", "SmolLM3ForCausalLM"}};
+
+std::string known_types() {
+  std::string out;
+  for (const auto& [type, arch] : kArchitectures) out += (out.empty() ? "" : ", ") + type;
+  return out;
+}
 
 }  // namespace
 
@@ -358,8 +413,7 @@ FolderSettings read_folder_settings(const std::string& dir, int64_t context_leng
   const std::string type = r.string("model_type", "");
   const auto arch = kArchitectures.find(type);
   if (arch == kArchitectures.end()) {
-    r.fail("model_type",
-           "'" + type + "' is not a model fsdp.cpp builds (gpt2, llama, mistral, qwen2)");
+    r.fail("model_type", "'" + type + "' is not a model fsdp.cpp builds (" + known_types() + ")");
   }
   if (r.has("architectures")) {
     for (const auto& a : r.at("architectures")) {

@@ -1,6 +1,7 @@
 // Llama: configuration checks, the modules' forward passes and the deterministic initialisation.
 // Meant to be read in one sitting, transcribing HF's modeling_llama (rotary embeddings default,
-// linear or llama3-scaled; the optional biases of Llama, Qwen2 and Mistral shapes);
+// linear or llama3-scaled; the optional biases of Llama, Qwen2 and Mistral shapes; Qwen3's q/k
+// norms; SmolLM3's layers without rotary embeddings);
 // attention through causal_attention (fused on LibTorch 2.x, HF's eager path written out on
 // 1.13 or on request); no dropout, no KV cache.
 //
@@ -13,6 +14,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -71,9 +73,17 @@ void LlamaConfig::validate() const {
     require(rope_scaling.original_max_position_embeddings > 0,
             "rope_scaling.original_max_position_embeddings must be positive");
   }
+  for (int64_t layer : nope_layers) {
+    require(layer >= 0 && layer < n_layer, "nope_layers names layer " + std::to_string(layer) +
+                                               " of a model with " + std::to_string(n_layer));
+  }
   require(rope_theta > 0, "rope_theta must be positive, got " + std::to_string(rope_theta));
   require(norm_eps > 0, "norm_eps must be positive, got " + std::to_string(norm_eps));
   check_attention_kernel(attention, "LlamaConfig.attention");
+}
+
+bool LlamaConfig::rotates(int64_t layer) const {
+  return std::find(nope_layers.begin(), nope_layers.end(), layer) == nope_layers.end();
 }
 
 LlamaConfig LlamaConfig::tiny() {
@@ -185,20 +195,29 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& config,
   k_proj = register_module("k_proj", linear(config.dim, n_kv_head * head_dim, config.qkv_bias));
   v_proj = register_module("v_proj", linear(config.dim, n_kv_head * head_dim, config.qkv_bias));
   o_proj = register_module("o_proj", linear(n_head * head_dim, config.dim, config.o_bias));
+  if (config.qk_norm) {
+    q_norm = register_module("q_norm", LlamaRMSNorm(head_dim, config.norm_eps));
+    k_norm = register_module("k_norm", LlamaRMSNorm(head_dim, config.norm_eps));
+  }
 }
 
 at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), hs = head_dim;
-  auto heads = [&](const at::Tensor& t, int64_t n) {
-    return t.view({B, T, n, hs}).transpose(1, 2);
+  // Qwen3's norms act on each head's channels, before the heads move to dimension 1.
+  auto heads = [&](const at::Tensor& t, int64_t n, LlamaRMSNorm& norm) {
+    at::Tensor h = t.view({B, T, n, hs});
+    return (norm ? norm->forward(h) : h).transpose(1, 2);
   };
-  at::Tensor q = heads(q_proj->forward(x), n_head);     // [B, nh, T, hs]
-  at::Tensor k = heads(k_proj->forward(x), n_kv_head);  // [B, nkv, T, hs]
-  at::Tensor v = heads(v_proj->forward(x), n_kv_head);
-  // Rotate queries and keys by their position; cos/sin [T, hs] broadcast over B and heads.
-  auto [cos, sin] = rope_->tables(T, x);
-  q = q * cos + rotate_half(q) * sin;
-  k = k * cos + rotate_half(k) * sin;
+  LlamaRMSNorm none{nullptr};
+  at::Tensor q = heads(q_proj->forward(x), n_head, q_norm);     // [B, nh, T, hs]
+  at::Tensor k = heads(k_proj->forward(x), n_kv_head, k_norm);  // [B, nkv, T, hs]
+  at::Tensor v = heads(v_proj->forward(x), n_kv_head, none);
+  if (rope_) {
+    // Rotate queries and keys by their position; cos/sin [T, hs] broadcast over B and heads.
+    auto [cos, sin] = rope_->tables(T, x);
+    q = q * cos + rotate_half(q) * sin;
+    k = k * cos + rotate_half(k) * sin;
+  }
   k = repeat_kv(k, n_head / n_kv_head);
   v = repeat_kv(v, n_head / n_kv_head);
   // [B, nh, T, hs] -> [B, T, nh * hs]; the explicit softmax in fp32, as HF's eager path.
@@ -250,7 +269,7 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& config) {
   layers = register_module("layers", torch::nn::ModuleList());
   auto rope = std::make_shared<const LlamaRotaryEmbedding>(config);
   for (int64_t i = 0; i < config.n_layer; ++i) {
-    layers->push_back(built(LlamaDecoderLayer(config, rope), config));
+    layers->push_back(built(LlamaDecoderLayer(config, config.rotates(i) ? rope : nullptr), config));
   }
   norm = register_module("norm", built(LlamaRMSNorm(config.dim, config.norm_eps), config));
 }
@@ -294,7 +313,8 @@ at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& targets) {
 
 namespace {
 
-// input_layernorm, post_attention_layernorm and model.norm: every RMSNorm weight, nothing else.
+// input_layernorm, post_attention_layernorm, q_norm, k_norm and model.norm: every RMSNorm weight,
+// nothing else.
 bool is_norm_weight(const std::string& name) {
   const std::string suffix = "norm.weight";
   return name.size() >= suffix.size() &&

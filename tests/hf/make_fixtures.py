@@ -382,6 +382,18 @@ def model_specs():
         "mistral": ("mistral", dict(common, tie_word_embeddings=False, rms_norm_eps=1e-5,
                                     rope_theta=10000.0, sliding_window=None, head_dim=16),
                     torch.float32, None),
+        # Qwen3: q/k RMSNorm per head (made non-trivial below), head_dim wider than
+        # hidden_size / heads as Qwen3's are, tied, bf16 on disk.
+        "qwen3": ("qwen3", dict(common, tie_word_embeddings=True, rms_norm_eps=1e-6,
+                                rope_theta=1000000.0, head_dim=32, bos_token_id=None,
+                                eos_token_id=VOCAB - 1),
+                  torch.bfloat16, None),
+        # SmolLM3: layer 1 without RoPE (NoPE), attention_bias on, untied.
+        "smollm3": ("smollm3", dict(common, tie_word_embeddings=False, rms_norm_eps=1e-6,
+                                    rope_theta=5000000.0, no_rope_layers=[1, 0],
+                                    attention_bias=True, bos_token_id=None, pad_token_id=None,
+                                    eos_token_id=VOCAB - 1),
+                    torch.float32, None),
     }
 
 
@@ -458,26 +470,40 @@ def legacy_config(folder):
     write_json(os.path.join(folder, "config_v4.json"), cfg, indent=2)
 
 
-def model_fixtures(out):
+def randomise_init(name, model):
+    """Parameters transformers initialises to constants, given values, so that a loader that
+    drops them cannot match: Qwen2's q/k/v biases (zero), Qwen3's q/k norms (one), SmolLM3's
+    attention biases (zero)."""
+    with torch.no_grad():
+        for layer in model.model.layers:
+            attn = layer.self_attn
+            if name in ("qwen2", "smollm3"):
+                for proj in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj):
+                    if proj.bias is not None:
+                        proj.bias.normal_(0.0, INIT_RANGE)
+            if name == "qwen3":
+                attn.q_norm.weight.normal_(1.0, 0.2)
+                attn.k_norm.weight.normal_(1.0, 0.2)
+
+
+def model_fixtures(out, only=None):
+    """Every model of model_specs(), or those named in `only` (the others' folders are kept)."""
     from transformers import AutoConfig
     root = os.path.join(out, "models")
-    shutil.rmtree(root, ignore_errors=True)
-    os.makedirs(root)
+    if only is None:
+        shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root, exist_ok=True)
     g = torch.Generator().manual_seed(1234)
     input_ids = torch.randint(0, VOCAB, (2, 16), generator=g)
     for seed, (name, (model_type, cfg_kwargs, dtype, shard)) in enumerate(model_specs().items()):
+        if only is not None and name not in only:
+            continue
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
         torch.manual_seed(1000 + seed)
         config = AutoConfig.for_model(model_type, **cfg_kwargs)
         model = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+        randomise_init(name, model)
         extra = {}
-        if name == "qwen2":
-            # Qwen2 initialises its q/k/v biases to zero; give them values, so that a loader
-            # which drops them cannot match.
-            with torch.no_grad():
-                for layer in model.model.layers:
-                    for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj,
-                                 layer.self_attn.v_proj):
-                        proj.bias.normal_(0.0, INIT_RANGE)
         model = model.to(dtype).eval()
         folder = os.path.join(root, name)
         model.save_pretrained(folder, **({"max_shard_size": shard} if shard else {}))
@@ -491,6 +517,14 @@ def model_fixtures(out):
                         proj.bias.zero_()
                 extra["loss_without_qkv_bias"] = float(m(input_ids=input_ids,
                                                          labels=input_ids).loss)
+        if name == "smollm3":
+            # What NoPE is worth: the loss with every layer rotating.
+            m = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+            for layer in m.model.layers:
+                layer.self_attn.use_rope = True
+            with torch.no_grad():
+                extra["loss_with_rope_everywhere"] = float(m(input_ids=input_ids,
+                                                             labels=input_ids).loss)
         ref, loaded = reference(folder, input_ids, extra)
         if model_type != "gpt2":
             legacy_config(folder)
@@ -539,6 +573,8 @@ def main():
     ap.add_argument("--corpus", default="assets/sotu")
     ap.add_argument("--out", default="tests/data/hf")
     ap.add_argument("--only", choices=["tokenizers", "models"])
+    ap.add_argument("--model", action="append",
+                    help="(re)make only this model fixture (repeatable); the others are kept")
     args = ap.parse_args()
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
@@ -550,7 +586,7 @@ def main():
         docs = read_corpus(args.corpus)
         tokenizer_fixtures(docs, args.out)
     if args.only != "tokenizers":
-        model_fixtures(args.out)
+        model_fixtures(args.out, args.model)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,10 @@ MODELS = {
                      torch.float32, None),
     "qwen2": ("qwen2", "qwen2", dict(SMALL, tie_word_embeddings=True), torch.float32, None),
     "mistral": ("mistral", "llama2", dict(SMALL, sliding_window=None), torch.float32, None),
+    "qwen3": ("qwen3", "qwen2", dict(SMALL, tie_word_embeddings=True, head_dim=32),
+              torch.bfloat16, None),
+    "smollm3": ("smollm3", "llama3", dict(SMALL, no_rope_layers=[1, 0], attention_bias=True,
+                                          pad_token_id=None), torch.float32, None),
 }
 
 
@@ -59,10 +63,15 @@ def make(out):
         tok = AutoTokenizer.from_pretrained(os.path.join(TOKENIZERS, tok_family))
         config = AutoConfig.for_model(model_type, vocab_size=len(tok), **fields)
         model = AutoModelForCausalLM.from_config(config).to(dtype)
-        if model_type == "qwen2":  # non-zero q/k/v biases, so that a dropped bias shows
-            for layer in model.model.layers:
-                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+        for layer in model.model.layers if model_type != "gpt2" else []:
+            # Non-zero biases and norms other than one, so that a dropped tensor shows.
+            attn = layer.self_attn
+            for proj in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj):
+                if proj.bias is not None:
                     torch.nn.init.normal_(proj.bias, std=0.1)
+            if model_type == "qwen3":
+                torch.nn.init.normal_(attn.q_norm.weight, mean=1.0, std=0.2)
+                torch.nn.init.normal_(attn.k_norm.weight, mean=1.0, std=0.2)
         model.save_pretrained(folder, **({"max_shard_size": shard} if shard else {}))
         tok.save_pretrained(folder)
         ids = tok(held_out, add_special_tokens=False)["input_ids"][: SEQ * WINDOWS + 1]
@@ -97,15 +106,16 @@ def check(out):
         theirs = loss_on(model, ids)
         ours = float(open(os.path.join(dst, "..", name + ".ours.txt")).read().split()[2].rstrip(","))
         rel = abs(theirs - ours) / theirs
-        ok = keys_ok and tok_ok and rel < 1e-5
+        type_ok = model.config.model_type == AutoConfig.from_pretrained(src).model_type
+        ok = keys_ok and tok_ok and type_ok and rel < 1e-5
         failures += not ok
         report["models"][name] = dict(missing=sorted(info["missing_keys"]), unexpected=sorted(info["unexpected_keys"]),
                                       tokenizer_ids_equal=tok_ok, loss_transformers=theirs,
                                       loss_fsdp_cpp=ours, relative_difference=rel,
                                       model_type=model.config.model_type,
                                       files=sorted(os.listdir(dst)))
-        print("%-13s %s  keys %s  tokenizer %s  loss transformers %.6f fsdp.cpp %.6f (rel %.1e)" %
-              (name, "ok  " if ok else "FAIL", "ok" if keys_ok else info, tok_ok, theirs, ours, rel))
+        print("%-13s %s  type %s  keys %s  tokenizer %s  loss transformers %.6f fsdp.cpp %.6f (rel %.1e)" %
+              (name, "ok  " if ok else "FAIL", model.config.model_type, "ok" if keys_ok else info, tok_ok, theirs, ours, rel))
     json.dump(report, open(os.path.join(out, "report.json"), "w"), indent=2)
     sys.exit(1 if failures else 0)
 

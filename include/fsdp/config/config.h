@@ -41,6 +41,9 @@ const char* to_string(ModelType type);  // "gpt2", "llama"
 // The class the transformer blocks of `type` are named after, which TRANSFORMER_BASED_WRAP wraps
 // when no class is given: "GPT2Block" or "LlamaDecoderLayer".
 const char* block_class_name(ModelType type);
+// The transformers class names of this type's block, which a wrap policy may name for it (an
+// Accelerate file written for Qwen2 says Qwen2DecoderLayer; our Qwen2 is built from Llama's).
+std::vector<std::string> block_class_aliases(ModelType type);
 
 // Architecture. GPT-2 and Llama share the first group; the rest apply to one type only, and
 // setting one of those for the other type is an error.
@@ -92,6 +95,9 @@ struct ModelConfig {
   double rope_low_freq_factor = 1.0;
   double rope_high_freq_factor = 4.0;
   int64_t rope_original_max_positions = 8192;
+  bool qk_norm = false;  // Qwen3's RMSNorm of each query and key head (q_norm, k_norm)
+  // Layers without rotary embeddings (SmolLM3's NoPE layers), by index. Default none.
+  std::vector<int64_t> nope_layers;
 
   // The width of the residual stream of this type: n_embd for GPT-2, dim for Llama.
   int64_t width() const { return type == ModelType::kGPT2 ? n_embd : dim; }

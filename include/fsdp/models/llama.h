@@ -47,8 +47,9 @@ struct RopeScaling {
 };
 
 // Shapes default to HF's LlamaConfig (Llama 2 7B); vocabulary and norm epsilon do not (see there).
-// The same module tree serves the Llama-shaped families: Mistral (no sliding window) and Qwen2
-// (biases on the q/k/v projections).
+// The same module tree serves the Llama-shaped families, each a difference of a field or two, as
+// transformers' modular files derive them from Llama: Mistral (no sliding window), Qwen2 (biases on
+// the q/k/v projections), Qwen3 (q/k norms), SmolLM3 (layers without rotary embeddings).
 struct LlamaConfig {
   int64_t vocab_size = 50257;              // GPT-2's BPE, the tokenizer of this project (HF: 32000)
   int64_t max_position_embeddings = 2048;  // context length: the longest sequence forward accepts
@@ -67,6 +68,12 @@ struct LlamaConfig {
   bool o_bias = false;    // a bias on o_proj (Llama's attention_bias)
   bool mlp_bias = false;  // biases on gate_proj, up_proj, down_proj (Llama's mlp_bias)
   RopeScaling rope_scaling;
+  // Qwen3's RMSNorm of each query and key head over its head_dim channels ("q_norm", "k_norm"),
+  // before the rotary embedding. Default false.
+  bool qk_norm = false;
+  // Layers whose attention rotates neither queries nor keys (SmolLM3's NoPE layers, config.json's
+  // no_rope_layers[i] == 0), by index. Default none.
+  std::vector<int64_t> nope_layers;
   // The attention kernel (fsdp/models/attention.h). Default kAuto: fused on LibTorch 2.x.
   AttentionKernel attention = AttentionKernel::kAuto;
   // Build the parameters deferred (fsdp/init.h), for fully_shard with
@@ -77,11 +84,13 @@ struct LlamaConfig {
   // Throws std::invalid_argument naming the first bad field: sizes must be positive (n_kv_head
   // and head_dim_override may be 0), n_head must divide dim unless head_dim_override is set, the
   // key/value heads must divide n_head, the head size must be even (rotary embeddings rotate pairs
-  // of channels), and a rope scaling's factors must be positive (llama3: high > low).
+  // of channels), a rope scaling's factors must be positive (llama3: high > low), and every NoPE
+  // layer must be one of the n_layer.
   void validate() const;
 
   int64_t kv_heads() const { return n_kv_head == 0 ? n_head : n_kv_head; }
   int64_t head_dim() const { return head_dim_override > 0 ? head_dim_override : dim / n_head; }
+  bool rotates(int64_t layer) const;  // false for a NoPE layer
 
   // A small model for tests and examples: vocab 256, context 64, 64 channels, 2 layers, 4 query
   // heads sharing 2 key/value heads, feed-forward 176, untied.
@@ -115,7 +124,7 @@ class LlamaRotaryEmbedding {
 };
 
 // Causal self-attention with rotary embeddings and grouped-query attention ("self_attn"): each
-// key/value head serves n_head / kv_heads query heads.
+// key/value head serves n_head / kv_heads query heads. `rope` null: a NoPE layer.
 class LlamaAttentionImpl : public torch::nn::Module {
  public:
   LlamaAttentionImpl(const LlamaConfig& config, std::shared_ptr<const LlamaRotaryEmbedding> rope);
@@ -125,6 +134,8 @@ class LlamaAttentionImpl : public torch::nn::Module {
   torch::nn::Linear k_proj{nullptr};  // C -> nkv * hs
   torch::nn::Linear v_proj{nullptr};  // C -> nkv * hs
   torch::nn::Linear o_proj{nullptr};  // nh * hs -> C
+  LlamaRMSNorm q_norm{nullptr};       // over hs, config.qk_norm only
+  LlamaRMSNorm k_norm{nullptr};
   int64_t n_head = 0, n_kv_head = 0, head_dim = 0;
   AttentionKernel attention = AttentionKernel::kAuto;
 
@@ -147,6 +158,7 @@ TORCH_MODULE(LlamaMLP);
 
 // One pre-norm decoder layer: x + self_attn(input_layernorm(x)), then
 // + mlp(post_attention_layernorm(x)). The unit of sharding. Members are registered in HF's order.
+// `rope` null: a layer without rotary embeddings (LlamaConfig::nope_layers).
 class LlamaDecoderLayerImpl : public torch::nn::Module {
  public:
   LlamaDecoderLayerImpl(const LlamaConfig& config,
