@@ -376,6 +376,7 @@ TEST(Llama, ValidateNamesTheBadField) {
   invalid([](LlamaConfig& c) { c.intermediate_size = 0; }, "intermediate_size");
   invalid([](LlamaConfig& c) { c.rope_theta = 0; }, "rope_theta");
   invalid([](LlamaConfig& c) { c.norm_eps = 0; }, "norm_eps");
+  invalid([](LlamaConfig& c) { c.nope_layers = {2}; }, "nope_layers names layer 2");
   expect_invalid([&] { Llama m(with([](LlamaConfig& c) { c.n_head = 0; })); }, "n_head");
   LlamaConfig().validate();
   LlamaConfig::tiny().validate();
@@ -395,7 +396,16 @@ TEST(Llama, ForwardRejectsBadInput) {
 // pads every unit: a decoder layer holds 1024 + 2 * 512 + 1024 + 3 * 1536 + 2 * 32 = 7744
 // elements, the root 2 * 66 * 32 + 32 = 4256 (untied) or 66 * 32 + 32 = 2144 (tied), none a
 // multiple of 3.
-LlamaConfig parity_config(bool tied) {
+// Shapes of the parity matrix: Llama untied and tied, and Qwen3 (q/k norms over heads of 12
+// channels, wider than dim / n_head = 8, tied: a decoder layer of 9304 elements, not a multiple of
+// 3 either).
+enum class Shape { kUntied, kTied, kQwen3 };
+
+const char* shape_name(Shape s) {
+  return s == Shape::kUntied ? "untied" : s == Shape::kTied ? "tied" : "qwen3";
+}
+
+LlamaConfig parity_config(Shape shape) {
   LlamaConfig c;
   c.vocab_size = 66;
   c.max_position_embeddings = 16;
@@ -404,7 +414,11 @@ LlamaConfig parity_config(bool tied) {
   c.n_head = 4;
   c.n_kv_head = 2;
   c.intermediate_size = 48;
-  c.tie_embeddings = tied;
+  c.tie_embeddings = shape != Shape::kUntied;
+  if (shape == Shape::kQwen3) {
+    c.qk_norm = true;
+    c.head_dim_override = 12;
+  }
   return c;
 }
 
@@ -417,15 +431,15 @@ constexpr double kWeightDecay = 0.1;
 constexpr double kEps = 1e-6;
 constexpr double kMaxNorm = 1.0;
 
-Llama make_model(bool tied) {
-  Llama model(parity_config(tied));
+Llama make_model(Shape shape) {
+  Llama model(parity_config(shape));
   init_llama_weights(*model, kSeed);
   return model;
 }
 
 // Global batch of a step: tokens [kBatch, T+1], identical on every rank.
 at::Tensor batch_tokens(int step) {
-  const LlamaConfig c = parity_config(false);
+  const LlamaConfig c = parity_config(Shape::kUntied);
   return test::bigram_tokens(kSeed + 1000 + static_cast<uint64_t>(step), kBatch,
                              c.max_position_embeddings, c.vocab_size);
 }
@@ -438,9 +452,9 @@ at::Tensor step_loss(Llama& model, const at::Tensor& tokens, bool sharded) {
 
 // One process, plain autograd and torch::optim::AdamW; each step's gradients are the ranks' own,
 // computed one rank after another on that rank's rows (test::reference_gradients).
-test::RunResult train_reference(bool tied) {
+test::RunResult train_reference(Shape shape) {
   const int n = test::world()->size();
-  Llama model = make_model(tied);
+  Llama model = make_model(shape);
   auto opt = test::reference_adamw(model->parameters(), kLr, kEps, kWeightDecay);
   test::RunResult r;
   for (int step = 0; step < kSteps; ++step) {
@@ -460,10 +474,10 @@ test::RunResult train_reference(bool tied) {
 }
 
 // Every rank trains on its rows of the global batch through the sharding runtime.
-test::RunResult train_sharded(ShardingStrategy strategy, bool tied) {
+test::RunResult train_sharded(ShardingStrategy strategy, Shape shape) {
   CommPtr world = test::world();
   const int64_t rows = kBatch / world->size();
-  Llama model = make_model(tied);
+  Llama model = make_model(shape);
   auto sharded = fully_shard(
       model.ptr(), world,
       ShardingOptions().strategy(strategy).wrap(WrapPolicy::by_type({"LlamaDecoderLayer"})));
@@ -490,7 +504,7 @@ test::RunResult train_sharded(ShardingStrategy strategy, bool tied) {
 }
 
 TEST(LlamaSharding, WrapsEveryDecoderLayer) {
-  Llama model = make_model(false);
+  Llama model = make_model(Shape::kUntied);
   auto sharded = fully_shard(model.ptr(), test::world(),
                              ShardingOptions().wrap(WrapPolicy::by_type({"LlamaDecoderLayer"})));
   std::vector<std::string> names;
@@ -509,20 +523,19 @@ TEST(LlamaSharding, WrapsEveryDecoderLayer) {
 // relative update and 1e-5 on the model's.
 constexpr test::Tolerance kFp32{5e-6, 2e-6, 5e-6, 1e-5, 1e-4, 1e-5};
 
-using ParityCase = std::tuple<ShardingStrategy, bool>;
+using ParityCase = std::tuple<ShardingStrategy, Shape>;
 class LlamaParity : public ::testing::TestWithParam<ParityCase> {};
 
 TEST_P(LlamaParity, Fp32MatchesSingleProcess) {
-  const auto [strategy, tied] = GetParam();
-  const test::RunResult ref = train_reference(tied);
-  const test::RunResult got = train_sharded(strategy, tied);
-  std::map<std::string, at::Tensor> initial = params_by_name(*make_model(tied));
+  const auto [strategy, shape] = GetParam();
+  const test::RunResult ref = train_reference(shape);
+  const test::RunResult got = train_sharded(strategy, shape);
+  std::map<std::string, at::Tensor> initial = params_by_name(*make_model(shape));
   const test::ParityErrors e = test::expect_parity(ref, got, initial, kFp32);
   if (test::world()->rank() == 0) {
-    std::cout << "[ parity ] world " << test::world()->size() << " " << to_string(strategy)
-              << (tied ? " tied" : " untied") << ": loss " << e.loss << ", grad norm (rel) "
-              << e.grad_norm_rel << ", param " << e.param << ", model update (rel) "
-              << e.model_update_rel << "\n";
+    std::cout << "[ parity ] world " << test::world()->size() << " " << to_string(strategy) << " "
+              << shape_name(shape) << ": loss " << e.loss << ", grad norm (rel) " << e.grad_norm_rel
+              << ", param " << e.param << ", model update (rel) " << e.model_update_rel << "\n";
   }
 }
 
@@ -530,10 +543,11 @@ INSTANTIATE_TEST_SUITE_P(Strategies, LlamaParity,
                          ::testing::Combine(::testing::Values(ShardingStrategy::kFullShard,
                                                               ShardingStrategy::kShardGradOp,
                                                               ShardingStrategy::kNoShard),
-                                            ::testing::Bool()),
+                                            ::testing::Values(Shape::kUntied, Shape::kTied,
+                                                              Shape::kQwen3)),
                          [](const auto& info) {
-                           return std::string(to_string(std::get<0>(info.param))) +
-                                  (std::get<1>(info.param) ? "_tied" : "_untied");
+                           return std::string(to_string(std::get<0>(info.param))) + "_" +
+                                  shape_name(std::get<1>(info.param));
                          });
 
 }  // namespace
