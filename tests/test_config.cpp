@@ -834,7 +834,26 @@ std::map<std::string, Change> changes() {
       {"model.rope_original_max_positions",
        {[](TrainConfig& c) { c.model.rope_original_max_positions = 4096; }, true}},
       {"model.qk_norm", {[](TrainConfig& c) { c.model.qk_norm = true; }, true}},
-      {"model.nope_layers", {[](TrainConfig& c) { c.model.nope_layers = {1, 3}; }, true}},
+      {"model.rope_short_factor",
+       {[](TrainConfig& c) {
+          c.model.rope_short_factor = {1, 1.25};
+        },
+        true}},
+      {"model.rope_long_factor",
+       {[](TrainConfig& c) {
+          c.model.rope_long_factor = {2, 0.1 + 0.2};
+        },
+        true}},
+      {"model.rope_attention_factor",
+       {[](TrainConfig& c) { c.model.rope_attention_factor = 1.19; }, true}},
+      {"model.partial_rotary_factor",
+       {[](TrainConfig& c) { c.model.partial_rotary_factor = 0.75; }, true}},
+      {"model.fused_projections", {[](TrainConfig& c) { c.model.fused_projections = true; }, true}},
+      {"model.nope_layers",
+       {[](TrainConfig& c) {
+          c.model.nope_layers = {1, 3};
+        },
+        true}},
       {"data.dataset", {[](TrainConfig& c) { c.data.dataset = "my corpus: v2.txt"; }}},
       {"data.val_dataset", {[](TrainConfig& c) { c.data.val_dataset = "val.bin"; }}},
       {"data.val_split", {[](TrainConfig& c) {
@@ -1100,15 +1119,23 @@ TEST(ConfigArgs, HelpReadsNothingElse) {
 }
 
 TEST(ConfigArgs, Sample) {
-  const fsdp::ParsedArgs p = args({"sample", "--checkpoint", "ck", "--prompt", "--- Hello",
-                                   "--max-new-tokens", "5", "--temperature", "0", "--top_k", "3",
-                                   "--num-samples", "2", "--seed", "9", "--model.n_layer", "2"});
+  const fsdp::ParsedArgs p =
+      args({"sample", "--checkpoint",     "ck",  "--prompt",        "--- Hello", "--prompt",
+            "",       "--max-new-tokens", "5",   "--temperature",   "0",         "--top_k",
+            "3",      "--top-p",          "0.9", "--do-sample",     "yes",       "--num-samples",
+            "2",      "--seed",           "9",   "--model.n_layer", "2"});
   EXPECT_EQ(p.command, fsdp::TrainCommand::kSample);
   EXPECT_EQ(p.sample.checkpoint, "ck");
-  EXPECT_EQ(p.sample.prompt, "--- Hello");
+  EXPECT_EQ(p.sample.prompts, (std::vector<std::string>{"--- Hello", ""}));
   EXPECT_EQ(p.sample.max_new_tokens, 5);
   EXPECT_EQ(p.sample.temperature, 0);
   EXPECT_EQ(p.sample.top_k, 3);
+  EXPECT_EQ(p.sample.top_p, 0.9);
+  EXPECT_EQ(p.sample.do_sample, true);
+  // Unset, they come from the model folder's generation_config.json (or our defaults).
+  const fsdp::ParsedArgs bare = args({"sample"});
+  EXPECT_FALSE(bare.sample.temperature || bare.sample.top_k || bare.sample.top_p ||
+               bare.sample.do_sample || bare.sample.max_new_tokens);
   EXPECT_EQ(p.sample.num_samples, 2);
   EXPECT_EQ(p.sample.seed, 9);
   EXPECT_EQ(p.config.model.n_layer, 2);
@@ -1128,6 +1155,9 @@ TEST(ConfigArgs, Errors) {
   EXPECT_TRUE(contains(args_error({"stray"}), "stray: unexpected argument"));
   EXPECT_EQ(args_error({"sample", "--top-k", "-1"}), "--top-k: -1 is out of range [0, 2147483647]");
   EXPECT_EQ(args_error({"sample", "--temperature", "hot"}), "--temperature: 'hot' is not a number");
+  EXPECT_TRUE(contains(args_error({"sample", "--top-p", "0"}), "--top-p: must be above 0"));
+  EXPECT_TRUE(contains(args_error({"sample", "--top-p", "1.5"}), "--top-p"));
+  EXPECT_TRUE(contains(args_error({"sample", "--do-sample", "maybe"}), "--do-sample"));
 }
 
 // Every numeric flag goes through one checked parser with a range: trailing text is not dropped,

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "factory/model_factory.h"
 #include "fsdp/checkpoint/checkpoint.h"
@@ -25,8 +26,10 @@
 #include "fsdp/config/config.h"
 #include "fsdp/fully_shard.h"
 #include "fsdp/models/gpt2.h"
+#include "fsdp/train/trainer.h"
 #include "hf/export.h"
 #include "hf/folder.h"
+#include "hf/generation.h"
 #include "train/run_data.h"
 
 namespace fsdp {
@@ -123,7 +126,8 @@ TEST_P(HfModel, LossLogitsAndGreedyTokensMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfModel,
                          ::testing::Values("gpt2", "gpt2-hub", "llama", "llama-tied",
-                                           "llama-linear", "qwen2", "mistral", "qwen3", "smollm3"),
+                                           "llama-linear", "qwen2", "mistral", "qwen3", "smollm3",
+                                           "phi3", "phi4-mini"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& ch : s) ch = std::isalnum(ch) ? ch : '_';
@@ -162,7 +166,7 @@ class TempFolder {
 // transformers 4.x and most Hub files spell RoPE as rope_theta + rope_scaling; 5.x writes
 // rope_parameters. Both give the same model.
 TEST(HfFolder, FourPointXRopeFieldsReadAsFiveDoes) {
-  for (const char* fixture : {"llama", "llama-linear", "qwen2"}) {
+  for (const char* fixture : {"llama", "llama-linear", "qwen2", "phi3", "phi4-mini"}) {
     TempFolder f(fixture);
     fs::copy_file(f.path() / "config_v4.json", f.path() / "config.json",
                   fs::copy_options::overwrite_existing);
@@ -223,6 +227,8 @@ TEST(HfFolder, PublishedConfigsLoadAsPublished) {
       {"Qwen2.5-0.5B-Instruct", 24, 896, 2, 0, true, false, {}},
       {"Qwen3-0.6B", 28, 1024, 8, 128, true, true, {}},
       {"Mistral-7B-Instruct-v0.3", 32, 4096, 8, 0, false, false, {}},
+      {"Phi-3.5-mini-instruct", 32, 3072, 32, 0, false, false, {}},
+      {"Phi-4-mini-instruct", 32, 3072, 8, 0, true, false, {}},
   };
   const fs::path dir = scratch("published");
   fs::create_directories(dir);
@@ -244,6 +250,13 @@ TEST(HfFolder, PublishedConfigsLoadAsPublished) {
     std::string nope;
     for (int64_t i : w.nope) nope += (nope.empty() ? "" : ",") + std::to_string(i);
     EXPECT_EQ(setting("model.nope_layers"), w.nope.empty() ? "(unset)" : nope);
+    if (std::string(w.file).rfind("Phi-", 0) == 0) {
+      EXPECT_EQ(setting("model.rope_scaling"), "longrope");
+      EXPECT_EQ(setting("model.rope_factor"), "32");  // 131072 / 4096
+      EXPECT_EQ(setting("model.fused_projections"), "true");
+      EXPECT_EQ(setting("model.partial_rotary_factor"),
+                std::string(w.file) == "Phi-4-mini-instruct" ? "0.75" : "1");
+    }
   }
   fs::remove_all(dir);
 }
@@ -321,7 +334,18 @@ TEST(HfFolder, WhatWeDoNotBuildIsRefusedByName) {
   EXPECT_NE(refused("smollm3", [](json& j) { j["no_rope_layers"] = {1}; }).find("no_rope_layers"),
             std::string::npos);
   EXPECT_NE(refused("qwen3", [](json& j) { j["model_type"] = "qwen3_moe"; })
-                .find("(gpt2, llama, mistral, qwen2, qwen3, smollm3)"),
+                .find("(gpt2, llama, mistral, phi3, qwen2, qwen3, smollm3)"),
+            std::string::npos);
+  EXPECT_NE(refused("phi3",
+                    [](json& j) {
+                      j["rope_parameters"]["short_factor"] = {1.0, 2.0};
+                    })
+                .find("longrope needs 8"),
+            std::string::npos);
+  EXPECT_NE(refused("phi3", [](json& j) { j["lm_head_bias"] = true; }).find("lm_head_bias"),
+            std::string::npos);
+  EXPECT_NE(refused("llama", [](json& j) { j["partial_rotary_factor"] = 0.5; })
+                .find("partial_rotary_factor"),
             std::string::npos);
 }
 
@@ -406,7 +430,7 @@ TEST(HfFolder, AConfigJsonThatContradictsItsWeightsIsRefusedBeforeBuilding) {
       << e;
   // Every fixture as saved passes (gpt2-hub: Hub-style names, the causal-mask buffers dropped).
   for (const char* fixture : {"gpt2", "gpt2-hub", "llama", "llama-linear", "llama-tied", "mistral",
-                              "qwen2", "qwen3", "smollm3"}) {
+                              "qwen2", "qwen3", "smollm3", "phi3", "phi4-mini"}) {
     EXPECT_NO_THROW(hf::check_folder_weights(pretrained_config(kModels / fixture))) << fixture;
   }
 }
@@ -573,6 +597,69 @@ TEST(HfExport, RefusesToWriteOverAFolderOrIntoTheCheckpoint) {
   EXPECT_NE(error(root).find("exists and is not an empty folder"), std::string::npos);
   EXPECT_TRUE(fs::exists(fs::path(step) / "COMMITTED"));  // nothing of it was touched
   fs::remove_all(root);
+}
+
+// `fsdp-train sample` on a folder is model.generate(**tokenizer(prompt)) (tests/hf/
+// make_fixtures.py, generate_fixture): each prompt with the post-processor's BOS, greedy as the
+// folder's generation_config.json says (do_sample false beside a temperature and a top_p), at most
+// its max_new_tokens, stopped at the second of its two EOS ids, an id the tokenizer lacks skipped
+// when decoding. Compared as decoded text, which holds every id the tokenizer knows.
+TEST(HfGenerate, SampleIsGenerateWithTheFoldersSettings) {
+  const fs::path dir = kModels / "llama-generate";
+  const json ref = read_json(dir / "reference.json");
+  const TrainConfig c =
+      pretrained_config(dir, {{"data.seq_len", "64"}, {"data.tokenizer_dir", dir.string()}});
+  SampleOptions options;
+  for (const auto& item : ref["cases"]) options.prompts.push_back(item["prompt"]);
+  std::ostringstream out;
+  const std::vector<std::string> texts = fsdp::sample(c, options, make_local_comm(), out);
+  ASSERT_EQ(texts.size(), ref["cases"].size()) << out.str();
+  for (size_t i = 0; i < texts.size(); ++i) {
+    EXPECT_EQ(texts[i], ref["cases"][i]["text"].get<std::string>()) << "prompt " << i;
+  }
+  const std::string log = out.str();
+  EXPECT_NE(log.find("greedy; at most 16 new tokens, stopping at EOS 2002, " +
+                     std::to_string(ref["stop_id"].get<int64_t>())),
+            std::string::npos)
+      << log;
+  // A flag beats the file: ten tokens at most, whatever the file says.
+  options.max_new_tokens = 10;
+  options.prompts = {ref["cases"][1]["prompt"]};
+  std::ostringstream capped;
+  const auto ten = fsdp::sample(c, options, make_local_comm(), capped);
+  EXPECT_NE(capped.str().find("at most 10 new tokens"), std::string::npos) << capped.str();
+  EXPECT_EQ(ten.at(0).size() < texts[1].size(), true);
+}
+
+TEST(HfGenerate, GenerationConfigIsReadAsTransformersReadsIt) {
+  const fs::path dir = scratch("generation");
+  fs::create_directories(dir);
+  auto write = [&](const char* name, const json& j) { std::ofstream(dir / name) << j.dump(); };
+  write("config.json", {{"eos_token_id", 7}});
+  EXPECT_EQ(hf::read_generation_defaults(dir.string()).eos_ids, std::vector<int64_t>{7});
+  write("generation_config.json", {{"eos_token_id", {3, 4}},
+                                   {"do_sample", true},
+                                   {"top_k", 20},
+                                   {"repetition_penalty", 1.1},
+                                   {"num_beams", 1},
+                                   {"transformers_version", "5.12.1"}});
+  const hf::GenerationDefaults g = hf::read_generation_defaults(dir.string());
+  EXPECT_EQ(g.eos_ids, (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(g.do_sample, true);
+  EXPECT_EQ(g.top_k, 20);
+  EXPECT_FALSE(g.temperature.has_value());
+  // What generate() would do that sample does not is named; a no-op value is not.
+  EXPECT_EQ(g.not_applied, std::vector<std::string>{"repetition_penalty = 1.1"});
+  write("generation_config.json", {{"temperature", "hot"}});
+  try {
+    hf::read_generation_defaults(dir.string());
+    ADD_FAILURE() << "a temperature of \"hot\" was read";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("generation_config.json: temperature: expected a number"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -368,7 +368,7 @@ TEST(Llama, ValidateNamesTheBadField) {
   invalid([](LlamaConfig& c) { c.n_head = 3; }, "dim (64) must be divisible by n_head (3)");
   invalid([](LlamaConfig& c) { c.n_kv_head = 3; }, "n_head (4) must be divisible by n_kv_head");
   invalid([](LlamaConfig& c) { c.n_kv_head = -1; }, "n_kv_head");
-  invalid([](LlamaConfig& c) { c.n_head = 64; }, "the head size (1) must be even");
+  invalid([](LlamaConfig& c) { c.n_head = 64; }, "the rotated channels of a head (1) must be even");
   invalid([](LlamaConfig& c) { c.vocab_size = 0; }, "LlamaConfig.vocab_size");
   invalid([](LlamaConfig& c) { c.max_position_embeddings = -1; }, "max_position_embeddings");
   invalid([](LlamaConfig& c) { c.dim = 0; }, "LlamaConfig.dim");

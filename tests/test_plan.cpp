@@ -59,6 +59,9 @@ TEST(ModelShapes, AreWhatBuildModelRegisters) {
   qwen3.model.qk_norm = true;
   qwen3.model.nope_layers = {0};
   configs.push_back(qwen3);
+  TrainConfig phi3 = llama;  // fused qkv_proj and gate_up_proj
+  phi3.model.fused_projections = true;
+  configs.push_back(phi3);
   for (const TrainConfig& c : configs) {
     const CausalLM lm = build_model(c);
     std::map<std::string, std::vector<int64_t>> built, known;

@@ -7,7 +7,7 @@
 #    (micro_batch_size doubled), within 1e-4;
 #  - `sample` prints the prompt and its continuation, the same text twice for the same seed;
 #  - fsdp-ckpt export writes a Hugging Face folder; `eval` of it and of the checkpoint give the
-#    run's validation loss, `sample` from it the checkpoint's text, a fine-tune from it starts there and train.export_dir
+#    run's validation loss, `sample` from it the checkpoint's greedy text, a fine-tune from it starts there and train.export_dir
 #    writes the tuned folder;
 #  - model.init_from a consolidated checkpoint reproduces its validation loss (every rank reading,
 #    or rank 0 alone with cpu_ram_efficient_loading);
@@ -146,11 +146,14 @@ for i in 1 2; do
 done
 grep -q "^The Congress" "$WORK/sample1.txt" || fail "the sample does not start with the prompt: $(cat "$WORK/sample1.txt")"
 cmp -s "$WORK/sample1.txt" "$WORK/sample2.txt" || fail "two samples with the same seed differ"
-((failures == 0)) && echo "ok: sample: $(sed -n 2p "$WORK/sample1.txt")"
+((failures == 0)) && echo "ok: sample: $(grep -A1 '^--- sample' "$WORK/sample1.txt" | tr '\n' ' ')"
+# The text after a sample's header line.
+sample_text() { sed -n '/^--- sample/,$p' "$1" | sed 1d; }
 
 # A Hugging Face folder out and back in: fsdp-ckpt export writes one; `eval` of it at 2 ranks gives
 # the straight run's step-20 validation loss, as `eval` of the checkpoint does; `sample` from it
-# continues the prompt as the checkpoint did; a fine-tune from it (model.pretrained) starts there.
+# continues the prompt as the checkpoint did (greedy: the folder's generation_config.json asks for
+# that, as transformers' default does); a fine-tune from it (model.pretrained) starts there.
 "$CK" export "$WORK/straight/ckpt" "$WORK/hf" >/dev/null || fail "fsdp-ckpt export exited $?"
 for f in config.json generation_config.json model.safetensors vocab.json merges.txt tokenizer_config.json; do
   [[ -s $WORK/hf/$f ]] || fail "export wrote no $f"
@@ -168,8 +171,12 @@ from_hf=$(evaluate --model.pretrained "$WORK/hf")
   fail "eval: checkpoint '$from_ckpt', folder '$from_hf', want the step-20 val loss '$want'"
 "$BIN/fsdp-train" sample --model.pretrained "$WORK/hf" --prompt "The Congress" \
   --max-new-tokens 12 --seed 7 >"$WORK/sample_hf.txt" 2>&1 || fail "sample from the folder exited $?"
-[[ $(sed 1d "$WORK/sample_hf.txt") == "$(sed 1d "$WORK/sample1.txt")" ]] ||
-  fail "sample from the folder differs: $(cat "$WORK/sample_hf.txt")"
+"$BIN/fsdp-train" sample --checkpoint "$WORK/straight/ckpt" --prompt "The Congress" \
+  --max-new-tokens 12 --temperature 0 >"$WORK/sample_greedy.txt" 2>&1 || fail "greedy sample exited $?"
+grep -q "^sample: greedy" "$WORK/sample_hf.txt" &&
+  [[ -n $(sample_text "$WORK/sample_hf.txt") &&
+     $(sample_text "$WORK/sample_hf.txt") == "$(sample_text "$WORK/sample_greedy.txt")" ]] ||
+  fail "sample from the folder differs from the checkpoint's greedy one: $(cat "$WORK/sample_hf.txt" "$WORK/sample_greedy.txt")"
 out=$(train 2 "$WORK/finetune" --train.micro_batch_size 4 --optim.max_steps 1 \
   --optim.warmup_steps 1 --train.checkpoint_every 1 --model.pretrained "$WORK/hf" \
   --train.export_dir "$WORK/hf_tuned" 2>&1)

@@ -50,6 +50,14 @@ double sample_number(const std::string& flag, const std::string& value, double h
   }
 }
 
+bool sample_bool(const std::string& flag, const std::string& value) {
+  try {
+    return config::to_bool(config::RawValue::scalar(value));
+  } catch (const config::ValueError& e) {
+    throw ConfigError("", 0, flag, e.what());
+  }
+}
+
 constexpr int64_t kMaxCount = int64_t{1} << 20;  // tokens or samples one run generates
 
 const SampleOptions kSampleDefaults;
@@ -82,23 +90,41 @@ const Flag kFlags[] = {
      [](ArgsState& s, const std::string&, const std::string* v) {
        s.out.sample.checkpoint = s.out.eval.checkpoint = *v;
      }},
-    {"--prompt", "TEXT", false, kForSample, "text to continue; empty: GPT-2's <|endoftext|>",
+    {"--prompt", "TEXT", false, kForSample,
+     "text to continue (repeatable: each continued on its own); none: a document's start",
      [] { return std::string("\"\""); },
-     [](ArgsState& s, const std::string&, const std::string* v) { s.out.sample.prompt = *v; }},
-    {"--max-new-tokens", "N", false, kForSample, "tokens generated per sample",
-     [] { return std::to_string(kSampleDefaults.max_new_tokens); },
+     [](ArgsState& s, const std::string&, const std::string* v) {
+       s.out.sample.prompts.push_back(*v);
+     }},
+    {"--max-new-tokens", "N", false, kForSample,
+     "tokens generated per sample at most (generation stops at an EOS id)",
+     [] { return std::string("the folder's generation_config.json, else 100"); },
      [](ArgsState& s, const std::string& f, const std::string* v) {
        s.out.sample.max_new_tokens = sample_int(f, *v, 1, kMaxCount);
      }},
-    {"--temperature", "T", false, kForSample, "logits are divided by T; 0: greedy (argmax)",
-     [] { return config::format_number(kSampleDefaults.temperature); },
+    {"--do-sample", "BOOL", false, kForSample, "true: sample; false: greedy (argmax)",
+     [] { return std::string("generation_config.json's do_sample; without one, true"); },
+     [](ArgsState& s, const std::string& f, const std::string* v) {
+       s.out.sample.do_sample = sample_bool(f, *v);
+     }},
+    {"--temperature", "T", false, kForSample,
+     "logits are divided by T before sampling; alone, 0 means greedy and above 0 sampling",
+     [] { return std::string("generation_config.json's, else 0.8"); },
      [](ArgsState& s, const std::string& f, const std::string* v) {
        s.out.sample.temperature = sample_number(f, *v, 1e6);
      }},
     {"--top-k", "K", false, kForSample, "sample among the K most likely tokens; 0: all",
-     [] { return std::to_string(kSampleDefaults.top_k); },
+     [] { return std::string("generation_config.json's, else 200"); },
      [](ArgsState& s, const std::string& f, const std::string* v) {
        s.out.sample.top_k = sample_int(f, *v, 0, INT32_MAX);
+     }},
+    {"--top-p", "P", false, kForSample,
+     "sample among the likeliest tokens whose probabilities sum to P (nucleus); 1: all",
+     [] { return std::string("generation_config.json's, else 1"); },
+     [](ArgsState& s, const std::string& f, const std::string* v) {
+       const double p = sample_number(f, *v, 1.0);
+       if (p <= 0) throw ConfigError("", 0, f, "must be above 0 and at most 1, got " + *v);
+       s.out.sample.top_p = p;
      }},
     {"--num-samples", "N", false, kForSample, "independent samples",
      [] { return std::to_string(kSampleDefaults.num_samples); },
@@ -337,13 +363,16 @@ std::string train_usage(TrainCommand command) {
                0)
         << "\n";
   } else {
-    out << "usage: fsdp-train sample [--checkpoint DIR] [--prompt TEXT] [--max-new-tokens N]\n"
-           "                         [--temperature T] [--top-k K] [--num-samples N] [--seed S]\n"
+    out << "usage: fsdp-train sample [--checkpoint DIR] [--prompt TEXT]... [--max-new-tokens N]\n"
+           "                         [--do-sample BOOL] [--temperature T] [--top-k K] [--top-p P]\n"
+           "                         [--num-samples N] [--seed S]\n"
            "                         [--config FILE] [--KEY VALUE]...\n\n"
         << wrap(
                "Generates text from a checkpoint, or from a Hugging Face folder "
-               "(--model.pretrained DIR). --config and --KEY VALUE are read as for "
-               "training (fsdp-train --help lists the keys).",
+               "(--model.pretrained DIR) as transformers' generate() does: each prompt encoded "
+               "with the tokenizer's special tokens, the folder's generation_config.json for "
+               "what a flag leaves unset, and a stop at its EOS ids. --config and --KEY VALUE "
+               "are read as for training (fsdp-train --help lists the keys).",
                0)
         << "\n";
   }

@@ -314,8 +314,8 @@ const char* block_class_name(ModelType type) {
 
 std::vector<std::string> block_class_aliases(ModelType type) {
   if (type == ModelType::kGPT2) return {"GPT2Block"};
-  return {"LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer",
-          "SmolLM3DecoderLayer"};
+  return {"LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer",
+          "Qwen3DecoderLayer", "SmolLM3DecoderLayer", "Phi3DecoderLayer"};
 }
 
 const char* to_string(AutoWrapPolicy policy) {
@@ -341,7 +341,8 @@ bool operator==(const ModelConfig& a, const ModelConfig& b) {
                     m.intermediate_size, m.rope_theta, m.tie_embeddings, m.head_dim, m.qkv_bias,
                     m.o_bias, m.mlp_bias, m.rope_scaling, m.rope_factor, m.rope_low_freq_factor,
                     m.rope_high_freq_factor, m.rope_original_max_positions, m.qk_norm,
-                    m.nope_layers);
+                    m.nope_layers, m.rope_short_factor, m.rope_long_factor, m.rope_attention_factor,
+                    m.partial_rotary_factor, m.fused_projections);
   };
   return fields(a) == fields(b);
 }

@@ -91,6 +91,23 @@ Option int_list_setting(const std::string& key, Ref ref, const std::string& help
   return o;
 }
 
+// A list of numbers ("1,1.5" or a YAML sequence), written back exactly.
+template <typename Ref>
+Option number_list_setting(const std::string& key, Ref ref, const std::string& help) {
+  Option o = setting(key, "list", help);
+  o.set = [ref](TrainConfig& c, const RawValue& v) {
+    std::vector<double> out;
+    for (const std::string& item : to_list(v)) out.push_back(to_number(RawValue::scalar(item)));
+    ref(c) = out;
+  };
+  o.get = [ref](const TrainConfig& c) {
+    std::vector<std::string> items;
+    for (double x : ref(c)) items.push_back(format_number(x));
+    return format_list(items);
+  };
+  return o;
+}
+
 template <typename E>
 using Names = std::vector<std::pair<std::string, E>>;
 
@@ -200,7 +217,7 @@ std::function<void(const RawValue&)> only_value(std::string expected, std::strin
 const Names<ModelType> kModelTypes = {{"gpt2", ModelType::kGPT2}, {"llama", ModelType::kLlama}};
 const Names<int> kFsdpVersions = {{"1", 1}, {"2", 2}};
 const Names<std::string> kRopeScalings = {
-    {"none", "none"}, {"linear", "linear"}, {"llama3", "llama3"}};
+    {"none", "none"}, {"linear", "linear"}, {"llama3", "llama3"}, {"longrope", "longrope"}};
 const Names<AttentionKernel> kAttentionKernels = {{"auto", AttentionKernel::kAuto},
                                                   {"fused", AttentionKernel::kFused},
                                                   {"explicit", AttentionKernel::kExplicit}};
@@ -481,6 +498,21 @@ std::vector<Option> model_section() {
       only_for(llama, int_setting("model.rope_original_max_positions",
                                   FIELD(model.rope_original_max_positions),
                                   "rope_scaling llama3: original_max_position_embeddings")),
+      only_for(llama, number_list_setting("model.rope_short_factor", FIELD(model.rope_short_factor),
+                                          "rope_scaling longrope: short_factor, one per rotated "
+                                          "channel pair")),
+      only_for(llama, number_list_setting("model.rope_long_factor", FIELD(model.rope_long_factor),
+                                          "rope_scaling longrope: long_factor, for a forward "
+                                          "longer than rope_original_max_positions")),
+      only_for(llama,
+               number_setting("model.rope_attention_factor", FIELD(model.rope_attention_factor),
+                              "rope_scaling longrope: cos and sin scaled by it; 0: "
+                              "sqrt(1 + ln rope_factor / ln rope_original_max_positions)")),
+      only_for(llama,
+               number_setting("model.partial_rotary_factor", FIELD(model.partial_rotary_factor),
+                              "the fraction of each head's channels RoPE turns (Phi-4-mini)")),
+      only_for(llama, bool_setting("model.fused_projections", FIELD(model.fused_projections),
+                                   "one qkv_proj and one gate_up_proj (Phi-3)")),
       only_for(llama, bool_setting("model.qk_norm", FIELD(model.qk_norm),
                                    "an RMSNorm of each query and key head (Qwen3)")),
       only_for(llama, int_list_setting("model.nope_layers", FIELD(model.nope_layers),

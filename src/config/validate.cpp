@@ -54,8 +54,13 @@ void check_llama(const Checks& k, const ModelConfig& m) {
                 num(m.kv_heads()) + "): each key/value head serves the same number of query heads");
   k.at_least("model.head_dim", m.head_dim, 0);
   const int64_t head = m.head_dim > 0 ? m.head_dim : m.dim / m.n_head;
-  k.require(head % 2 == 0, {"model.dim", "model.n_head", "model.head_dim"},
+  k.require(m.partial_rotary_factor > 0 && m.partial_rotary_factor <= 1,
+            {"model.partial_rotary_factor"}, "must be above 0 and at most 1");
+  const auto rotated = static_cast<int64_t>(static_cast<double>(head) * m.partial_rotary_factor);
+  k.require(rotated % 2 == 0 && rotated > 0,
+            {"model.dim", "model.n_head", "model.head_dim", "model.partial_rotary_factor"},
             "the head size (model.head_dim, or model.dim / model.n_head) = " + num(head) +
+                (m.partial_rotary_factor < 1 ? " times model.partial_rotary_factor" : "") +
                 " must be even for rotary embeddings");
   k.at_least("model.intermediate_size", m.intermediate_size, 1);
   k.positive("model.rope_theta", m.rope_theta);
@@ -66,6 +71,17 @@ void check_llama(const Checks& k, const ModelConfig& m) {
   }
   if (m.rope_scaling == "none") return;
   k.positive("model.rope_factor", m.rope_factor);
+  if (m.rope_scaling == "longrope") {
+    const size_t pairs = static_cast<size_t>(rotated / 2);
+    k.require(m.rope_short_factor.size() == pairs && m.rope_long_factor.size() == pairs,
+              {"model.rope_short_factor", "model.rope_long_factor"},
+              "longrope needs " + num(static_cast<int64_t>(pairs)) +
+                  " factors each (one per rotated channel pair), got " +
+                  num(static_cast<int64_t>(m.rope_short_factor.size())) + " and " +
+                  num(static_cast<int64_t>(m.rope_long_factor.size())));
+    k.at_least("model.rope_original_max_positions", m.rope_original_max_positions, 1);
+    return;
+  }
   if (m.rope_scaling != "llama3") return;
   k.positive("model.rope_low_freq_factor", m.rope_low_freq_factor);
   k.require(m.rope_high_freq_factor > m.rope_low_freq_factor,

@@ -33,9 +33,13 @@ CausalLM build_gpt2(const TrainConfig& config) {
 
 RopeScaling rope_scaling(const ModelConfig& m) {
   RopeScaling r;
-  r.type = m.rope_scaling == "linear"   ? RopeScalingType::kLinear
-           : m.rope_scaling == "llama3" ? RopeScalingType::kLlama3
-                                        : RopeScalingType::kNone;
+  r.type = m.rope_scaling == "linear"     ? RopeScalingType::kLinear
+           : m.rope_scaling == "llama3"   ? RopeScalingType::kLlama3
+           : m.rope_scaling == "longrope" ? RopeScalingType::kLongRope
+                                          : RopeScalingType::kNone;
+  r.short_factor = m.rope_short_factor;
+  r.long_factor = m.rope_long_factor;
+  r.attention_factor = m.rope_attention_factor;
   r.factor = m.rope_factor;
   r.low_freq_factor = m.rope_low_freq_factor;
   r.high_freq_factor = m.rope_high_freq_factor;
@@ -63,6 +67,8 @@ CausalLM build_llama(const TrainConfig& config) {
   c.mlp_bias = m.mlp_bias;
   c.rope_scaling = rope_scaling(m);
   c.qk_norm = m.qk_norm;
+  c.fused_projections = m.fused_projections;
+  c.partial_rotary_factor = m.partial_rotary_factor;
   c.nope_layers = m.nope_layers;
   c.deferred = true;
   Llama model(c);
@@ -120,6 +126,31 @@ ModelShapes gpt2_shapes(const TrainConfig& config) {
   return s;
 }
 
+// Phi-3's block: o_proj, qkv_proj, gate_up_proj, down_proj and the two norms, in its order.
+ModelShapes fused_shapes(const ModelConfig& m, ModelShapes s, int64_t q, int64_t kv,
+                         const std::vector<std::string>& q_keys) {
+  const int64_t d = m.dim, f = m.intermediate_size;
+  const std::string b = "model.layers.{}.";
+  const std::vector<std::string> qkv_keys = {"model.n_head", "model.n_kv_head", "model.head_dim",
+                                             "model.dim"};
+  const std::vector<std::string> mlp_keys = {"model.intermediate_size", "model.dim"};
+  const int64_t qkv = saturating_add(q, saturating_mul(2, kv));
+  s.block = {{b + "self_attn.o_proj.weight", {d, q}, q_keys}};
+  if (m.o_bias) s.block.push_back({b + "self_attn.o_proj.bias", {d}, {"model.dim"}});
+  s.block.push_back({b + "self_attn.qkv_proj.weight", {qkv, d}, qkv_keys});
+  if (m.qkv_bias) s.block.push_back({b + "self_attn.qkv_proj.bias", {qkv}, qkv_keys});
+  s.block.push_back({b + "mlp.gate_up_proj.weight", {saturating_mul(2, f), d}, mlp_keys});
+  if (m.mlp_bias)
+    s.block.push_back({b + "mlp.gate_up_proj.bias", {saturating_mul(2, f)}, mlp_keys});
+  s.block.push_back({b + "mlp.down_proj.weight", {d, f}, mlp_keys});
+  if (m.mlp_bias) s.block.push_back({b + "mlp.down_proj.bias", {d}, {"model.dim"}});
+  s.block.push_back({b + "input_layernorm.weight", {d}, {"model.dim"}});
+  s.block.push_back({b + "post_attention_layernorm.weight", {d}, {"model.dim"}});
+  s.blocks = m.n_layer;
+  s.blocks_key = "model.n_layer";
+  return s;
+}
+
 ModelShapes llama_shapes(const TrainConfig& config) {
   const ModelConfig& m = config.model;
   const int64_t d = m.dim, f = m.intermediate_size;
@@ -136,6 +167,7 @@ ModelShapes llama_shapes(const TrainConfig& config) {
     s.outer.push_back({"lm_head.weight", {m.vocab_size, d}, {"model.vocab_size", "model.dim"}});
   }
   const std::string b = "model.layers.{}.";
+  if (m.fused_projections) return fused_shapes(m, s, q, kv, q_keys);
   s.block = {{b + "self_attn.q_proj.weight", {q, d}, q_keys}};
   if (m.qkv_bias) s.block.push_back({b + "self_attn.q_proj.bias", {q}, q_keys});
   s.block.push_back({b + "self_attn.k_proj.weight", {kv, d}, kv_keys});

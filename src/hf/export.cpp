@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -117,6 +118,20 @@ std::string llama_family(const ModelConfig& m, const ojson& base) {
         "export: model.qk_norm and model.nope_layers together are no transformers family (Qwen3 "
         "has q/k norms, SmolLM3 layers without RoPE)");
   }
+  if (m.fused_projections) {
+    if (m.qkv_bias || m.o_bias || m.mlp_bias || m.qk_norm || !m.nope_layers.empty()) {
+      throw std::runtime_error(
+          "export: model.fused_projections is Phi-3's layout, which has no biases, q/k norms or "
+          "NoPE layers");
+    }
+    return "phi3";
+  }
+  if (m.partial_rotary_factor != 1.0 || m.rope_scaling == "longrope") {
+    throw std::runtime_error(
+        "export: model.partial_rotary_factor and longrope RoPE are Phi-3's "
+        "(model.fused_projections)"
+        "; no other transformers family this export writes has them");
+  }
   if (m.qk_norm || !m.nope_layers.empty()) {
     const std::string family = m.qk_norm ? "qwen3" : "smollm3";
     if (m.qkv_bias != m.o_bias || (m.qk_norm && m.mlp_bias)) {
@@ -140,7 +155,16 @@ std::string llama_family(const ModelConfig& m, const ojson& base) {
 
 void set_rope(ojson& c, const ModelConfig& m) {
   ojson scaling = nullptr;
-  if (m.rope_scaling != "none") {
+  if (m.rope_scaling == "longrope") {
+    // The factor stays implied by max_position_embeddings / original, as Phi-3 publishes it.
+    scaling = {{"rope_type", "longrope"},
+               {"short_factor", m.rope_short_factor},
+               {"long_factor", m.rope_long_factor}};
+    if (m.rope_attention_factor > 0) scaling["attention_factor"] = m.rope_attention_factor;
+    c["original_max_position_embeddings"] = m.rope_original_max_positions;
+    c["max_position_embeddings"] = static_cast<int64_t>(
+        std::llround(m.rope_factor * static_cast<double>(m.rope_original_max_positions)));
+  } else if (m.rope_scaling != "none") {
     scaling = {{"rope_type", m.rope_scaling}, {"factor", m.rope_factor}};
     if (m.rope_scaling == "llama3") {
       scaling["low_freq_factor"] = m.rope_low_freq_factor;
@@ -151,17 +175,20 @@ void set_rope(ojson& c, const ModelConfig& m) {
   if (c.contains("rope_parameters")) {  // transformers 5's spelling: keep it
     ojson p = scaling.is_null() ? ojson{{"rope_type", "default"}} : scaling;
     p["rope_theta"] = m.rope_theta;
+    if (m.partial_rotary_factor != 1.0) p["partial_rotary_factor"] = m.partial_rotary_factor;
     c["rope_parameters"] = p;
     return;
   }
   c["rope_theta"] = m.rope_theta;
   c["rope_scaling"] = scaling;
+  if (m.partial_rotary_factor != 1.0) c["partial_rotary_factor"] = m.partial_rotary_factor;
 }
 
 ojson llama_config(const TrainConfig& t, ojson c) {
   const ModelConfig& m = t.model;
   const std::string family = llama_family(m, c);
-  const char* arch = family == "qwen2"     ? "Qwen2ForCausalLM"
+  const char* arch = family == "phi3"      ? "Phi3ForCausalLM"
+                     : family == "qwen2"   ? "Qwen2ForCausalLM"
                      : family == "qwen3"   ? "Qwen3ForCausalLM"
                      : family == "smollm3" ? "SmolLM3ForCausalLM"
                      : family == "mistral" ? "MistralForCausalLM"

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -85,6 +86,7 @@ const std::set<std::string> kHarmless = {
     "pretraining_tp",
     "is_llama_config",         // nanotron's marker in SmolLM2's files
     "transformers.js_config",  // the browser runtime's settings (SmolLM2)
+    "auto_map",                // remote code for trust_remote_code, which we never run (Phi-3)
     "no_rope_layer_interval",  // SmolLM3: read where no_rope_layers is absent
     "partial_rotary_factor",
     "sliding_window",
@@ -222,10 +224,14 @@ void read_gpt2(Reader& r) {
 void check_rope_keys(const Reader& r, const json& rope, const std::string& field,
                      const std::string& type) {
   if (!rope.is_object()) return;
-  std::set<std::string> known = {"rope_type", "type", "rope_theta"};
-  if (type == "linear" || type == "llama3") known.insert("factor");
+  std::set<std::string> known = {"rope_type", "type", "rope_theta", "partial_rotary_factor"};
+  if (type == "linear" || type == "llama3" || type == "longrope") known.insert("factor");
   if (type == "llama3") {
     known.insert({"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"});
+  }
+  if (type == "longrope") {
+    known.insert(
+        {"short_factor", "long_factor", "attention_factor", "original_max_position_embeddings"});
   }
   for (const auto& [key, value] : rope.items()) {
     if (!known.count(key)) {
@@ -234,8 +240,75 @@ void check_rope_keys(const Reader& r, const json& rope, const std::string& field
   }
 }
 
+// A list of numbers of the RoPE object, as "a,b,c" for a list setting.
+std::string number_list(const Reader& r, const json& rope, const std::string& field,
+                        const char* key) {
+  if (!rope.contains(key) || !rope[key].is_array()) {
+    r.fail(field + "." + key, "expected a list of numbers");
+  }
+  std::string out;
+  char buf[32];
+  for (const json& x : rope[key]) {
+    if (!x.is_number())
+      r.fail(field + "." + key, "expected numbers, got " + json_bounds::excerpt(x));
+    std::snprintf(buf, sizeof buf, "%.17g", x.get<double>());
+    out += (out.empty() ? "" : ",") + std::string(buf);
+  }
+  return out;
+}
+
+// Phi-3's longrope: its factors, the pretraining context (config.json's
+// original_max_position_embeddings, or the RoPE object's), and the scaling factor, which
+// transformers takes as max_position_embeddings over that context when the object gives none.
+void read_longrope(Reader& r, const json& rope, const std::string& field,
+                   const std::function<double(const char*, double)>& get) {
+  r.set("model.rope_short_factor", number_list(r, rope, field, "short_factor"),
+        field + ".short_factor");
+  r.set("model.rope_long_factor", number_list(r, rope, field, "long_factor"),
+        field + ".long_factor");
+  int64_t original = 0;
+  if (rope.contains("original_max_position_embeddings")) {
+    original = static_cast<int64_t>(get("original_max_position_embeddings", 0));
+  } else {
+    original = r.integer("original_max_position_embeddings");
+  }
+  r.use("original_max_position_embeddings");
+  if (original <= 0) r.fail("original_max_position_embeddings", "must be positive");
+  r.set("model.rope_original_max_positions", std::to_string(original),
+        "original_max_position_embeddings");
+  const double factor = rope.contains("factor")
+                            ? get("factor", 1.0)
+                            : static_cast<double>(r.integer("max_position_embeddings")) /
+                                  static_cast<double>(original);
+  r.set_number("model.rope_factor", factor, "max_position_embeddings");
+  if (rope.contains("attention_factor")) {
+    r.set_number("model.rope_attention_factor", get("attention_factor", 0),
+                 field + ".attention_factor");
+  }
+}
+
+// partial_rotary_factor, top-level (4.x) or in rope_parameters (5): read for Phi-3, which
+// implements it; for the other families only the whole head is rotated.
+void read_partial_rotary(Reader& r, const std::string& type, const json& rope,
+                         const std::string& field) {
+  const bool in_rope = rope.is_object() && rope.contains("partial_rotary_factor");
+  const double factor = in_rope ? (rope["partial_rotary_factor"].is_number()
+                                       ? rope["partial_rotary_factor"].get<double>()
+                                       : -1)
+                                : r.number("partial_rotary_factor", 1.0);
+  const std::string where = in_rope ? field + ".partial_rotary_factor" : "partial_rotary_factor";
+  r.use("partial_rotary_factor");
+  if (type == "phi3") {
+    if (!(factor > 0 && factor <= 1)) r.fail(where, "must be above 0 and at most 1");
+    r.set_number("model.partial_rotary_factor", factor, where);
+  } else if (factor != 1.0) {
+    r.fail(where, json_bounds::excerpt(json(factor)) + " is not implemented for model_type '" +
+                      type + "' (transformers rotates the whole head there)");
+  }
+}
+
 // rope_parameters (transformers 5) or rope_theta and rope_scaling (4.x and most Hub files).
-void read_rope(Reader& r) {
+void read_rope(Reader& r, const std::string& model_type) {
   const bool v5 = r.has("rope_parameters");
   const std::string field = v5 ? "rope_parameters" : "rope_scaling";
   json rope =
@@ -244,7 +317,7 @@ void read_rope(Reader& r) {
   if (v5 && r.has("rope_scaling")) {
     r.fail("rope_scaling", "given beside rope_parameters: keep one spelling");
   }
-  auto get = [&](const char* name, double fallback) {
+  const std::function<double(const char*, double)> get = [&](const char* name, double fallback) {
     if (!rope.is_object() || !rope.contains(name)) return fallback;
     if (!rope[name].is_number()) r.fail(field + "." + name, "expected a number");
     return rope[name].get<double>();
@@ -258,15 +331,20 @@ void read_rope(Reader& r) {
       type = rope[key].get<std::string>();
     }
   }
+  if (model_type == "phi3" && (type == "su" || type == "yarn")) type = "longrope";  // Phi3Config's
+  read_partial_rotary(r, model_type, rope, field);
   if (type == "default") {
     r.set("model.rope_scaling", "none", field);
+  } else if (type == "longrope" && model_type == "phi3") {
+    r.set("model.rope_scaling", "longrope", field + ".rope_type");
+    read_longrope(r, rope, field, get);
   } else if (type == "linear" || type == "llama3") {
     r.set("model.rope_scaling", type, field + ".rope_type");
     r.set_number("model.rope_factor", get("factor", 1.0), field + ".factor");
   } else {
     r.fail(field + ".rope_type", "'" + type +
-                                     "' is not implemented; fsdp.cpp has default, linear and "
-                                     "llama3 rotary embeddings");
+                                     "' is not implemented; fsdp.cpp has default, linear, "
+                                     "llama3 and (Phi-3's) longrope rotary embeddings");
   }
   check_rope_keys(r, rope, field, type);
   if (type == "llama3") {
@@ -282,7 +360,8 @@ void read_rope(Reader& r) {
 
 // A sliding window shorter than the run's sequences is attention we do not compute.
 void check_sliding_window(Reader& r, const std::string& type, int64_t context_length) {
-  const bool on = type == "mistral" || r.boolean("use_sliding_window", false);
+  // Mistral and Phi-3 apply any sliding_window; Qwen's and SmolLM3's need use_sliding_window.
+  const bool on = type == "mistral" || type == "phi3" || r.boolean("use_sliding_window", false);
   if (on && r.has("sliding_window") && r.integer("sliding_window") < context_length) {
     r.fail("sliding_window", std::to_string(r.integer("sliding_window")) +
                                  " is shorter than the run's context (" +
@@ -330,9 +409,22 @@ void read_nope_layers(Reader& r) {
   r.set("model.nope_layers", list, "no_rope_layers");
 }
 
+// Phi-3: fused projections, no biases. Phi-4-mini's file also carries fields of its remote code
+// that transformers' Phi3 does not read; they are accepted at the values it publishes.
+void read_phi3(Reader& r) {
+  r.set_bool("model.fused_projections", true, "model_type");
+  for (const char* f : {"attention_bias", "mlp_bias", "lm_head_bias"}) {
+    r.require_value(f, false, "Phi-3's projections have no biases");
+  }
+  r.require_value("full_attn_mod", 1, "Phi-4-mini's published value, which transformers ignores");
+  r.require_value("interpolate_factor", 1,
+                  "Phi-4-mini's published value, which transformers ignores");
+}
+
 // Which projections carry biases. Llama, Qwen3 and SmolLM3: attention_bias is q, k, v and o, and
 // (Llama, SmolLM3) mlp_bias the feed-forward's; Qwen2: q, k and v always; Mistral: none.
 void read_biases(Reader& r, const std::string& type) {
+  if (type == "phi3") return;  // read_phi3
   const bool attention_bias = r.boolean("attention_bias", false);
   r.use("attention_bias");
   r.set_bool("model.qkv_bias", type == "qwen2" || attention_bias, "attention_bias");
@@ -363,15 +455,15 @@ void read_llama_family(Reader& r, const std::string& type, int64_t context_lengt
   read_biases(r, type);
   if (type == "qwen3") r.set_bool("model.qk_norm", true, "model_type");
   if (type == "smollm3") read_nope_layers(r);
+  if (type == "phi3") read_phi3(r);
   r.require_value("hidden_act", "silu", "the SwiGLU feed-forward");
-  r.require_value("partial_rotary_factor", 1.0, "rotary embeddings over the whole head");
   // nanotron's field, which transformers ignores (it always rotates the two halves of a head):
   // interleaved pairs would need the q/k weights permuted to mean what their trainer meant.
   r.require_value("rope_interleaved", false, "rotate_half pairs channel i with i + head_dim / 2");
   r.require_value("use_mrope", false, "Qwen2-VL's multimodal RoPE");
-  read_rope(r);
+  read_rope(r, type);
   check_sliding_window(r, type, context_length);
-  note_dropout(r, {"attention_dropout"});
+  note_dropout(r, {"attention_dropout", "resid_pdrop", "embd_pdrop"});
 }
 
 // config.json, bounded: at most json_bounds::kMaxSmallJsonBytes (1 MiB, as a YAML config) and
@@ -389,9 +481,9 @@ json parse_json_file(const std::string& path) {
 }
 
 const std::map<std::string, std::string> kArchitectures = {
-    {"gpt2", "GPT2LMHeadModel"},       {"llama", "LlamaForCausalLM"},
-    {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"},
-    {"qwen3", "Qwen3ForCausalLM"},     {"smollm3", "SmolLM3ForCausalLM"}};
+    {"gpt2", "GPT2LMHeadModel"},   {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"},
+    {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}, {"smollm3", "SmolLM3ForCausalLM"},
+    {"phi3", "Phi3ForCausalLM"}};
 
 std::string known_types() {
   std::string out;

@@ -1,7 +1,8 @@
 // Llama: configuration checks, the modules' forward passes and the deterministic initialisation.
 // Meant to be read in one sitting, transcribing HF's modeling_llama (rotary embeddings default,
 // linear or llama3-scaled; the optional biases of Llama, Qwen2 and Mistral shapes; Qwen3's q/k
-// norms; SmolLM3's layers without rotary embeddings);
+// norms; SmolLM3's layers without rotary embeddings; Phi-3's fused projections and partial,
+// longrope rotary embeddings);
 // attention through causal_attention (fused on LibTorch 2.x, HF's eager path written out on
 // 1.13 or on request); no dropout, no KV cache.
 //
@@ -19,6 +20,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include "fsdp/hooks.h"
 #include "fsdp/init.h"
@@ -58,8 +60,11 @@ void LlamaConfig::validate() const {
   require(n_head % kv_heads() == 0, "n_head (" + std::to_string(n_head) +
                                         ") must be divisible by n_kv_head (" +
                                         std::to_string(kv_heads()) + ")");
-  require(head_dim() % 2 == 0,
-          "the head size (" + std::to_string(head_dim()) + ") must be even for rotary embeddings");
+  require(partial_rotary_factor > 0 && partial_rotary_factor <= 1,
+          "partial_rotary_factor must be in (0, 1], got " + std::to_string(partial_rotary_factor));
+  require(rotary_dim() % 2 == 0 && rotary_dim() > 0,
+          "the rotated channels of a head (" + std::to_string(rotary_dim()) +
+              ") must be even and positive: rotary embeddings rotate pairs of channels");
   if (rope_scaling.type != RopeScalingType::kNone) {
     require(rope_scaling.factor > 0,
             "rope_scaling.factor must be positive, got " + std::to_string(rope_scaling.factor));
@@ -70,6 +75,16 @@ void LlamaConfig::validate() const {
             "rope_scaling needs 0 < low_freq_factor < high_freq_factor, got " +
                 std::to_string(rope_scaling.low_freq_factor) + " and " +
                 std::to_string(rope_scaling.high_freq_factor));
+    require(rope_scaling.original_max_position_embeddings > 0,
+            "rope_scaling.original_max_position_embeddings must be positive");
+  }
+  if (rope_scaling.type == RopeScalingType::kLongRope) {
+    const size_t pairs = static_cast<size_t>(rotary_dim() / 2);
+    require(
+        rope_scaling.short_factor.size() == pairs && rope_scaling.long_factor.size() == pairs,
+        "longrope needs short_factor and long_factor of rotary_dim / 2 = " + std::to_string(pairs) +
+            " values each, got " + std::to_string(rope_scaling.short_factor.size()) + " and " +
+            std::to_string(rope_scaling.long_factor.size()));
     require(rope_scaling.original_max_position_embeddings > 0,
             "rope_scaling.original_max_position_embeddings must be positive");
   }
@@ -131,6 +146,7 @@ at::Tensor llama3_inv_freq(const at::Tensor& inv_freq, const RopeScaling& r) {
 at::Tensor scaled_inv_freq(const at::Tensor& inv_freq, const RopeScaling& r) {
   switch (r.type) {
     case RopeScalingType::kNone:
+    case RopeScalingType::kLongRope:  // its factors divide inside the power (longrope_inv_freq)
       return inv_freq;
     case RopeScalingType::kLinear:
       return inv_freq / r.factor;
@@ -140,26 +156,62 @@ at::Tensor scaled_inv_freq(const at::Tensor& inv_freq, const RopeScaling& r) {
   return inv_freq;
 }
 
+// HF's _compute_longrope_parameters: 1 / (factor_i * theta^(2i / rd)), in fp32.
+at::Tensor longrope_inv_freq(const at::Tensor& exponent, double theta,
+                             const std::vector<double>& factors) {
+  const at::Tensor ext = at::tensor(factors, at::kDouble).to(at::kFloat);
+  return 1.0 / (ext * at::pow(theta, exponent));
+}
+
+// transformers' default for the longrope attention factor.
+double longrope_attention_factor(const RopeScaling& r) {
+  if (r.attention_factor > 0) return r.attention_factor;
+  if (r.factor <= 1.0) return 1.0;
+  return std::sqrt(1 + std::log(r.factor) /
+                           std::log(static_cast<double>(r.original_max_position_embeddings)));
+}
+
+// cos and sin of position * inv_freq, each frequency repeated for both halves of the rotated
+// channels, times `scale` in fp32 (longrope's attention factor; 1 otherwise).
+std::pair<at::Tensor, at::Tensor> rope_tables(int64_t positions, const at::Tensor& inv_freq,
+                                              double scale) {
+  at::Tensor t = at::arange(positions, at::TensorOptions().dtype(at::kFloat));
+  at::Tensor freqs = at::outer(t, inv_freq);     // [positions, rd / 2]
+  at::Tensor emb = at::cat({freqs, freqs}, -1);  // [positions, rd]
+  if (scale == 1.0) return {emb.cos(), emb.sin()};
+  return {emb.cos() * scale, emb.sin() * scale};
+}
+
 }  // namespace
 
 LlamaRotaryEmbedding::LlamaRotaryEmbedding(const LlamaConfig& config) {
-  const int64_t hs = config.head_dim();
-  const auto f32 = at::TensorOptions().dtype(at::kFloat);
-  // inv_freq[i] = 1 / theta^(2i / hs), in fp32 as HF computes it, then scaled.
-  at::Tensor exponent = at::arange(0, hs, 2, at::kLong).to(at::kFloat) / static_cast<double>(hs);
-  at::Tensor inv_freq =
-      scaled_inv_freq(1.0 / at::pow(config.rope_theta, exponent), config.rope_scaling);
-  at::Tensor t = at::arange(config.max_position_embeddings, f32);
-  at::Tensor freqs = at::outer(t, inv_freq);     // [max_pos, hs / 2]
-  at::Tensor emb = at::cat({freqs, freqs}, -1);  // [max_pos, hs]: both halves of each head
-  cos_ = emb.cos();
-  sin_ = emb.sin();
+  const int64_t rd = config.rotary_dim();
+  const RopeScaling& r = config.rope_scaling;
+  // inv_freq[i] = 1 / theta^(2i / rd), in fp32 as HF computes it, then scaled.
+  at::Tensor exponent = at::arange(0, rd, 2, at::kLong).to(at::kFloat) / static_cast<double>(rd);
+  if (r.type != RopeScalingType::kLongRope) {
+    at::Tensor inv_freq = scaled_inv_freq(1.0 / at::pow(config.rope_theta, exponent), r);
+    std::tie(cos_, sin_) = rope_tables(config.max_position_embeddings, inv_freq, 1.0);
+    return;
+  }
+  const double scale = longrope_attention_factor(r);
+  std::tie(cos_, sin_) =
+      rope_tables(config.max_position_embeddings,
+                  longrope_inv_freq(exponent, config.rope_theta, r.short_factor), scale);
+  std::tie(long_cos_, long_sin_) =
+      rope_tables(config.max_position_embeddings,
+                  longrope_inv_freq(exponent, config.rope_theta, r.long_factor), scale);
+  long_after_ = r.original_max_position_embeddings;
 }
 
 std::pair<at::Tensor, at::Tensor> LlamaRotaryEmbedding::tables(int64_t T,
                                                                const at::Tensor& like) const {
+  // transformers' longrope picks its factors by the forward's length (dynamic_rope_update).
+  const bool long_tables = long_cos_.defined() && T > long_after_;
+  const at::Tensor& cos = long_tables ? long_cos_ : cos_;
+  const at::Tensor& sin = long_tables ? long_sin_ : sin_;
   // A no-op conversion for fp32 on the CPU; otherwise rounded to the compute dtype, as HF does.
-  return {cos_.narrow(0, 0, T).to(like.options()), sin_.narrow(0, 0, T).to(like.options())};
+  return {cos.narrow(0, 0, T).to(like.options()), sin.narrow(0, 0, T).to(like.options())};
 }
 
 namespace {
@@ -189,8 +241,15 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& config,
     : n_head(config.n_head),
       n_kv_head(config.kv_heads()),
       head_dim(config.head_dim()),
+      rotary_dim(config.rotary_dim()),
       attention(config.attention),
       rope_(std::move(rope)) {
+  if (config.fused_projections) {  // Phi-3 registers o_proj first
+    o_proj = register_module("o_proj", linear(n_head * head_dim, config.dim, config.o_bias));
+    qkv_proj = register_module(
+        "qkv_proj", linear(config.dim, (n_head + 2 * n_kv_head) * head_dim, config.qkv_bias));
+    return;
+  }
   q_proj = register_module("q_proj", linear(config.dim, n_head * head_dim, config.qkv_bias));
   k_proj = register_module("k_proj", linear(config.dim, n_kv_head * head_dim, config.qkv_bias));
   v_proj = register_module("v_proj", linear(config.dim, n_kv_head * head_dim, config.qkv_bias));
@@ -205,18 +264,36 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), hs = head_dim;
   // Qwen3's norms act on each head's channels, before the heads move to dimension 1.
   auto heads = [&](const at::Tensor& t, int64_t n, LlamaRMSNorm& norm) {
-    at::Tensor h = t.view({B, T, n, hs});
+    at::Tensor h = t.reshape({B, T, n, hs});
     return (norm ? norm->forward(h) : h).transpose(1, 2);
   };
+  at::Tensor q_rows, k_rows, v_rows;
+  if (qkv_proj) {  // Phi-3: one projection, rows of the queries, then keys, then values
+    const at::Tensor qkv = qkv_proj->forward(x);
+    q_rows = qkv.narrow(-1, 0, n_head * hs);
+    k_rows = qkv.narrow(-1, n_head * hs, n_kv_head * hs);
+    v_rows = qkv.narrow(-1, (n_head + n_kv_head) * hs, n_kv_head * hs);
+  } else {
+    q_rows = q_proj->forward(x);
+    k_rows = k_proj->forward(x);
+    v_rows = v_proj->forward(x);
+  }
   LlamaRMSNorm none{nullptr};
-  at::Tensor q = heads(q_proj->forward(x), n_head, q_norm);     // [B, nh, T, hs]
-  at::Tensor k = heads(k_proj->forward(x), n_kv_head, k_norm);  // [B, nkv, T, hs]
-  at::Tensor v = heads(v_proj->forward(x), n_kv_head, none);
+  at::Tensor q = heads(q_rows, n_head, q_norm);     // [B, nh, T, hs]
+  at::Tensor k = heads(k_rows, n_kv_head, k_norm);  // [B, nkv, T, hs]
+  at::Tensor v = heads(v_rows, n_kv_head, none);
   if (rope_) {
-    // Rotate queries and keys by their position; cos/sin [T, hs] broadcast over B and heads.
+    // Rotate queries and keys by their position; cos/sin [T, rd] broadcast over B and heads. A
+    // partial rotary embedding turns the first rd channels and passes the rest.
     auto [cos, sin] = rope_->tables(T, x);
-    q = q * cos + rotate_half(q) * sin;
-    k = k * cos + rotate_half(k) * sin;
+    auto rotate = [&, cos = cos, sin = sin](const at::Tensor& t) {
+      if (rotary_dim == hs) return t * cos + rotate_half(t) * sin;
+      const at::Tensor r = t.narrow(-1, 0, rotary_dim);
+      return at::cat({r * cos + rotate_half(r) * sin, t.narrow(-1, rotary_dim, hs - rotary_dim)},
+                     -1);
+    };
+    q = rotate(q);
+    k = rotate(k);
   }
   k = repeat_kv(k, n_head / n_kv_head);
   v = repeat_kv(v, n_head / n_kv_head);
@@ -230,12 +307,20 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x) {
 
 LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& config) {
   const int64_t C = config.dim, F = config.intermediate_size;
-  gate_proj = register_module("gate_proj", linear(C, F, config.mlp_bias));
-  up_proj = register_module("up_proj", linear(C, F, config.mlp_bias));
+  if (config.fused_projections) {
+    gate_up_proj = register_module("gate_up_proj", linear(C, 2 * F, config.mlp_bias));
+  } else {
+    gate_proj = register_module("gate_proj", linear(C, F, config.mlp_bias));
+    up_proj = register_module("up_proj", linear(C, F, config.mlp_bias));
+  }
   down_proj = register_module("down_proj", linear(F, C, config.mlp_bias));
 }
 
 at::Tensor LlamaMLPImpl::forward(const at::Tensor& x) {
+  if (gate_up_proj) {  // Phi-3: gate then up in one projection
+    const auto halves = gate_up_proj->forward(x).chunk(2, -1);
+    return down_proj->forward(halves[1] * at::silu(halves[0]));
+  }
   return down_proj->forward(at::silu(gate_proj->forward(x)) * up_proj->forward(x));
 }
 

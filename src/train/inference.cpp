@@ -5,9 +5,12 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <optional>
+#include <sstream>
 
 #include "factory/model_factory.h"
 #include "fsdp/checkpoint/checkpoint.h"
@@ -16,6 +19,7 @@
 #include "fsdp/fully_shard.h"
 #include "fsdp/train/trainer.h"
 #include "hf/folder.h"
+#include "hf/generation.h"
 #include "train/preflight.h"
 #include "train/run_data.h"
 #include "train/run_log.h"
@@ -30,30 +34,60 @@ std::string checkpoint_folder(const std::string& path) {
   return path;
 }
 
-// The next token after `logits` [V] (fp32): greedy when temperature is 0, else drawn from the
-// top-k tokens' softmax at that temperature.
-int64_t next_token(at::Tensor logits, const SampleOptions& o, at::Generator& gen) {
-  if (o.temperature <= 0) return logits.argmax().item<int64_t>();
-  logits = logits / o.temperature;
-  if (o.top_k > 0 && o.top_k < logits.numel()) {
-    const double kth = std::get<0>(logits.topk(o.top_k)).min().item<double>();
-    logits = logits.masked_fill(logits < kth, -std::numeric_limits<float>::infinity());
+// How each token is picked and when generation stops: the flags on top of the model folder's
+// generation_config.json (transformers' defaults for what it leaves out), or of nanoGPT's
+// sampling for a model from no folder.
+struct Decoding {
+  bool do_sample = true;
+  double temperature = 0.8, top_p = 1.0;
+  int64_t top_k = 200;
+  std::optional<int64_t> max_new_tokens;  // unset: max_length less the prompt, else 100
+  std::optional<int64_t> max_length;      // the folder's: prompt and new tokens together
+  std::vector<int64_t> eos;               // generation stops after any of these
+  std::string source;                     // where the defaults came from, for the log
+
+  int64_t new_tokens(size_t prompt) const {
+    if (max_new_tokens) return *max_new_tokens;
+    if (max_length) return std::max<int64_t>(0, *max_length - static_cast<int64_t>(prompt));
+    return 100;
+  }
+};
+
+// The next token after `logits` [V] (fp32): the argmax, or drawn from the softmax at the
+// temperature over the top_k tokens, then over the likeliest whose mass reaches top_p, in the
+// order transformers' logits warpers apply them.
+int64_t next_token(at::Tensor logits, const Decoding& d, at::Generator& gen) {
+  if (!d.do_sample || d.temperature <= 0) return logits.argmax().item<int64_t>();
+  const double inf = std::numeric_limits<float>::infinity();
+  logits = logits / d.temperature;
+  if (d.top_k > 0 && d.top_k < logits.numel()) {
+    const double kth = std::get<0>(logits.topk(d.top_k)).min().item<double>();
+    logits = logits.masked_fill(logits < kth, -inf);
+  }
+  if (d.top_p < 1.0) {  // TopPLogitsWarper: drop the unlikeliest whose mass stays below 1 - p
+    const auto sorted = logits.sort(/*dim=*/0, /*descending=*/false);
+    at::Tensor drop = std::get<0>(sorted).softmax(0).cumsum(0) <= (1.0 - d.top_p);
+    drop[-1] = false;  // the likeliest always stays
+    logits = logits.masked_fill(at::zeros_like(drop).scatter(0, std::get<1>(sorted), drop), -inf);
   }
   return at::multinomial(logits.softmax(0), 1, false, gen).item<int64_t>();
 }
 
-std::vector<int64_t> generate(const CausalLM& lm, std::vector<int64_t> ids, const SampleOptions& o,
+std::vector<int64_t> generate(const CausalLM& lm, std::vector<int64_t> ids, const Decoding& d,
                               uint64_t seed, Comm& world, c10::Device device) {
   at::NoGradGuard no_grad;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  for (int64_t i = 0; i < o.max_new_tokens; ++i) {
+  const int64_t new_tokens = d.new_tokens(ids.size());
+  for (int64_t i = 0; i < new_tokens; ++i) {
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(ids.size()), lm.context_length);
     at::Tensor idx = at::tensor(std::vector<int64_t>(ids.end() - n, ids.end()), at::kLong);
     at::Tensor logits = lm.forward(idx.unsqueeze(0).to(device)).select(0, 0).select(0, n - 1);
-    int64_t token = next_token(logits.to(at::kFloat).to(at::kCPU), o, gen);  // a CPU generator
-    // Rank 0 decides, so that every rank feeds the same sequence to the next (collective) forward.
+    int64_t token = next_token(logits.to(at::kFloat).to(at::kCPU), d, gen);  // a CPU generator
+    // Rank 0 decides, so that every rank feeds the same sequence to the next (collective) forward
+    // and stops at the same EOS.
     world.broadcast(&token, 1, DType::kInt64, 0);
     ids.push_back(token);
+    if (std::find(d.eos.begin(), d.eos.end(), token) != d.eos.end()) break;
   }
   return ids;
 }
@@ -143,41 +177,120 @@ LoadedModel load_model(const TrainConfig& config, const std::string& checkpoint,
   return m;
 }
 
+// The decoding the flags and the model's folder (model.pretrained, also for a checkpoint of a run
+// that started from one) ask for; `notes` gets what the folder asks that we do not do.
+Decoding resolve_decoding(const SampleOptions& o, const TrainConfig& model,
+                          const data::Tokenizer& tokenizer, std::vector<std::string>& notes) {
+  Decoding d;
+  d.source = "fsdp.cpp's defaults";
+  if (const auto eos = tokenizer.eos_id()) d.eos = {*eos};
+  std::error_code ec;
+  if (!model.model.pretrained.empty() &&
+      std::filesystem::is_directory(model.model.pretrained, ec)) {
+    const hf::GenerationDefaults g = hf::read_generation_defaults(model.model.pretrained);
+    // transformers' GenerationConfig defaults, which a folder without the file also gets.
+    d = Decoding{false, 1.0, 1.0, 50, g.max_new_tokens, g.max_length, d.eos, ""};
+    d.do_sample = g.do_sample.value_or(false);
+    d.temperature = g.temperature.value_or(1.0);
+    d.top_p = g.top_p.value_or(1.0);
+    d.top_k = g.top_k.value_or(50);
+    if (!g.eos_ids.empty()) d.eos = g.eos_ids;
+    d.source = g.file.empty() ? "transformers' defaults: " + model.model.pretrained +
+                                    " has no generation_config.json"
+                              : g.file;
+    for (const std::string& field : g.not_applied) {
+      notes.push_back(g.file + "'s " + field +
+                      " is not applied (sample does temperature, top_k and top_p)");
+    }
+  }
+  if (o.temperature) {
+    d.temperature = *o.temperature;
+    if (!o.do_sample) d.do_sample = *o.temperature > 0;
+  }
+  if (o.do_sample) d.do_sample = *o.do_sample;
+  if (o.top_k) d.top_k = *o.top_k;
+  if (o.top_p) d.top_p = *o.top_p;
+  if (o.max_new_tokens) d.max_new_tokens = o.max_new_tokens;
+  return d;
+}
+
+std::string describe(const Decoding& d) {
+  std::ostringstream s;
+  if (d.do_sample && d.temperature > 0) {
+    s << "sampling at temperature " << d.temperature << ", top_k " << d.top_k << ", top_p "
+      << d.top_p;
+  } else {
+    s << "greedy";
+  }
+  s << "; at most ";
+  if (d.max_new_tokens || !d.max_length) {
+    s << d.new_tokens(0) << " new tokens";
+  } else {
+    s << *d.max_length << " tokens with the prompt";
+  }
+  if (d.eos.empty()) s << ", no EOS";
+  for (size_t i = 0; i < d.eos.size(); ++i) s << (i ? ", " : ", stopping at EOS ") << d.eos[i];
+  s << " (" << d.source << ")";
+  return s.str();
+}
+
+// tokenizer(prompt): with the post-processor's special tokens; an empty prompt that gets none
+// starts a document with BOS, or GPT-2's <|endoftext|>.
+std::vector<int64_t> encode_prompt(const data::Tokenizer& tokenizer, const std::string& prompt,
+                                   const std::string& tokenizer_dir) {
+  std::vector<int64_t> ids;
+  for (int32_t id : tokenizer.encode_with_special_tokens(prompt)) ids.push_back(id);
+  if (ids.empty()) {
+    const std::optional<int32_t> start =
+        tokenizer.bos_id() ? tokenizer.bos_id() : tokenizer.eos_id();
+    if (!start) {
+      throw std::invalid_argument("sample: --prompt is empty and the tokenizer in " +
+                                  tokenizer_dir +
+                                  " has no BOS or EOS token to start from; give a prompt");
+    }
+    ids.push_back(*start);
+  }
+  return ids;
+}
+
+// decode(ids) as transformers' decode does it: ids beyond the tokenizer's (embedding rows a
+// tokenizer does not use, as Qwen2.5's 271 and padded vocabularies have) are skipped.
+std::string decode_known(const data::Tokenizer& tokenizer, const std::vector<int64_t>& ids) {
+  std::vector<int32_t> known;
+  for (int64_t id : ids) {
+    if (id >= 0 && id <= tokenizer.max_id()) known.push_back(static_cast<int32_t>(id));
+  }
+  return tokenizer.decode(known);
+}
+
 }  // namespace
 
 std::vector<std::string> sample(const TrainConfig& config, const SampleOptions& options,
                                 CommPtr world, std::ostream& out) {
   if (config.train.num_threads > 0) at::set_num_threads(config.train.num_threads);
-  const LoadedModel m =
-      load_model(config, options.checkpoint, options.overrides, options.seed, world);
-  if (world->rank() == 0) {
-    for (const auto& note : m.notes) out << "sample: " << note << "\n";
-  }
+  LoadedModel m = load_model(config, options.checkpoint, options.overrides, options.seed, world);
   const CausalLM& lm = m.lm;
   const auto tokenizer = data::load_tokenizer(m.config.data.tokenizer_dir);
   check_vocabulary_fits(m.config, *tokenizer);
-  std::vector<int64_t> prompt;
-  for (int32_t id : tokenizer->encode(options.prompt)) prompt.push_back(id);
-  if (prompt.empty()) {  // an empty prompt starts a document: BOS, or GPT-2's <|endoftext|>
-    const std::optional<int32_t> start =
-        tokenizer->bos_id() ? tokenizer->bos_id() : tokenizer->eos_id();
-    if (!start) {
-      throw std::invalid_argument("sample: --prompt is empty and the tokenizer in " +
-                                  m.config.data.tokenizer_dir +
-                                  " has no BOS or EOS token to start from; give a prompt");
-    }
-    prompt.push_back(*start);
+  const Decoding decoding = resolve_decoding(options, m.config, *tokenizer, m.notes);
+  if (world->rank() == 0) {
+    for (const auto& note : m.notes) out << "sample: " << note << "\n";
+    out << "sample: " << describe(decoding) << "\n";
   }
-
+  const std::vector<std::string> prompts =
+      options.prompts.empty() ? std::vector<std::string>{""} : options.prompts;
   std::vector<std::string> texts;
-  for (int64_t s = 0; s < options.num_samples; ++s) {
-    const auto ids = generate(lm, prompt, options, static_cast<uint64_t>(options.seed + s), *world,
-                              m.sharded->device());
-    std::vector<int32_t> narrow(ids.begin(), ids.end());
-    texts.push_back(tokenizer->decode(narrow));
-    if (world->rank() == 0) {
-      out << "--- sample " << s + 1 << " of " << options.num_samples << " (" << m.source << ")\n"
-          << texts.back() << "\n";
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const auto prompt = encode_prompt(*tokenizer, prompts[p], m.config.data.tokenizer_dir);
+    for (int64_t s = 0; s < options.num_samples; ++s) {
+      const auto ids = generate(lm, prompt, decoding, static_cast<uint64_t>(options.seed + s),
+                                *world, m.sharded->device());
+      texts.push_back(decode_known(*tokenizer, ids));
+      if (world->rank() == 0) {
+        out << "--- " << (prompts.size() > 1 ? "prompt " + std::to_string(p + 1) + ", " : "")
+            << "sample " << s + 1 << " of " << options.num_samples << " (" << m.source << ")\n"
+            << texts.back() << "\n";
+      }
     }
   }
   return texts;

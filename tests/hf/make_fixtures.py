@@ -388,6 +388,25 @@ def model_specs():
                                 rope_theta=1000000.0, head_dim=32, bos_token_id=None,
                                 eos_token_id=VOCAB - 1),
                   torch.bfloat16, None),
+        # Phi-3.5-mini shape: fused qkv_proj and gate_up_proj, longrope (short factors apply at
+        # 16 tokens, attention factor from max_position_embeddings / original), untied.
+        "phi3": ("phi3", dict(common, tie_word_embeddings=False, rms_norm_eps=1e-5,
+                              rope_theta=10000.0, max_position_embeddings=256,
+                              original_max_position_embeddings=8,
+                              rope_scaling={"rope_type": "longrope",
+                                            "short_factor": [1.0, 1.1, 1.3, 1.0, 2.0, 1.5, 1.2, 1.0],
+                                            "long_factor": [1.0, 2.0, 4.0, 8.0, 16.0, 24.0, 32.0, 40.0]},
+                              bos_token_id=None, eos_token_id=VOCAB - 1, pad_token_id=None),
+                 torch.float32, None),
+        # Phi-4-mini shape: partial rotary 0.75 (12 of 16 channels), longrope, tied.
+        "phi4-mini": ("phi3", dict(common, tie_word_embeddings=True, rms_norm_eps=1e-5,
+                                   rope_theta=10000.0, max_position_embeddings=256,
+                                   original_max_position_embeddings=32, partial_rotary_factor=0.75,
+                                   rope_scaling={"rope_type": "longrope",
+                                                 "short_factor": [1.0, 1.2, 1.0, 1.5, 1.0, 1.1],
+                                                 "long_factor": [1.0, 3.0, 5.0, 7.0, 9.0, 11.0]},
+                                   bos_token_id=None, eos_token_id=VOCAB - 1, pad_token_id=None),
+                      torch.bfloat16, None),
         # SmolLM3: layer 1 without RoPE (NoPE), attention_bias on, untied.
         "smollm3": ("smollm3", dict(common, tie_word_embeddings=False, rms_norm_eps=1e-6,
                                     rope_theta=5000000.0, no_rope_layers=[1, 0],
@@ -426,8 +445,13 @@ def reference(folder, input_ids, extra=None):
     with torch.no_grad():
         gen = model.generate(input_ids[:1, :8], attention_mask=torch.ones_like(input_ids[:1, :8]),
                              max_new_tokens=8, do_sample=False)[0, 8:].tolist()
-    # generate() stops at EOS: it must agree with the plain argmax loop up to its length.
-    assert gen == greedy[:len(gen)], (folder, gen, greedy)
+    # generate() stops at EOS: it must agree with the plain argmax loop up to its length. Not
+    # where longrope crosses original_max_position_embeddings mid-generation: generate()'s KV
+    # cache keeps keys rotated with the short factors, the loop recomputes them with the long.
+    rope = model.config.rope_parameters or {}
+    crosses = (rope.get("rope_type") == "longrope" and
+               8 <= rope["original_max_position_embeddings"] < 16)
+    assert crosses or gen == greedy[:len(gen)], (folder, gen, greedy)
     model64 = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64,
                                                    attn_implementation="eager").eval()
     assert next(model64.parameters()).dtype == torch.float64
@@ -535,6 +559,61 @@ def model_fixtures(out, only=None):
             gpt2_hub(root, loaded, input_ids, ref)
 
 
+GENERATE_PROMPTS = ["The Congress", "Fellow citizens, 2026 — naïve café", ""]
+
+
+def generate_fixture(out):
+    """models/llama-generate: a Llama with the llama3 tokenizer (BOS from its post-processor)
+    and an embedding larger than the tokenizer, whose generation_config.json asks for greedy
+    decoding, 16 new tokens at most and two EOS ids; reference.json holds what
+    model.generate(**tokenizer(prompt)) gives for each prompt, ids and decoded text. The lm_head
+    row of an id the tokenizer lacks is made to win one step, and the second EOS is a token greedy
+    decoding reaches, so that skipping unknown ids and stopping at a listed EOS both show."""
+    folder = os.path.join(out, "models", "llama-generate")
+    shutil.rmtree(folder, ignore_errors=True)
+    tok = AutoTokenizer.from_pretrained(os.path.join(out, "tokenizers", "llama3"))
+    vocab = 2048  # the tokenizer's ids end at 2002
+    assert len(tok) < vocab
+    torch.manual_seed(4242)
+    config = transformers.AutoConfig.for_model(
+        "llama", vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        initializer_range=INIT_RANGE, tie_word_embeddings=False, rope_theta=500000.0,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    unknown = vocab - 5
+    enc = tok(GENERATE_PROMPTS[0], return_tensors="pt")
+    with torch.no_grad():
+        plain = model.generate(**enc, max_new_tokens=16, do_sample=False, eos_token_id=None)
+        third = int(plain[0, enc["input_ids"].shape[1] + 2])
+        model.lm_head.weight[unknown] = 3.0 * model.lm_head.weight[third]
+        plain = model.generate(**enc, max_new_tokens=16, do_sample=False, eos_token_id=None)
+    new = plain[0, enc["input_ids"].shape[1]:].tolist()
+    assert unknown in new, new
+    stop = next(t for t in new[8:] if t != unknown and t < len(tok))
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    gen = {"do_sample": False, "temperature": 0.6, "top_p": 0.9, "max_new_tokens": 16,
+           "eos_token_id": [tok.eos_token_id, stop], "bos_token_id": tok.bos_token_id,
+           "repetition_penalty": 1.0}
+    write_json(os.path.join(folder, "generation_config.json"), gen, indent=2)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                  attn_implementation="eager").eval()
+    cases = []
+    for prompt in GENERATE_PROMPTS:
+        enc = tok(prompt, return_tensors="pt")
+        with torch.no_grad():
+            ids = loaded.generate(**enc)[0].tolist()
+        cases.append({"prompt": prompt, "prompt_ids": enc["input_ids"][0].tolist(), "ids": ids,
+                      "text": tok.decode(ids)})
+    ref = {"cases": cases, "unknown_id": unknown, "stop_id": stop,
+           "transformers_version": transformers.__version__, "torch_version": torch.__version__}
+    write_json(os.path.join(folder, "reference.json"), ref, indent=1)
+    for c in cases:
+        print(f"llama-generate {c['prompt']!r}: {len(c['ids']) - len(c['prompt_ids'])} new, "
+              f"stops at {c['ids'][-1]}, unknown id {'in' if unknown in c['ids'] else 'not in'} it")
+
+
 def gpt2_hub(root, model, input_ids, gpt2_ref):
     """The gpt2 weights under openai-community/gpt2's key names: no 'transformer.' prefix, no
     lm_head (tied), and the h.N.attn.bias causal-mask buffers ([1, 1, n_positions, n_positions]
@@ -587,6 +666,8 @@ def main():
         tokenizer_fixtures(docs, args.out)
     if args.only != "tokenizers":
         model_fixtures(args.out, args.model)
+        if args.model is None or "llama-generate" in args.model:
+            generate_fixture(args.out)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,20 @@ MODELS = {
               torch.bfloat16, None),
     "smollm3": ("smollm3", "llama3", dict(SMALL, no_rope_layers=[1, 0], attention_bias=True,
                                           pad_token_id=None), torch.float32, None),
+    # Phi-3.5 and Phi-4-mini shapes: longrope with the long factors at 64 tokens (above 32), partial
+    # rotary 0.75 for the second.
+    "phi3": ("phi3", "llama2", dict(SMALL, original_max_position_embeddings=32, pad_token_id=None,
+                                    rope_scaling={"rope_type": "longrope",
+                                                  "short_factor": [1.0, 1.1, 1.3, 1.0, 2.0, 1.5, 1.2, 1.0],
+                                                  "long_factor": [1.0, 2.0, 4.0, 8.0, 16.0, 24.0, 32.0, 40.0]}),
+             torch.float32, None),
+    "phi4-mini": ("phi3", "bytelevel", dict(SMALL, original_max_position_embeddings=32,
+                                            partial_rotary_factor=0.75, tie_word_embeddings=True,
+                                            pad_token_id=None,
+                                            rope_scaling={"rope_type": "longrope",
+                                                          "short_factor": [1.0, 1.2, 1.0, 1.5, 1.0, 1.1],
+                                                          "long_factor": [1.0, 3.0, 5.0, 7.0, 9.0, 11.0]}),
+                  torch.bfloat16, None),
 }
 
 
@@ -66,8 +80,9 @@ def make(out):
         for layer in model.model.layers if model_type != "gpt2" else []:
             # Non-zero biases and norms other than one, so that a dropped tensor shows.
             attn = layer.self_attn
-            for proj in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj):
-                if proj.bias is not None:
+            for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                proj = getattr(attn, name, None)
+                if proj is not None and proj.bias is not None:
                     torch.nn.init.normal_(proj.bias, std=0.1)
             if model_type == "qwen3":
                 torch.nn.init.normal_(attn.q_norm.weight, mean=1.0, std=0.2)

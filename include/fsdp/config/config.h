@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -86,15 +87,23 @@ struct ModelConfig {
   bool qkv_bias = false;        // biases on the q, k and v projections (Qwen2)
   bool o_bias = false;          // a bias on the output projection (with qkv_bias: attention_bias)
   bool mlp_bias = false;        // biases on the feed-forward projections
-  // RoPE frequency scaling: "none", "linear" (every frequency divided by rope_factor) or "llama3"
+  // RoPE frequency scaling: "none", "linear" (every frequency divided by rope_factor), "llama3"
   // (Llama 3.1's: long wavelengths divided by rope_factor, short ones kept, the band between
   // blended; the band's edges are rope_original_max_positions / rope_low_freq_factor and / rope_
-  // high_freq_factor). Defaults: none, 1, 1, 4, 8192 (Llama 3.1's values but the factor).
+  // high_freq_factor) or "longrope" (Phi-3's, below). Defaults: none, 1, 1, 4, 8192 (Llama 3.1's
+  // values but the factor).
   std::string rope_scaling = "none";
   double rope_factor = 1.0;
   double rope_low_freq_factor = 1.0;
   double rope_high_freq_factor = 4.0;
   int64_t rope_original_max_positions = 8192;
+  // Phi-3's longrope ("longrope" above): the factors dividing each rotated channel pair's
+  // frequency in a forward of at most rope_original_max_positions tokens (short) and beyond (long),
+  // and the factor cos and sin are scaled by (0: derived from rope_factor, as transformers does).
+  std::vector<double> rope_short_factor, rope_long_factor;
+  double rope_attention_factor = 0;
+  double partial_rotary_factor = 1.0;  // the fraction of a head's channels RoPE turns (Phi-4-mini)
+  bool fused_projections = false;      // Phi-3's qkv_proj and gate_up_proj
   bool qk_norm = false;  // Qwen3's RMSNorm of each query and key head (q_norm, k_norm)
   // Layers without rotary embeddings (SmolLM3's NoPE layers), by index. Default none.
   std::vector<int64_t> nope_layers;
@@ -381,12 +390,24 @@ struct SampleOptions {
   // A step folder, or a checkpoint root with `latest`. Default: the model.pretrained folder when
   // that is set, else train.checkpoint_dir.
   std::string checkpoint;
-  std::string prompt;            // text to continue; empty (default): GPT-2's <|endoftext|> token
-  int64_t max_new_tokens = 100;  // tokens generated per sample
-  double temperature = 0.8;      // logits divided by it before sampling; 0: greedy (argmax)
-  int64_t top_k = 200;           // sample among the k most likely tokens; 0: all
-  int64_t num_samples = 1;       // independent samples printed
-  int64_t seed = 1337;           // sampling RNG seed
+  // Texts to continue (--prompt, repeatable), each on its own and encoded as transformers'
+  // tokenizer(prompt) does: with the post-processor's special tokens (Llama 3's BOS). None: one
+  // empty prompt, which starts a document (BOS, or GPT-2's <|endoftext|>).
+  std::vector<std::string> prompts;
+  // How to pick each token. Unset: as the model folder's generation_config.json says
+  // (transformers' defaults for what it leaves out: greedy, temperature 1, top_k 50, top_p 1),
+  // or, for a model without one, nanoGPT's: sampling at temperature 0.8 among the 200 likeliest.
+  // A temperature given alone decides do_sample (0: greedy).
+  std::optional<bool> do_sample;
+  std::optional<double> temperature;  // logits divided by it before sampling
+  std::optional<int64_t> top_k;       // sample among the k most likely tokens; 0: all
+  std::optional<double> top_p;        // ... and among the likeliest whose mass reaches p; 1: all
+  // Tokens generated per sample at most; generation stops earlier at an EOS id (the folder's
+  // generation_config.json or config.json, a list allowed; else the tokenizer's EOS). Unset: the
+  // folder's max_new_tokens (or max_length less the prompt), else 100.
+  std::optional<int64_t> max_new_tokens;
+  int64_t num_samples = 1;  // independent samples of each prompt
+  int64_t seed = 1337;      // sampling RNG seed
   // --KEY VALUE flags, applied on top of a checkpoint's saved config (a model folder's config is
   // the caller's, which already has them). Keys of the model's architecture must not change it.
   std::vector<ConfigOverride> overrides;

@@ -35,21 +35,28 @@ namespace fsdp {
 // Rotary frequency scaling (HF's rope_scaling / rope_parameters "rope_type"): kNone is the plain
 // theta^(-2i/hs); kLinear divides every frequency by `factor` (position interpolation); kLlama3 is
 // Llama 3.1's: wavelengths above original_max_position_embeddings / low_freq_factor divided by
-// `factor`, those below original / high_freq_factor kept, the band between blended.
-enum class RopeScalingType { kNone, kLinear, kLlama3 };
+// `factor`, those below original / high_freq_factor kept, the band between blended; kLongRope is
+// Phi-3's: frequency i divided by short_factor[i], or by long_factor[i] in a forward longer than
+// original_max_position_embeddings, and cos and sin scaled by attention_factor.
+enum class RopeScalingType { kNone, kLinear, kLlama3, kLongRope };
 
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::kNone;
-  double factor = 1.0;
+  double factor = 1.0;  // kLongRope: the model's context over the original (its attention factor)
   double low_freq_factor = 1.0;                     // kLlama3 only
   double high_freq_factor = 4.0;                    // kLlama3 only
-  int64_t original_max_position_embeddings = 8192;  // kLlama3 only
+  int64_t original_max_position_embeddings = 8192;  // kLlama3 and kLongRope
+  std::vector<double> short_factor, long_factor;    // kLongRope: one per rotated channel pair
+  // kLongRope: cos and sin are multiplied by it; 0 (default): sqrt(1 + ln factor / ln original)
+  // when factor > 1, else 1, as transformers derives it.
+  double attention_factor = 0;
 };
 
 // Shapes default to HF's LlamaConfig (Llama 2 7B); vocabulary and norm epsilon do not (see there).
 // The same module tree serves the Llama-shaped families, each a difference of a field or two, as
 // transformers' modular files derive them from Llama: Mistral (no sliding window), Qwen2 (biases on
-// the q/k/v projections), Qwen3 (q/k norms), SmolLM3 (layers without rotary embeddings).
+// the q/k/v projections), Qwen3 (q/k norms), SmolLM3 (layers without rotary embeddings), Phi-3
+// (fused projections, partial and longrope rotary embeddings).
 struct LlamaConfig {
   int64_t vocab_size = 50257;              // GPT-2's BPE, the tokenizer of this project (HF: 32000)
   int64_t max_position_embeddings = 2048;  // context length: the longest sequence forward accepts
@@ -74,6 +81,12 @@ struct LlamaConfig {
   // Layers whose attention rotates neither queries nor keys (SmolLM3's NoPE layers, config.json's
   // no_rope_layers[i] == 0), by index. Default none.
   std::vector<int64_t> nope_layers;
+  // Phi-3's fused projections: one "qkv_proj" for queries, keys and values (their rows in that
+  // order) and one "gate_up_proj" for the feed-forward's gate and up halves. Default false.
+  bool fused_projections = false;
+  // The fraction of each head's channels the rotary embedding turns (the first ones; Phi-4-mini's
+  // 0.75), the rest passing unrotated. Default 1.
+  double partial_rotary_factor = 1.0;
   // The attention kernel (fsdp/models/attention.h). Default kAuto: fused on LibTorch 2.x.
   AttentionKernel attention = AttentionKernel::kAuto;
   // Build the parameters deferred (fsdp/init.h), for fully_shard with
@@ -91,6 +104,10 @@ struct LlamaConfig {
   int64_t kv_heads() const { return n_kv_head == 0 ? n_head : n_kv_head; }
   int64_t head_dim() const { return head_dim_override > 0 ? head_dim_override : dim / n_head; }
   bool rotates(int64_t layer) const;  // false for a NoPE layer
+  // Channels of a head the rotary embedding turns: head_dim() * partial_rotary_factor, truncated.
+  int64_t rotary_dim() const {
+    return static_cast<int64_t>(static_cast<double>(head_dim()) * partial_rotary_factor);
+  }
 
   // A small model for tests and examples: vocab 256, context 64, 64 channels, 2 layers, 4 query
   // heads sharing 2 key/value heads, feed-forward 176, untied.
@@ -116,11 +133,14 @@ TORCH_MODULE(LlamaRMSNorm);
 class LlamaRotaryEmbedding {
  public:
   explicit LlamaRotaryEmbedding(const LlamaConfig& config);
-  // Rows [0, T) of the tables in `like`'s dtype and device: cos and sin, each [T, head_dim].
+  // Rows [0, T) of the tables in `like`'s dtype and device: cos and sin, each [T, rotary_dim]; a
+  // longrope model's long tables when T exceeds original_max_position_embeddings.
   std::pair<at::Tensor, at::Tensor> tables(int64_t T, const at::Tensor& like) const;
 
  private:
-  at::Tensor cos_, sin_;  // [max_position_embeddings, head_dim], fp32, CPU
+  at::Tensor cos_, sin_;            // [max_position_embeddings, rotary_dim], fp32, CPU
+  at::Tensor long_cos_, long_sin_;  // kLongRope only
+  int64_t long_after_ = 0;          // kLongRope: T above which the long tables apply
 };
 
 // Causal self-attention with rotary embeddings and grouped-query attention ("self_attn"): each
@@ -136,7 +156,9 @@ class LlamaAttentionImpl : public torch::nn::Module {
   torch::nn::Linear o_proj{nullptr};  // nh * hs -> C
   LlamaRMSNorm q_norm{nullptr};       // over hs, config.qk_norm only
   LlamaRMSNorm k_norm{nullptr};
-  int64_t n_head = 0, n_kv_head = 0, head_dim = 0;
+  // config.fused_projections: C -> (nh + 2 * nkv) * hs in place of q_proj, k_proj and v_proj.
+  torch::nn::Linear qkv_proj{nullptr};
+  int64_t n_head = 0, n_kv_head = 0, head_dim = 0, rotary_dim = 0;
   AttentionKernel attention = AttentionKernel::kAuto;
 
  private:
@@ -152,6 +174,8 @@ class LlamaMLPImpl : public torch::nn::Module {
 
   torch::nn::Linear gate_proj{nullptr};  // C -> intermediate_size
   torch::nn::Linear up_proj{nullptr};    // C -> intermediate_size
+  // config.fused_projections: C -> 2 * intermediate_size (gate, then up) in place of the two.
+  torch::nn::Linear gate_up_proj{nullptr};
   torch::nn::Linear down_proj{nullptr};  // intermediate_size -> C
 };
 TORCH_MODULE(LlamaMLP);
