@@ -8,8 +8,9 @@
 # trained on the bundled corpus; fsdp-train fine-tunes each for 20 steps on 2 ranks from the folder
 # (model.pretrained) and writes the result as a folder (train.export_dir); `fsdp-train eval` scores
 # it on a fixed held-out batch; then transformers loads every exported folder (from_pretrained, no
-# missing or unexpected keys, the same model_type, the same tokenizer ids) and its loss must equal ours within 1e-5
-# relative. Results: build/hf-roundtrip/report.json. Needs root (the chroot), scripts/setup.sh's
+# missing or unexpected keys, the same model_type, the same tokenizer ids), its loss must equal ours within 1e-5
+# relative, and `fsdp-train sample --temperature 0` of it gives generate()'s text. Results:
+# build/hf-roundtrip/report.json. Needs root (the chroot), scripts/setup.sh's
 # build and the assets. Usage: scripts/hf_roundtrip.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,7 @@ W=$PWD/build/hf-roundtrip
 rm -rf "$W"
 mkdir -p "$W/out"
 SID=(env FSDP_CHROOT_SUITE=sid scripts/chroot.sh)
+PROMPT="Fellow citizens of the Senate"  # tests/hf/roundtrip.py PROMPT
 "${SID[@]}" bash -c 'python3 -c "import transformers" 2>/dev/null ||
   apt-get install -y -q python3-transformers python3-tokenizers python3-torch python3-safetensors >/dev/null'
 "${SID[@]}" python3 tests/hf/roundtrip.py make "$W"
@@ -30,5 +32,7 @@ for m in gpt2 llama llama-tied llama-linear qwen2 mistral qwen3 smollm3 phi3 phi
   build/bin/fsdp-train eval --model.pretrained "$W/out/$m" --data.dataset "$W/in/$m/batch.bin" \
     --data.val_dataset "$W/in/$m/batch.bin" --data.seq_len 64 --data.cache_dir "$W/cache" \
     --train.micro_batch_size 4 --train.eval_batches 2 2>&1 | grep '^eval:' | tee "$W/out/$m.ours.txt"
+  build/bin/fsdp-train sample --model.pretrained "$W/out/$m" --prompt "$PROMPT" --temperature 0 \
+    --max-new-tokens 12 >"$W/out/$m.sample.txt" 2>&1 || { cat "$W/out/$m.sample.txt"; exit 1; }
 done
 "${SID[@]}" python3 tests/hf/roundtrip.py check "$W"

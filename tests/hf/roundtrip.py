@@ -21,6 +21,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOKENIZERS = os.path.join(REPO, "tests", "data", "hf", "tokenizers")
 SEQ, WINDOWS = 64, 8
+PROMPT = "Fellow citizens of the Senate"  # scripts/hf_roundtrip.sh PROMPT
 
 SMALL = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.1)
@@ -122,15 +123,26 @@ def check(out):
         ours = float(open(os.path.join(dst, "..", name + ".ours.txt")).read().split()[2].rstrip(","))
         rel = abs(theirs - ours) / theirs
         type_ok = model.config.model_type == AutoConfig.from_pretrained(src).model_type
-        ok = keys_ok and tok_ok and type_ok and rel < 1e-5
+        # fsdp-train sample --temperature 0 against generate(**tokenizer(prompt)), greedy.
+        tok = AutoTokenizer.from_pretrained(dst)
+        with torch.no_grad():
+            gen = model.generate(**tok(PROMPT, return_tensors="pt"), do_sample=False,
+                                 max_new_tokens=12)[0]
+        printed = open(os.path.join(dst, "..", name + ".sample.txt"), encoding="utf-8").read()
+        # The text follows the "--- sample 1 of 1 (...)" line.
+        ours_text = printed.split("\n--- sample 1 of 1", 1)[-1].split("\n", 1)[-1].rstrip("\n")
+        sample_ok = ours_text == tok.decode(gen)
+        ok = keys_ok and tok_ok and type_ok and sample_ok and rel < 1e-5
         failures += not ok
         report["models"][name] = dict(missing=sorted(info["missing_keys"]), unexpected=sorted(info["unexpected_keys"]),
                                       tokenizer_ids_equal=tok_ok, loss_transformers=theirs,
+                                      sample_equals_generate=sample_ok, generate=tok.decode(gen),
+                                      sample=ours_text,
                                       loss_fsdp_cpp=ours, relative_difference=rel,
                                       model_type=model.config.model_type,
                                       files=sorted(os.listdir(dst)))
-        print("%-13s %s  type %s  keys %s  tokenizer %s  loss transformers %.6f fsdp.cpp %.6f (rel %.1e)" %
-              (name, "ok  " if ok else "FAIL", model.config.model_type, "ok" if keys_ok else info, tok_ok, theirs, ours, rel))
+        print("%-13s %s  type %s  keys %s  tokenizer %s  sample %s  loss transformers %.6f fsdp.cpp %.6f (rel %.1e)" %
+              (name, "ok  " if ok else "FAIL", model.config.model_type, "ok" if keys_ok else info, tok_ok, sample_ok, theirs, ours, rel))
     json.dump(report, open(os.path.join(out, "report.json"), "w"), indent=2)
     sys.exit(1 if failures else 0)
 
