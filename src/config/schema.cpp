@@ -74,35 +74,26 @@ Option list_setting(const std::string& key, Ref ref, const std::string& help) {
   return o;
 }
 
-// A list of integers ("3,7,11" or a YAML sequence); an item that is none is named.
-template <typename Ref>
-Option int_list_setting(const std::string& key, Ref ref, const std::string& help) {
-  Option o = setting(key, "list", help);
-  o.set = [ref](TrainConfig& c, const RawValue& v) {
-    std::vector<int64_t> out;
-    for (const std::string& item : to_list(v)) out.push_back(to_int(RawValue::scalar(item)));
-    ref(c) = out;
-  };
-  o.get = [ref](const TrainConfig& c) {
-    std::vector<std::string> items;
-    for (int64_t i : ref(c)) items.push_back(std::to_string(i));
-    return format_list(items);
-  };
-  return o;
-}
-
-// A list of numbers ("1,1.5" or a YAML sequence), written back exactly.
-template <typename Ref>
+// A list of numbers ("3,7,11", "1,1.5" or a YAML sequence) of type T (int64_t or double); an
+// item that is none is named, and each is written back exactly.
+template <typename T, typename Ref>
 Option number_list_setting(const std::string& key, Ref ref, const std::string& help) {
   Option o = setting(key, "list", help);
   o.set = [ref](TrainConfig& c, const RawValue& v) {
-    std::vector<double> out;
-    for (const std::string& item : to_list(v)) out.push_back(to_number(RawValue::scalar(item)));
+    std::vector<T> out;
+    for (const std::string& item : to_list(v)) {
+      const RawValue x = RawValue::scalar(item);
+      out.push_back(std::is_integral<T>::value ? static_cast<T>(to_int(x))
+                                               : static_cast<T>(to_number(x)));
+    }
     ref(c) = out;
   };
   o.get = [ref](const TrainConfig& c) {
     std::vector<std::string> items;
-    for (double x : ref(c)) items.push_back(format_number(x));
+    for (T x : ref(c)) {
+      items.push_back(std::is_integral<T>::value ? std::to_string(static_cast<int64_t>(x))
+                                                 : format_number(static_cast<double>(x)));
+    }
     return format_list(items);
   };
   return o;
@@ -498,12 +489,14 @@ std::vector<Option> model_section() {
       only_for(llama, int_setting("model.rope_original_max_positions",
                                   FIELD(model.rope_original_max_positions),
                                   "rope_scaling llama3: original_max_position_embeddings")),
-      only_for(llama, number_list_setting("model.rope_short_factor", FIELD(model.rope_short_factor),
-                                          "rope_scaling longrope: short_factor, one per rotated "
-                                          "channel pair")),
-      only_for(llama, number_list_setting("model.rope_long_factor", FIELD(model.rope_long_factor),
-                                          "rope_scaling longrope: long_factor, for a forward "
-                                          "longer than rope_original_max_positions")),
+      only_for(llama, number_list_setting<double>(
+                          "model.rope_short_factor", FIELD(model.rope_short_factor),
+                          "rope_scaling longrope: short_factor, one per rotated "
+                          "channel pair")),
+      only_for(llama,
+               number_list_setting<double>("model.rope_long_factor", FIELD(model.rope_long_factor),
+                                           "rope_scaling longrope: long_factor, for a forward "
+                                           "longer than rope_original_max_positions")),
       only_for(llama,
                number_setting("model.rope_attention_factor", FIELD(model.rope_attention_factor),
                               "rope_scaling longrope: cos and sin scaled by it; 0: "
@@ -515,8 +508,9 @@ std::vector<Option> model_section() {
                                    "one qkv_proj and one gate_up_proj (Phi-3)")),
       only_for(llama, bool_setting("model.qk_norm", FIELD(model.qk_norm),
                                    "an RMSNorm of each query and key head (Qwen3)")),
-      only_for(llama, int_list_setting("model.nope_layers", FIELD(model.nope_layers),
-                                       "layers without rotary embeddings, by index (SmolLM3)")),
+      only_for(llama, number_list_setting<int64_t>(
+                          "model.nope_layers", FIELD(model.nope_layers),
+                          "layers without rotary embeddings, by index (SmolLM3)")),
   };
 }
 

@@ -126,11 +126,25 @@ ModelShapes gpt2_shapes(const TrainConfig& config) {
   return s;
 }
 
-// Phi-3's block: o_proj, qkv_proj, gate_up_proj, down_proj and the two norms, in its order.
+const char* const kBlock = "model.layers.{}.";
+
+// The end every Llama-shaped block shares: down_proj and the two norms, and the block count.
+void finish_block(const ModelConfig& m, ModelShapes& s) {
+  const int64_t d = m.dim, f = m.intermediate_size;
+  const std::string b = kBlock;
+  s.block.push_back({b + "mlp.down_proj.weight", {d, f}, {"model.intermediate_size", "model.dim"}});
+  if (m.mlp_bias) s.block.push_back({b + "mlp.down_proj.bias", {d}, {"model.dim"}});
+  s.block.push_back({b + "input_layernorm.weight", {d}, {"model.dim"}});
+  s.block.push_back({b + "post_attention_layernorm.weight", {d}, {"model.dim"}});
+  s.blocks = m.n_layer;
+  s.blocks_key = "model.n_layer";
+}
+
+// Phi-3's block: o_proj, qkv_proj, gate_up_proj, then the shared end, in its order.
 ModelShapes fused_shapes(const ModelConfig& m, ModelShapes s, int64_t q, int64_t kv,
                          const std::vector<std::string>& q_keys) {
-  const int64_t d = m.dim, f = m.intermediate_size;
-  const std::string b = "model.layers.{}.";
+  const int64_t d = m.dim, f2 = saturating_mul(2, m.intermediate_size);
+  const std::string b = kBlock;
   const std::vector<std::string> qkv_keys = {"model.n_head", "model.n_kv_head", "model.head_dim",
                                              "model.dim"};
   const std::vector<std::string> mlp_keys = {"model.intermediate_size", "model.dim"};
@@ -139,15 +153,9 @@ ModelShapes fused_shapes(const ModelConfig& m, ModelShapes s, int64_t q, int64_t
   if (m.o_bias) s.block.push_back({b + "self_attn.o_proj.bias", {d}, {"model.dim"}});
   s.block.push_back({b + "self_attn.qkv_proj.weight", {qkv, d}, qkv_keys});
   if (m.qkv_bias) s.block.push_back({b + "self_attn.qkv_proj.bias", {qkv}, qkv_keys});
-  s.block.push_back({b + "mlp.gate_up_proj.weight", {saturating_mul(2, f), d}, mlp_keys});
-  if (m.mlp_bias)
-    s.block.push_back({b + "mlp.gate_up_proj.bias", {saturating_mul(2, f)}, mlp_keys});
-  s.block.push_back({b + "mlp.down_proj.weight", {d, f}, mlp_keys});
-  if (m.mlp_bias) s.block.push_back({b + "mlp.down_proj.bias", {d}, {"model.dim"}});
-  s.block.push_back({b + "input_layernorm.weight", {d}, {"model.dim"}});
-  s.block.push_back({b + "post_attention_layernorm.weight", {d}, {"model.dim"}});
-  s.blocks = m.n_layer;
-  s.blocks_key = "model.n_layer";
+  s.block.push_back({b + "mlp.gate_up_proj.weight", {f2, d}, mlp_keys});
+  if (m.mlp_bias) s.block.push_back({b + "mlp.gate_up_proj.bias", {f2}, mlp_keys});
+  finish_block(m, s);
   return s;
 }
 
@@ -166,7 +174,7 @@ ModelShapes llama_shapes(const TrainConfig& config) {
   if (!m.tie_embeddings) {
     s.outer.push_back({"lm_head.weight", {m.vocab_size, d}, {"model.vocab_size", "model.dim"}});
   }
-  const std::string b = "model.layers.{}.";
+  const std::string b = kBlock;
   if (m.fused_projections) return fused_shapes(m, s, q, kv, q_keys);
   s.block = {{b + "self_attn.q_proj.weight", {q, d}, q_keys}};
   if (m.qkv_bias) s.block.push_back({b + "self_attn.q_proj.bias", {q}, q_keys});
@@ -185,12 +193,7 @@ ModelShapes llama_shapes(const TrainConfig& config) {
     s.block.push_back({b + "mlp." + proj + ".weight", {f, d}, mlp_keys});
     if (m.mlp_bias) s.block.push_back({b + "mlp." + proj + ".bias", {f}, mlp_keys});
   }
-  s.block.push_back({b + "mlp.down_proj.weight", {d, f}, mlp_keys});
-  if (m.mlp_bias) s.block.push_back({b + "mlp.down_proj.bias", {d}, {"model.dim"}});
-  s.block.push_back({b + "input_layernorm.weight", {d}, {"model.dim"}});
-  s.block.push_back({b + "post_attention_layernorm.weight", {d}, {"model.dim"}});
-  s.blocks = m.n_layer;
-  s.blocks_key = "model.n_layer";
+  finish_block(m, s);
   return s;
 }
 
