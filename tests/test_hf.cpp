@@ -344,6 +344,17 @@ TEST(HfFolder, WhatWeDoNotBuildIsRefusedByName) {
             std::string::npos);
   EXPECT_NE(refused("phi3", [](json& j) { j["lm_head_bias"] = true; }).find("lm_head_bias"),
             std::string::npos);
+  // A context length of 1e300 has no integer value: named, not converted (undefined behaviour).
+  EXPECT_NE(
+      refused("llama",
+              [](json& j) { j["rope_parameters"]["original_max_position_embeddings"] = 1e300; })
+          .find("original_max_position_embeddings: expected a positive integer"),
+      std::string::npos);
+  EXPECT_NE(
+      refused("phi3",
+              [](json& j) { j["rope_parameters"]["original_max_position_embeddings"] = 1e300; })
+          .find("original_max_position_embeddings: expected a positive integer"),
+      std::string::npos);
   EXPECT_NE(refused("llama", [](json& j) { j["partial_rotary_factor"] = 0.5; })
                 .find("partial_rotary_factor"),
             std::string::npos);

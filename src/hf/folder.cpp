@@ -240,6 +240,18 @@ void check_rope_keys(const Reader& r, const json& rope, const std::string& field
   }
 }
 
+// An integer of the RoPE object (a context length), checked before it is converted: a float such
+// as 1e300 has no int64 value.
+int64_t rope_integer(const Reader& r, const json& rope, const std::string& field, const char* key,
+                     int64_t fallback) {
+  if (!rope.is_object() || !rope.contains(key)) return fallback;
+  const json& v = rope[key];
+  if (!v.is_number_integer() || v.get<int64_t>() <= 0) {
+    r.fail(field + "." + key, "expected a positive integer, got " + json_bounds::excerpt(v));
+  }
+  return v.get<int64_t>();
+}
+
 // A list of numbers of the RoPE object, as "a,b,c" for a list setting.
 std::string number_list(const Reader& r, const json& rope, const std::string& field,
                         const char* key) {
@@ -266,12 +278,9 @@ void read_longrope(Reader& r, const json& rope, const std::string& field,
         field + ".short_factor");
   r.set("model.rope_long_factor", number_list(r, rope, field, "long_factor"),
         field + ".long_factor");
-  int64_t original = 0;
-  if (rope.contains("original_max_position_embeddings")) {
-    original = static_cast<int64_t>(get("original_max_position_embeddings", 0));
-  } else {
-    original = r.integer("original_max_position_embeddings");
-  }
+  const int64_t original = rope.contains("original_max_position_embeddings")
+                               ? rope_integer(r, rope, field, "original_max_position_embeddings", 0)
+                               : r.integer("original_max_position_embeddings");
   r.use("original_max_position_embeddings");
   if (original <= 0) r.fail("original_max_position_embeddings", "must be positive");
   r.set("model.rope_original_max_positions", std::to_string(original),
@@ -353,7 +362,7 @@ void read_rope(Reader& r, const std::string& model_type) {
     r.set_number("model.rope_high_freq_factor", get("high_freq_factor", 4.0),
                  field + ".high_freq_factor");
     r.set("model.rope_original_max_positions",
-          std::to_string(static_cast<int64_t>(get("original_max_position_embeddings", 8192))),
+          std::to_string(rope_integer(r, rope, field, "original_max_position_embeddings", 8192)),
           field + ".original_max_position_embeddings");
   }
 }

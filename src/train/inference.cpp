@@ -188,12 +188,13 @@ Decoding resolve_decoding(const SampleOptions& o, const TrainConfig& model,
   if (!model.model.pretrained.empty() &&
       std::filesystem::is_directory(model.model.pretrained, ec)) {
     const hf::GenerationDefaults g = hf::read_generation_defaults(model.model.pretrained);
-    // transformers' GenerationConfig defaults, which a folder without the file also gets.
-    d = Decoding{false, 1.0, 1.0, 50, g.max_new_tokens, g.max_length, d.eos, ""};
+    // transformers' GenerationConfig defaults where the file is silent (or absent).
     d.do_sample = g.do_sample.value_or(false);
     d.temperature = g.temperature.value_or(1.0);
     d.top_p = g.top_p.value_or(1.0);
     d.top_k = g.top_k.value_or(50);
+    d.max_new_tokens = g.max_new_tokens;
+    d.max_length = g.max_length;
     if (!g.eos_ids.empty()) d.eos = g.eos_ids;
     d.source = g.file.empty() ? "transformers' defaults: " + model.model.pretrained +
                                     " has no generation_config.json"
