@@ -62,6 +62,23 @@ inline at::Tensor fused_causal_attention(const at::Tensor& q, const at::Tensor& 
 #endif
 }
 
+// Attention of q [B, nh, T, hs] over k, v of the same shape where `visible` [T, T] (bool) is true,
+// scores multiplied by `scale`, no dropout. The scale argument arrived in 2.1; only where
+// kHasFusedAttention, and on 2.0 it throws.
+inline at::Tensor fused_masked_attention(const at::Tensor& q, const at::Tensor& k,
+                                         const at::Tensor& v, const at::Tensor& visible,
+                                         double scale) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  return at::scaled_dot_product_attention(q, k, v, visible, /*dropout_p=*/0.0,
+                                          /*is_causal=*/false, scale);
+#else
+  TORCH_CHECK(false,
+              "a windowed or rescaled attention needs LibTorch 2.1 or later for its fused "
+              "kernel (this is ",
+              TORCH_VERSION, "); set model.attention explicit");
+#endif
+}
+
 // The handle on a parameter's gradient accumulator (an autograd Node): std::shared_ptr through
 // the 2.x releases Debian 13 and the CUDA wheels carry, c10::intrusive_ptr in the newest (2.14).
 using GradAccumulatorPtr =

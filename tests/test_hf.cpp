@@ -127,7 +127,7 @@ TEST_P(HfModel, LossLogitsAndGreedyTokensMatchTransformers) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfModel,
                          ::testing::Values("gpt2", "gpt2-hub", "llama", "llama-tied",
                                            "llama-linear", "qwen2", "mistral", "qwen3", "smollm3",
-                                           "phi3", "phi4-mini"),
+                                           "phi3", "phi4-mini", "gemma3"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& ch : s) ch = std::isalnum(ch) ? ch : '_';
@@ -166,7 +166,7 @@ class TempFolder {
 // transformers 4.x and most Hub files spell RoPE as rope_theta + rope_scaling; 5.x writes
 // rope_parameters. Both give the same model.
 TEST(HfFolder, FourPointXRopeFieldsReadAsFiveDoes) {
-  for (const char* fixture : {"llama", "llama-linear", "qwen2", "phi3", "phi4-mini"}) {
+  for (const char* fixture : {"llama", "llama-linear", "qwen2", "phi3", "phi4-mini", "gemma3"}) {
     TempFolder f(fixture);
     fs::copy_file(f.path() / "config_v4.json", f.path() / "config.json",
                   fs::copy_options::overwrite_existing);
@@ -229,6 +229,7 @@ TEST(HfFolder, PublishedConfigsLoadAsPublished) {
       {"Mistral-7B-Instruct-v0.3", 32, 4096, 8, 0, false, false, {}},
       {"Phi-3.5-mini-instruct", 32, 3072, 32, 0, false, false, {}},
       {"Phi-4-mini-instruct", 32, 3072, 8, 0, true, false, {}},
+      {"gemma-3-1b-it", 26, 1152, 1, 256, true, true, {}},
   };
   const fs::path dir = scratch("published");
   fs::create_directories(dir);
@@ -250,6 +251,16 @@ TEST(HfFolder, PublishedConfigsLoadAsPublished) {
     std::string nope;
     for (int64_t i : w.nope) nope += (nope.empty() ? "" : ",") + std::to_string(i);
     EXPECT_EQ(setting("model.nope_layers"), w.nope.empty() ? "(unset)" : nope);
+    if (std::string(w.file) == "gemma-3-1b-it") {  // 5 sliding layers, then a full one
+      std::string sliding;
+      for (int i = 0; i < 26; ++i) {
+        if ((i + 1) % 6) sliding += (sliding.empty() ? "" : ",") + std::to_string(i);
+      }
+      EXPECT_EQ(setting("model.sliding_layers"), sliding);
+      EXPECT_EQ(setting("model.sliding_window"), "512");
+      EXPECT_EQ(setting("model.local_rope_theta"), "10000");
+      EXPECT_EQ(setting("model.rope_theta"), "1000000");
+    }
     if (std::string(w.file).rfind("Phi-", 0) == 0) {
       EXPECT_EQ(setting("model.rope_scaling"), "longrope");
       EXPECT_EQ(setting("model.rope_factor"), "32");  // 131072 / 4096
@@ -334,7 +345,7 @@ TEST(HfFolder, WhatWeDoNotBuildIsRefusedByName) {
   EXPECT_NE(refused("smollm3", [](json& j) { j["no_rope_layers"] = {1}; }).find("no_rope_layers"),
             std::string::npos);
   EXPECT_NE(refused("qwen3", [](json& j) { j["model_type"] = "qwen3_moe"; })
-                .find("(gpt2, llama, mistral, phi3, qwen2, qwen3, smollm3)"),
+                .find("(gemma3_text, gpt2, llama, mistral, phi3, qwen2, qwen3, smollm3)"),
             std::string::npos);
   EXPECT_NE(refused("phi3",
                     [](json& j) {
@@ -344,6 +355,15 @@ TEST(HfFolder, WhatWeDoNotBuildIsRefusedByName) {
             std::string::npos);
   EXPECT_NE(refused("phi3", [](json& j) { j["lm_head_bias"] = true; }).find("lm_head_bias"),
             std::string::npos);
+  // Gemma 2's soft-capping, and another RoPE for the sliding layers, are not Gemma 3's math.
+  EXPECT_NE(refused("gemma3", [](json& j) { j["final_logit_softcapping"] = 30.0; })
+                .find("final_logit_softcapping"),
+            std::string::npos);
+  EXPECT_NE(
+      refused("gemma3",
+              [](json& j) { j["rope_parameters"]["sliding_attention"]["rope_type"] = "linear"; })
+          .find("rope_parameters.sliding_attention.rope_type"),
+      std::string::npos);
   // A context length of 1e300 has no integer value: named, not converted (undefined behaviour).
   EXPECT_NE(
       refused("llama",
@@ -441,7 +461,7 @@ TEST(HfFolder, AConfigJsonThatContradictsItsWeightsIsRefusedBeforeBuilding) {
       << e;
   // Every fixture as saved passes (gpt2-hub: Hub-style names, the causal-mask buffers dropped).
   for (const char* fixture : {"gpt2", "gpt2-hub", "llama", "llama-linear", "llama-tied", "mistral",
-                              "qwen2", "qwen3", "smollm3", "phi3", "phi4-mini"}) {
+                              "qwen2", "qwen3", "smollm3", "phi3", "phi4-mini", "gemma3"}) {
     EXPECT_NO_THROW(hf::check_folder_weights(pretrained_config(kModels / fixture))) << fixture;
   }
 }

@@ -314,8 +314,8 @@ const char* block_class_name(ModelType type) {
 
 std::vector<std::string> block_class_aliases(ModelType type) {
   if (type == ModelType::kGPT2) return {"GPT2Block"};
-  return {"LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer",
-          "Qwen3DecoderLayer", "SmolLM3DecoderLayer", "Phi3DecoderLayer"};
+  return {"LlamaDecoderLayer",   "MistralDecoderLayer", "Qwen2DecoderLayer", "Qwen3DecoderLayer",
+          "SmolLM3DecoderLayer", "Phi3DecoderLayer",    "Gemma3DecoderLayer"};
 }
 
 const char* to_string(AutoWrapPolicy policy) {
@@ -342,7 +342,9 @@ bool operator==(const ModelConfig& a, const ModelConfig& b) {
                     m.o_bias, m.mlp_bias, m.rope_scaling, m.rope_factor, m.rope_low_freq_factor,
                     m.rope_high_freq_factor, m.rope_original_max_positions, m.qk_norm,
                     m.nope_layers, m.rope_short_factor, m.rope_long_factor, m.rope_attention_factor,
-                    m.partial_rotary_factor, m.fused_projections);
+                    m.partial_rotary_factor, m.fused_projections, m.norm_offset, m.sandwich_norms,
+                    m.embedding_scale, m.activation, m.attention_scale, m.sliding_layers,
+                    m.sliding_window, m.local_rope_theta);
   };
   return fields(a) == fields(b);
 }

@@ -209,6 +209,7 @@ const Names<ModelType> kModelTypes = {{"gpt2", ModelType::kGPT2}, {"llama", Mode
 const Names<int> kFsdpVersions = {{"1", 1}, {"2", 2}};
 const Names<std::string> kRopeScalings = {
     {"none", "none"}, {"linear", "linear"}, {"llama3", "llama3"}, {"longrope", "longrope"}};
+const Names<std::string> kActivations = {{"silu", "silu"}, {"gelu_tanh", "gelu_tanh"}};
 const Names<AttentionKernel> kAttentionKernels = {{"auto", AttentionKernel::kAuto},
                                                   {"fused", AttentionKernel::kFused},
                                                   {"explicit", AttentionKernel::kExplicit}};
@@ -506,6 +507,26 @@ std::vector<Option> model_section() {
                               "the fraction of each head's channels RoPE turns (Phi-4-mini)")),
       only_for(llama, bool_setting("model.fused_projections", FIELD(model.fused_projections),
                                    "one qkv_proj and one gate_up_proj (Phi-3)")),
+      only_for(llama, bool_setting("model.norm_offset", FIELD(model.norm_offset),
+                                   "RMSNorms scale by (1 + weight), from zero (Gemma 3)")),
+      only_for(llama, bool_setting("model.sandwich_norms", FIELD(model.sandwich_norms),
+                                   "the attention's and the feed-forward's outputs normalised "
+                                   "too: four norms a block (Gemma 3)")),
+      only_for(llama, number_setting("model.embedding_scale", FIELD(model.embedding_scale),
+                                     "embeddings multiplied by it (Gemma 3: sqrt(dim)); 0: not")),
+      only_for(llama, choice_setting("model.activation", FIELD(model.activation), kActivations,
+                                     "the feed-forward gate's activation")),
+      only_for(llama, number_setting("model.attention_scale", FIELD(model.attention_scale),
+                                     "attention scores multiplied by it (Gemma 3: "
+                                     "query_pre_attn_scalar^-0.5); 0: 1 / sqrt(head_dim)")),
+      only_for(llama, number_list_setting<int64_t>(
+                          "model.sliding_layers", FIELD(model.sliding_layers),
+                          "layers that attend to the last model.sliding_window positions only")),
+      only_for(llama, int_setting("model.sliding_window", FIELD(model.sliding_window),
+                                  "the window of model.sliding_layers; 0 with none")),
+      only_for(llama, number_setting("model.local_rope_theta", FIELD(model.local_rope_theta),
+                                     "RoPE base of model.sliding_layers (Gemma 3's "
+                                     "rope_local_base_freq); rope_scaling applies to the others")),
       only_for(llama, bool_setting("model.qk_norm", FIELD(model.qk_norm),
                                    "an RMSNorm of each query and key head (Qwen3)")),
       only_for(llama, number_list_setting<int64_t>(

@@ -64,6 +64,18 @@ void check_llama(const Checks& k, const ModelConfig& m) {
                 " must be even for rotary embeddings");
   k.at_least("model.intermediate_size", m.intermediate_size, 1);
   k.positive("model.rope_theta", m.rope_theta);
+  k.at_least("model.sliding_window", m.sliding_window, 0);
+  k.require(m.sliding_layers.empty() == (m.sliding_window == 0),
+            {"model.sliding_layers", "model.sliding_window"},
+            "model.sliding_layers and a positive model.sliding_window go together");
+  for (int64_t layer : m.sliding_layers) {
+    k.require(layer >= 0 && layer < m.n_layer, {"model.sliding_layers", "model.n_layer"},
+              "model.sliding_layers names layer " + num(layer) + ", but the layers are 0 to " +
+                  num(m.n_layer - 1));
+  }
+  k.positive("model.local_rope_theta", m.local_rope_theta);
+  k.non_negative("model.embedding_scale", m.embedding_scale);
+  k.non_negative("model.attention_scale", m.attention_scale);
   for (int64_t layer : m.nope_layers) {
     k.require(layer >= 0 && layer < m.n_layer, {"model.nope_layers", "model.n_layer"},
               "model.nope_layers names layer " + num(layer) + ", but the layers are 0 to " +

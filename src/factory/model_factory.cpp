@@ -68,12 +68,21 @@ CausalLM build_llama(const TrainConfig& config) {
   c.rope_scaling = rope_scaling(m);
   c.qk_norm = m.qk_norm;
   c.fused_projections = m.fused_projections;
+  c.norm_offset = m.norm_offset;
+  c.sandwich_norms = m.sandwich_norms;
+  c.embedding_scale = m.embedding_scale;
+  c.gelu_tanh = m.activation == "gelu_tanh";
+  c.attention_scale = m.attention_scale;
+  c.sliding_layers = m.sliding_layers;
+  c.sliding_window = m.sliding_window;
+  c.local_rope_theta = m.local_rope_theta;
   c.partial_rotary_factor = m.partial_rotary_factor;
   c.nope_layers = m.nope_layers;
   c.deferred = true;
   Llama model(c);
   return {model.ptr(), [model](const at::Tensor& idx) mutable { return fsdp::forward(model, idx); },
-          c.max_position_embeddings, llama_param_init(static_cast<uint64_t>(config.train.seed))};
+          c.max_position_embeddings,
+          llama_param_init(static_cast<uint64_t>(config.train.seed), m.norm_offset)};
 }
 
 }  // namespace
@@ -136,6 +145,10 @@ void finish_block(const ModelConfig& m, ModelShapes& s) {
   if (m.mlp_bias) s.block.push_back({b + "mlp.down_proj.bias", {d}, {"model.dim"}});
   s.block.push_back({b + "input_layernorm.weight", {d}, {"model.dim"}});
   s.block.push_back({b + "post_attention_layernorm.weight", {d}, {"model.dim"}});
+  if (m.sandwich_norms) {
+    s.block.push_back({b + "pre_feedforward_layernorm.weight", {d}, {"model.dim"}});
+    s.block.push_back({b + "post_feedforward_layernorm.weight", {d}, {"model.dim"}});
+  }
   s.blocks = m.n_layer;
   s.blocks_key = "model.n_layer";
 }

@@ -118,6 +118,18 @@ std::string llama_family(const ModelConfig& m, const ojson& base) {
         "export: model.qk_norm and model.nope_layers together are no transformers family (Qwen3 "
         "has q/k norms, SmolLM3 layers without RoPE)");
   }
+  const bool gemma = m.norm_offset || m.sandwich_norms || m.activation != "silu" ||
+                     m.embedding_scale > 0 || !m.sliding_layers.empty();
+  if (gemma) {
+    if (!(m.norm_offset && m.sandwich_norms && m.qk_norm && m.activation == "gelu_tanh" &&
+          m.embedding_scale > 0) ||
+        m.qkv_bias != m.o_bias || m.mlp_bias || m.fused_projections || !m.nope_layers.empty()) {
+      throw std::runtime_error(
+          "export: model.norm_offset, sandwich_norms, qk_norm, activation gelu_tanh and "
+          "embedding_scale together are Gemma 3; this mix of them is no transformers family");
+    }
+    return "gemma3_text";
+  }
   if (m.fused_projections) {
     if (m.qkv_bias || m.o_bias || m.mlp_bias || m.qk_norm || !m.nope_layers.empty()) {
       throw std::runtime_error(
@@ -184,9 +196,56 @@ void set_rope(ojson& c, const ModelConfig& m) {
   if (m.partial_rotary_factor != 1.0) c["partial_rotary_factor"] = m.partial_rotary_factor;
 }
 
+// Gemma3TextConfig's fields: hidden_activation, query_pre_attn_scalar, the layer types and their
+// RoPE (by layer type in transformers 5's spelling, rope_theta / rope_local_base_freq /
+// rope_scaling in 4.x's).
+ojson gemma3_config(const TrainConfig& t, ojson c) {
+  const ModelConfig& m = t.model;
+  c["architectures"] = {"Gemma3ForCausalLM"};
+  c["model_type"] = "gemma3_text";
+  c["vocab_size"] = m.vocab_size;
+  c["hidden_size"] = m.dim;
+  c["intermediate_size"] = m.intermediate_size;
+  c["num_hidden_layers"] = m.n_layer;
+  c["num_attention_heads"] = m.n_head;
+  c["num_key_value_heads"] = m.kv_heads();
+  c["head_dim"] = m.head_dim > 0 ? m.head_dim : m.dim / m.n_head;
+  c["hidden_activation"] = "gelu_pytorch_tanh";
+  c["rms_norm_eps"] = m.norm_eps;
+  c["tie_word_embeddings"] = m.tie_embeddings;
+  c["attention_bias"] = m.o_bias;
+  const double scale = m.attention_scale > 0 ? m.attention_scale
+                                             : 1.0 / std::sqrt(static_cast<double>(c["head_dim"]));
+  c["query_pre_attn_scalar"] = static_cast<int64_t>(std::llround(1.0 / (scale * scale)));
+  if (!c.contains("max_position_embeddings")) c["max_position_embeddings"] = t.context_length();
+  ojson types = ojson::array();
+  for (int64_t i = 0; i < m.n_layer; ++i) {
+    const bool slides =
+        std::find(m.sliding_layers.begin(), m.sliding_layers.end(), i) != m.sliding_layers.end();
+    types.push_back(slides ? "sliding_attention" : "full_attention");
+  }
+  c["layer_types"] = types;
+  c.erase("sliding_window_pattern");  // layer_types says it
+  c["sliding_window"] = m.sliding_window > 0 ? ojson(m.sliding_window) : ojson(nullptr);
+  ojson full = {{"rope_type", m.rope_scaling == "linear" ? "linear" : "default"}};
+  if (m.rope_scaling == "linear") full["factor"] = m.rope_factor;
+  if (c.contains("rope_parameters") || !c.contains("rope_theta")) {
+    full["rope_theta"] = m.rope_theta;
+    c["rope_parameters"] = {
+        {"full_attention", full},
+        {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", m.local_rope_theta}}}};
+    return c;
+  }
+  c["rope_theta"] = m.rope_theta;
+  c["rope_local_base_freq"] = m.local_rope_theta;
+  c["rope_scaling"] = m.rope_scaling == "linear" ? full : ojson(nullptr);
+  return c;
+}
+
 ojson llama_config(const TrainConfig& t, ojson c) {
   const ModelConfig& m = t.model;
   const std::string family = llama_family(m, c);
+  if (family == "gemma3_text") return gemma3_config(t, std::move(c));
   const char* arch = family == "phi3"      ? "Phi3ForCausalLM"
                      : family == "qwen2"   ? "Qwen2ForCausalLM"
                      : family == "qwen3"   ? "Qwen3ForCausalLM"

@@ -84,10 +84,12 @@ const std::set<std::string> kHarmless = {
     // transformers 5 reads it nowhere; 4.x's Llama split its projections into this many slices
     // and summed them, the same products (SmolLM3-3B publishes 2).
     "pretraining_tp",
-    "is_llama_config",         // nanotron's marker in SmolLM2's files
-    "transformers.js_config",  // the browser runtime's settings (SmolLM2)
-    "auto_map",                // remote code for trust_remote_code, which we never run (Phi-3)
-    "no_rope_layer_interval",  // SmolLM3: read where no_rope_layers is absent
+    "is_llama_config",          // nanotron's marker in SmolLM2's files
+    "transformers.js_config",   // the browser runtime's settings (SmolLM2)
+    "auto_map",                 // remote code for trust_remote_code, which we never run (Phi-3)
+    "cache_implementation",     // the generation cache (Gemma 3's "hybrid")
+    "_sliding_window_pattern",  // transformers 5 saves it beside Gemma 3's layer_types, unread
+    "no_rope_layer_interval",   // SmolLM3: read where no_rope_layers is absent
     "partial_rotary_factor",
     "sliding_window",
     "use_sliding_window",
@@ -430,6 +432,135 @@ void read_phi3(Reader& r) {
                   "Phi-4-mini's published value, which transformers ignores");
 }
 
+// Gemma 3's RoPE: one for the full-attention layers (rope_theta, default 1e6, and rope_scaling,
+// linear for the 4B and larger), one for the sliding ones (rope_local_base_freq, default 1e4, never
+// scaled); transformers 5 spells both in rope_parameters by layer type.
+void read_gemma3_rope(Reader& r) {
+  json full = json::object(), local = json::object();
+  std::string full_field = "rope_scaling", local_field = "rope_local_base_freq";
+  double full_theta = 1e6, local_theta = 1e4;
+  if (r.has("rope_parameters")) {
+    const json& p = r.at("rope_parameters");
+    if (!p.is_object()) r.fail("rope_parameters", "expected an object by layer type");
+    for (const auto& [key, value] : p.items()) {
+      if (key != "full_attention" && key != "sliding_attention") {
+        r.fail("rope_parameters." + key,
+               "not a layer type of Gemma 3 (full_attention, "
+               "sliding_attention)");
+      }
+      if (!value.is_object()) r.fail("rope_parameters." + key, "expected an object");
+    }
+    if (r.has("rope_scaling")) r.fail("rope_scaling", "given beside rope_parameters");
+    full = p.value("full_attention", json::object());
+    local = p.value("sliding_attention", json::object());
+    full_field = "rope_parameters.full_attention";
+    local_field = "rope_parameters.sliding_attention";
+  } else {
+    if (r.has("rope_scaling")) full = r.at("rope_scaling");
+    if (!full.is_object()) r.fail("rope_scaling", "expected an object");
+    full_theta = r.number("rope_theta", full_theta);
+    local_theta = r.number("rope_local_base_freq", local_theta);
+    r.use("rope_theta");
+  }
+  auto number = [&](const json& o, const std::string& field, const char* key, double fallback) {
+    if (!o.contains(key)) return fallback;
+    if (!o[key].is_number()) r.fail(field + "." + key, "expected a number");
+    return o[key].get<double>();
+  };
+  auto type_of = [&](const json& o, const std::string& field) {
+    std::string type = "default";
+    for (const char* key : {"rope_type", "type"}) {
+      if (!o.contains(key)) continue;
+      if (!o[key].is_string()) r.fail(field + "." + key, "expected a string");
+      type = o[key].get<std::string>();
+    }
+    return type;
+  };
+  const std::string full_type = type_of(full, full_field), local_type = type_of(local, local_field);
+  if (full_type != "default" && full_type != "linear") {
+    r.fail(full_field + ".rope_type", "'" + full_type +
+                                          "' is not implemented for Gemma 3's "
+                                          "full-attention layers (default, linear)");
+  }
+  if (local_type != "default") {
+    r.fail(local_field + ".rope_type", "'" + local_type +
+                                           "' is not implemented for Gemma 3's "
+                                           "sliding layers (default)");
+  }
+  check_rope_keys(r, full, full_field, full_type);
+  check_rope_keys(r, local, local_field, local_type);
+  r.set_number("model.rope_theta", number(full, full_field, "rope_theta", full_theta),
+               full_field == "rope_scaling" ? "rope_theta" : full_field + ".rope_theta");
+  r.set_number("model.local_rope_theta", number(local, local_field, "rope_theta", local_theta),
+               local_field == "rope_local_base_freq" ? local_field : local_field + ".rope_theta");
+  r.set("model.rope_scaling", full_type == "linear" ? "linear" : "none", full_field);
+  if (full_type == "linear") {
+    r.set_number("model.rope_factor", number(full, full_field, "factor", 1.0),
+                 full_field + ".factor");
+  }
+}
+
+// Gemma 3's sliding layers: layer_types (transformers 5), or every layer but each
+// sliding_window_pattern-th (4.x files; default 6), with a window of sliding_window (default 4096).
+void read_gemma3_layers(Reader& r) {
+  const int64_t layers = r.integer("num_hidden_layers");
+  std::string sliding;
+  auto add = [&](int64_t i) { sliding += (sliding.empty() ? "" : ",") + std::to_string(i); };
+  if (r.has("layer_types")) {
+    const json& types = r.at("layer_types");
+    if (!types.is_array() || static_cast<int64_t>(types.size()) != layers) {
+      r.fail("layer_types", "expected num_hidden_layers (" + std::to_string(layers) + ") types");
+    }
+    for (size_t i = 0; i < types.size(); ++i) {
+      if (types[i] == "sliding_attention") {
+        add(static_cast<int64_t>(i));
+      } else if (types[i] != "full_attention") {
+        r.fail("layer_types", "item " + std::to_string(i) + " is " +
+                                  json_bounds::excerpt(types[i]) +
+                                  " (full_attention or sliding_attention)");
+      }
+    }
+  } else {
+    const int64_t pattern =
+        r.has("sliding_window_pattern") ? r.integer("sliding_window_pattern") : 6;
+    if (pattern <= 0) r.fail("sliding_window_pattern", "must be positive");
+    for (int64_t i = 0; i < layers; ++i) {
+      if ((i + 1) % pattern != 0) add(i);
+    }
+  }
+  r.use("layer_types");
+  r.use("sliding_window_pattern");
+  const int64_t window = r.has("sliding_window") ? r.integer("sliding_window") : 4096;
+  if (sliding.empty()) return;
+  if (window <= 0) r.fail("sliding_window", "must be positive");
+  r.set("model.sliding_layers", sliding, "layer_types");
+  r.set("model.sliding_window", std::to_string(window), "sliding_window");
+}
+
+// Gemma 3 (gemma3_text, the 1B's model type): norms scaled by (1 + weight), four a block and on
+// the q/k heads; embeddings times sqrt(hidden_size); GeGLU with tanh GELU; scores times
+// query_pre_attn_scalar^-0.5; sliding-window layers with their own RoPE. Soft-capping (Gemma 2's)
+// and bidirectional attention are refused.
+void read_gemma3(Reader& r) {
+  for (const char* key : {"model.norm_offset", "model.sandwich_norms", "model.qk_norm"}) {
+    r.set_bool(key, true, "model_type");
+  }
+  r.set_number("model.embedding_scale", std::sqrt(static_cast<double>(r.integer("hidden_size"))),
+               "hidden_size");
+  r.require_value("hidden_activation", "gelu_pytorch_tanh", "GeGLU with the tanh GELU");
+  r.set("model.activation", "gelu_tanh", "hidden_activation");
+  r.set_number("model.attention_scale", 1.0 / std::sqrt(r.number("query_pre_attn_scalar", 256)),
+               "query_pre_attn_scalar");
+  if (r.number("query_pre_attn_scalar", 256) <= 0) {
+    r.fail("query_pre_attn_scalar", "must be positive");
+  }
+  r.require_value("attn_logit_softcapping", nullptr, "no soft-capping of attention scores");
+  r.require_value("final_logit_softcapping", nullptr, "no soft-capping of the logits");
+  r.require_value("use_bidirectional_attention", false, "causal attention");
+  read_gemma3_rope(r);
+  read_gemma3_layers(r);
+}
+
 // Which projections carry biases. Llama, Qwen3 and SmolLM3: attention_bias is q, k, v and o, and
 // (Llama, SmolLM3) mlp_bias the feed-forward's; Qwen2: q, k and v always; Mistral: none.
 void read_biases(Reader& r, const std::string& type) {
@@ -457,11 +588,17 @@ void read_llama_family(Reader& r, const std::string& type, int64_t context_lengt
   }
   r.set_int("model.intermediate_size", "intermediate_size");
   r.set_number("model.norm_eps", r.number("rms_norm_eps", 1e-6), "rms_norm_eps");
-  r.set_bool("model.tie_embeddings", r.boolean("tie_word_embeddings", false),
+  // Gemma3TextConfig ties by default, the others do not.
+  r.set_bool("model.tie_embeddings", r.boolean("tie_word_embeddings", type == "gemma3_text"),
              "tie_word_embeddings");
   if (r.has("head_dim")) r.set_int("model.head_dim", "head_dim");
   r.use("head_dim");
   read_biases(r, type);
+  if (type == "gemma3_text") {
+    read_gemma3(r);
+    note_dropout(r, {"attention_dropout"});
+    return;
+  }
   if (type == "qwen3") r.set_bool("model.qk_norm", true, "model_type");
   if (type == "smollm3") read_nope_layers(r);
   if (type == "phi3") read_phi3(r);
@@ -490,9 +627,10 @@ json parse_json_file(const std::string& path) {
 }
 
 const std::map<std::string, std::string> kArchitectures = {
-    {"gpt2", "GPT2LMHeadModel"},   {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"},
-    {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}, {"smollm3", "SmolLM3ForCausalLM"},
-    {"phi3", "Phi3ForCausalLM"}};
+    {"gpt2", "GPT2LMHeadModel"},       {"llama", "LlamaForCausalLM"},
+    {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"},
+    {"qwen3", "Qwen3ForCausalLM"},     {"smollm3", "SmolLM3ForCausalLM"},
+    {"phi3", "Phi3ForCausalLM"},       {"gemma3_text", "Gemma3ForCausalLM"}};
 
 std::string known_types() {
   std::string out;

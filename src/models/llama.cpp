@@ -2,7 +2,8 @@
 // Meant to be read in one sitting, transcribing HF's modeling_llama (rotary embeddings default,
 // linear or llama3-scaled; the optional biases of Llama, Qwen2 and Mistral shapes; Qwen3's q/k
 // norms; SmolLM3's layers without rotary embeddings; Phi-3's fused projections and partial,
-// longrope rotary embeddings);
+// longrope rotary embeddings; Gemma 3's offset and sandwich norms, scaled embeddings, GELU and
+// sliding-window layers);
 // attention through causal_attention (fused on LibTorch 2.x, HF's eager path written out on
 // 1.13 or on request); no dropout, no KV cache.
 //
@@ -88,6 +89,17 @@ void LlamaConfig::validate() const {
     require(rope_scaling.original_max_position_embeddings > 0,
             "rope_scaling.original_max_position_embeddings must be positive");
   }
+  require(!sliding_layers.empty() == (sliding_window > 0),
+          "sliding_layers and a positive sliding_window go together, got " +
+              std::to_string(sliding_layers.size()) + " layers and a window of " +
+              std::to_string(sliding_window));
+  for (int64_t layer : sliding_layers) {
+    require(layer >= 0 && layer < n_layer, "sliding_layers names layer " + std::to_string(layer) +
+                                               " of a model with " + std::to_string(n_layer));
+  }
+  require(local_rope_theta > 0, "local_rope_theta must be positive");
+  require(embedding_scale >= 0 && attention_scale >= 0,
+          "embedding_scale and attention_scale must not be negative");
   for (int64_t layer : nope_layers) {
     require(layer >= 0 && layer < n_layer, "nope_layers names layer " + std::to_string(layer) +
                                                " of a model with " + std::to_string(n_layer));
@@ -99,6 +111,10 @@ void LlamaConfig::validate() const {
 
 bool LlamaConfig::rotates(int64_t layer) const {
   return std::find(nope_layers.begin(), nope_layers.end(), layer) == nope_layers.end();
+}
+
+bool LlamaConfig::slides(int64_t layer) const {
+  return std::find(sliding_layers.begin(), sliding_layers.end(), layer) != sliding_layers.end();
 }
 
 LlamaConfig LlamaConfig::tiny() {
@@ -115,14 +131,17 @@ LlamaConfig LlamaConfig::tiny() {
 
 // --- modules ------------------------------------------------------------------------------------
 
-LlamaRMSNormImpl::LlamaRMSNormImpl(int64_t dim, double eps) : eps(eps) {
-  weight = register_parameter("weight", at::ones({dim}));
+LlamaRMSNormImpl::LlamaRMSNormImpl(int64_t dim, double eps, bool offset)
+    : eps(eps), offset(offset) {
+  weight = register_parameter("weight", offset ? at::zeros({dim}) : at::ones({dim}));
 }
 
 at::Tensor LlamaRMSNormImpl::forward(const at::Tensor& x) {
-  // HF's order exactly: normalise in fp32, cast back to the input dtype, then scale.
+  // HF's order exactly: Llama normalises in fp32, casts back, then scales; Gemma scales by
+  // (1 + weight) in fp32 and casts last.
   at::Tensor h = x.to(at::kFloat);
   h = h * at::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  if (offset) return (h * (1.0 + weight.to(at::kFloat))).to(x.scalar_type());
   return weight * h.to(x.scalar_type());
 }
 
@@ -243,6 +262,7 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& config,
       head_dim(config.head_dim()),
       rotary_dim(config.rotary_dim()),
       attention(config.attention),
+      scale(config.attention_scale),
       rope_(std::move(rope)) {
   if (config.fused_projections) {  // Phi-3 registers o_proj first
     o_proj = register_module("o_proj", linear(n_head * head_dim, config.dim, config.o_bias));
@@ -255,8 +275,8 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& config,
   v_proj = register_module("v_proj", linear(config.dim, n_kv_head * head_dim, config.qkv_bias));
   o_proj = register_module("o_proj", linear(n_head * head_dim, config.dim, config.o_bias));
   if (config.qk_norm) {
-    q_norm = register_module("q_norm", LlamaRMSNorm(head_dim, config.norm_eps));
-    k_norm = register_module("k_norm", LlamaRMSNorm(head_dim, config.norm_eps));
+    q_norm = register_module("q_norm", LlamaRMSNorm(head_dim, config.norm_eps, config.norm_offset));
+    k_norm = register_module("k_norm", LlamaRMSNorm(head_dim, config.norm_eps, config.norm_offset));
   }
 }
 
@@ -298,14 +318,15 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x) {
   k = repeat_kv(k, n_head / n_kv_head);
   v = repeat_kv(v, n_head / n_kv_head);
   // [B, nh, T, hs] -> [B, T, nh * hs]; the explicit softmax in fp32, as HF's eager path.
-  at::Tensor y = causal_attention(q, k, v, attention, /*softmax_in_fp32=*/true)
+  const AttentionOptions options{scale, window};
+  at::Tensor y = causal_attention(q, k, v, attention, /*softmax_in_fp32=*/true, options)
                      .transpose(1, 2)
                      .contiguous()
                      .view({B, T, n_head * hs});
   return o_proj->forward(y);
 }
 
-LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& config) {
+LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& config) : gelu_tanh(config.gelu_tanh) {
   const int64_t C = config.dim, F = config.intermediate_size;
   if (config.fused_projections) {
     gate_up_proj = register_module("gate_up_proj", linear(C, 2 * F, config.mlp_bias));
@@ -317,23 +338,38 @@ LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& config) {
 }
 
 at::Tensor LlamaMLPImpl::forward(const at::Tensor& x) {
+  auto act = [this](const at::Tensor& gate) {
+    return gelu_tanh ? at::gelu(gate, "tanh") : at::silu(gate);
+  };
   if (gate_up_proj) {  // Phi-3: gate then up in one projection
     const auto halves = gate_up_proj->forward(x).chunk(2, -1);
-    return down_proj->forward(halves[1] * at::silu(halves[0]));
+    return down_proj->forward(halves[1] * act(halves[0]));
   }
-  return down_proj->forward(at::silu(gate_proj->forward(x)) * up_proj->forward(x));
+  return down_proj->forward(act(gate_proj->forward(x)) * up_proj->forward(x));
 }
 
 LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& config,
                                              std::shared_ptr<const LlamaRotaryEmbedding> rope) {
   self_attn = register_module("self_attn", LlamaAttention(config, std::move(rope)));
   mlp = register_module("mlp", LlamaMLP(config));
-  input_layernorm = register_module("input_layernorm", LlamaRMSNorm(config.dim, config.norm_eps));
-  post_attention_layernorm =
-      register_module("post_attention_layernorm", LlamaRMSNorm(config.dim, config.norm_eps));
+  auto norm = [&](const char* name) {
+    return register_module(name, LlamaRMSNorm(config.dim, config.norm_eps, config.norm_offset));
+  };
+  input_layernorm = norm("input_layernorm");
+  post_attention_layernorm = norm("post_attention_layernorm");
+  if (config.sandwich_norms) {
+    pre_feedforward_layernorm = norm("pre_feedforward_layernorm");
+    post_feedforward_layernorm = norm("post_feedforward_layernorm");
+  }
 }
 
 at::Tensor LlamaDecoderLayerImpl::forward(const at::Tensor& x) {
+  if (pre_feedforward_layernorm) {  // Gemma 3: each sublayer's output normalised too
+    at::Tensor h =
+        x + post_attention_layernorm->forward(self_attn->forward(input_layernorm->forward(x)));
+    return h +
+           post_feedforward_layernorm->forward(mlp->forward(pre_feedforward_layernorm->forward(h)));
+  }
   at::Tensor h = x + self_attn->forward(input_layernorm->forward(x));
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
@@ -353,10 +389,20 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& config) {
       "embed_tokens", built(torch::nn::Embedding(config.vocab_size, config.dim), config));
   layers = register_module("layers", torch::nn::ModuleList());
   auto rope = std::make_shared<const LlamaRotaryEmbedding>(config);
+  // Gemma 3's sliding-window layers: their own RoPE base, without the global layers' scaling.
+  LlamaConfig local = config;
+  local.rope_theta = config.local_rope_theta;
+  local.rope_scaling = RopeScaling{};
+  auto local_rope =
+      config.sliding_layers.empty() ? nullptr : std::make_shared<const LlamaRotaryEmbedding>(local);
   for (int64_t i = 0; i < config.n_layer; ++i) {
-    layers->push_back(built(LlamaDecoderLayer(config, config.rotates(i) ? rope : nullptr), config));
+    const bool slides = config.slides(i);
+    LlamaDecoderLayer layer(config, !config.rotates(i) ? nullptr : slides ? local_rope : rope);
+    if (slides) layer->self_attn->window = config.sliding_window;
+    layers->push_back(built(layer, config));
   }
-  norm = register_module("norm", built(LlamaRMSNorm(config.dim, config.norm_eps), config));
+  norm = register_module(
+      "norm", built(LlamaRMSNorm(config.dim, config.norm_eps, config.norm_offset), config));
 }
 
 LlamaImpl::LlamaImpl(LlamaConfig config) : config_(config) {
@@ -369,6 +415,11 @@ LlamaImpl::LlamaImpl(LlamaConfig config) : config_(config) {
     blocks_.emplace_back(std::dynamic_pointer_cast<LlamaDecoderLayerImpl>(layer));
   }
   if (!config_.deferred) init_llama_weights(*this, 0);
+  if (config_.embedding_scale > 0) {
+    // Gemma's Gemma3TextScaledWordEmbedding: the scale as an fp32 tensor, cast to the weights'
+    // dtype at each forward.
+    embedding_scale_ = at::scalar_tensor(config_.embedding_scale, at::kFloat);
+  }
 }
 
 at::Tensor LlamaImpl::forward(const at::Tensor& idx) {
@@ -383,7 +434,10 @@ at::Tensor LlamaImpl::forward(const at::Tensor& idx) {
         "Llama::forward: sequence length " + std::to_string(T) +
         " exceeds max_position_embeddings = " + std::to_string(config_.max_position_embeddings));
   }
-  at::Tensor x = model_->embed_tokens->forward(idx);        // [B, T, C]
+  at::Tensor x = model_->embed_tokens->forward(idx);  // [B, T, C]
+  if (embedding_scale_.defined()) {
+    x = x * embedding_scale_.to(x.device()).to(model_->embed_tokens->weight.scalar_type());
+  }
   for (auto& block : blocks_) x = fsdp::forward(block, x);  // the runtime's interception point
   x = model_->norm->forward(x);
   if (config_.tie_embeddings) return at::matmul(x, model_->embed_tokens->weight.t());
@@ -414,10 +468,10 @@ bool is_bias(const std::string& name) {
 
 }  // namespace
 
-void init_llama_parameter(const std::string& name, at::Tensor& p, uint64_t seed) {
+void init_llama_parameter(const std::string& name, at::Tensor& p, uint64_t seed, bool norm_offset) {
   torch::NoGradGuard no_grad;
   if (is_norm_weight(name)) {
-    p.fill_(1.0);
+    p.fill_(norm_offset ? 0.0 : 1.0);  // Gemma's (1 + weight) starts at one too
     return;
   }
   if (is_bias(name)) {  // HF zeroes every Linear's bias
@@ -433,12 +487,16 @@ void init_llama_parameter(const std::string& name, at::Tensor& p, uint64_t seed)
 }
 
 void init_llama_weights(LlamaImpl& model, uint64_t seed) {
-  for (auto& item : model.named_parameters()) init_llama_parameter(item.key(), item.value(), seed);
+  const bool offset = model.config().norm_offset;
+  for (auto& item : model.named_parameters()) {
+    init_llama_parameter(item.key(), item.value(), seed, offset);
+  }
 }
 
-ParamInit llama_param_init(uint64_t seed) {
-  return
-      [seed](const std::string& name, at::Tensor& full) { init_llama_parameter(name, full, seed); };
+ParamInit llama_param_init(uint64_t seed, bool norm_offset) {
+  return [seed, norm_offset](const std::string& name, at::Tensor& full) {
+    init_llama_parameter(name, full, seed, norm_offset);
+  };
 }
 
 }  // namespace fsdp

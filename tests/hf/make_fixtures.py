@@ -407,6 +407,20 @@ def model_specs():
                                                  "long_factor": [1.0, 3.0, 5.0, 7.0, 9.0, 11.0]},
                                    bos_token_id=None, eos_token_id=VOCAB - 1, pad_token_id=None),
                       torch.bfloat16, None),
+        # Gemma 3 (1B layout): offset and sandwich norms (made non-trivial below), q/k norms,
+        # embeddings times sqrt(64), tanh GeGLU, query_pre_attn_scalar 24 (not head_dim), layer 0
+        # sliding with a window of 5 (shorter than the 16-token input) and its own RoPE base,
+        # layer 1 full with linear scaling, tied.
+        "gemma3": ("gemma3_text", dict(common, head_dim=16, rms_norm_eps=1e-6,
+                                       query_pre_attn_scalar=24, sliding_window=5,
+                                       layer_types=["sliding_attention", "full_attention"],
+                                       rope_parameters={
+                                           "full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                              "rope_theta": 1000000.0},
+                                           "sliding_attention": {"rope_type": "default",
+                                                                 "rope_theta": 10000.0}},
+                                       bos_token_id=None, eos_token_id=VOCAB - 1, pad_token_id=None),
+                   torch.float32, None),
         # SmolLM3: layer 1 without RoPE (NoPE), attention_bias on, untied.
         "smollm3": ("smollm3", dict(common, tie_word_embeddings=False, rms_norm_eps=1e-6,
                                     rope_theta=5000000.0, no_rope_layers=[1, 0],
@@ -484,6 +498,14 @@ def legacy_config(folder):
     config.json as config_v4.json, after checking that transformers reads it the same."""
     cfg = json.load(open(os.path.join(folder, "config.json")))
     rope = dict(cfg.pop("rope_parameters"))
+    if cfg["model_type"] == "gemma3_text":  # by layer type: the sliding layers' base apart
+        local = rope.pop("sliding_attention")
+        rope = dict(rope.pop("full_attention"))
+        cfg["rope_local_base_freq"] = local["rope_theta"]
+        # 4.x files give the pattern, not the list (every 2nd layer full here).
+        assert cfg.pop("layer_types") == ["sliding_attention", "full_attention"]
+        cfg["sliding_window_pattern"] = 2
+        cfg.pop("_sliding_window_pattern", None)  # what transformers 5 saves beside layer_types
     cfg["rope_theta"] = rope.pop("rope_theta")
     cfg["rope_scaling"] = rope if rope.get("rope_type", "default") != "default" else None
     with tempfile.TemporaryDirectory() as tmp:
@@ -497,7 +519,7 @@ def legacy_config(folder):
 def randomise_init(name, model):
     """Parameters transformers initialises to constants, given values, so that a loader that
     drops them cannot match: Qwen2's q/k/v biases (zero), Qwen3's q/k norms (one), SmolLM3's
-    attention biases (zero)."""
+    attention biases (zero), Gemma 3's norms (zero, scaling by one)."""
     with torch.no_grad():
         for layer in model.model.layers:
             attn = layer.self_attn
@@ -508,6 +530,13 @@ def randomise_init(name, model):
             if name == "qwen3":
                 attn.q_norm.weight.normal_(1.0, 0.2)
                 attn.k_norm.weight.normal_(1.0, 0.2)
+            if name == "gemma3":  # (1 + weight) norms start at zero
+                for norm in (attn.q_norm, attn.k_norm, layer.input_layernorm,
+                             layer.post_attention_layernorm, layer.pre_feedforward_layernorm,
+                             layer.post_feedforward_layernorm):
+                    norm.weight.normal_(0.0, 0.2)
+        if name == "gemma3":
+            model.model.norm.weight.normal_(0.0, 0.2)
 
 
 def model_fixtures(out, only=None):

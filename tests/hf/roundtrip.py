@@ -58,6 +58,11 @@ MODELS = {
                                                           "short_factor": [1.0, 1.2, 1.0, 1.5, 1.0, 1.1],
                                                           "long_factor": [1.0, 3.0, 5.0, 7.0, 9.0, 11.0]}),
                   torch.bfloat16, None),
+    # Gemma 3 1B's layout: every 2nd layer full, the others sliding over 16 of the 64 tokens.
+    "gemma3": ("gemma3_text", "llama2", dict(SMALL, head_dim=16, query_pre_attn_scalar=24,
+                                             sliding_window=16, pad_token_id=None,
+                                             layer_types=["sliding_attention", "full_attention"]),
+               torch.float32, None),
 }
 
 
@@ -85,6 +90,11 @@ def make(out):
                 proj = getattr(attn, name, None)
                 if proj is not None and proj.bias is not None:
                     torch.nn.init.normal_(proj.bias, std=0.1)
+            if model_type == "gemma3_text":  # (1 + weight) norms away from one
+                for norm in (attn.q_norm, attn.k_norm, layer.input_layernorm,
+                             layer.post_attention_layernorm, layer.pre_feedforward_layernorm,
+                             layer.post_feedforward_layernorm):
+                    torch.nn.init.normal_(norm.weight, std=0.2)
             if model_type == "qwen3":
                 torch.nn.init.normal_(attn.q_norm.weight, mean=1.0, std=0.2)
                 torch.nn.init.normal_(attn.k_norm.weight, mean=1.0, std=0.2)

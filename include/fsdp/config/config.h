@@ -105,6 +105,18 @@ struct ModelConfig {
   double partial_rotary_factor = 1.0;  // the fraction of a head's channels RoPE turns (Phi-4-mini)
   bool fused_projections = false;      // Phi-3's qkv_proj and gate_up_proj
   bool qk_norm = false;  // Qwen3's RMSNorm of each query and key head (q_norm, k_norm)
+  // Gemma 3 (fsdp/models/llama.h, LlamaConfig): RMSNorms scaled by (1 + weight); four norms a
+  // block; embeddings multiplied by embedding_scale (0: not); the gate's activation, "silu" or
+  // "gelu_tanh"; scores multiplied by attention_scale (0: 1 / sqrt(head_dim)); sliding_layers
+  // attending to the last sliding_window positions with RoPE base local_rope_theta.
+  bool norm_offset = false;
+  bool sandwich_norms = false;
+  double embedding_scale = 0;
+  std::string activation = "silu";
+  double attention_scale = 0;
+  std::vector<int64_t> sliding_layers;
+  int64_t sliding_window = 0;
+  double local_rope_theta = 10000.0;
   // Layers without rotary embeddings (SmolLM3's NoPE layers), by index. Default none.
   std::vector<int64_t> nope_layers;
 

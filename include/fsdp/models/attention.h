@@ -24,11 +24,19 @@ bool attention_kernel_available(AttentionKernel kernel);
 bool runs_fused(AttentionKernel kernel);
 void check_attention_kernel(AttentionKernel kernel, const std::string& field);
 
+// What differs from plain causal attention (Gemma 3): scores multiplied by `scale` (0: divided by
+// sqrt(hs)), and position t attending only to t - window < s <= t (0: every s <= t).
+struct AttentionOptions {
+  double scale = 0;
+  int64_t window = 0;
+};
+
 // q, k, v [B, nh, T, hs] -> [B, nh, T, hs]: position t attends to positions <= t, scores scaled
 // by 1/sqrt(hs), no dropout. softmax_in_fp32: the explicit path takes the softmax in fp32 and
 // casts back (Llama, as HF's eager path); otherwise in the inputs' dtype (GPT-2). The fused
 // kernels accumulate in fp32 whatever the flag.
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            AttentionKernel kernel, bool softmax_in_fp32);
+                            AttentionKernel kernel, bool softmax_in_fp32,
+                            const AttentionOptions& options = {});
 
 }  // namespace fsdp

@@ -56,7 +56,8 @@ struct RopeScaling {
 // The same module tree serves the Llama-shaped families, each a difference of a field or two, as
 // transformers' modular files derive them from Llama: Mistral (no sliding window), Qwen2 (biases on
 // the q/k/v projections), Qwen3 (q/k norms), SmolLM3 (layers without rotary embeddings), Phi-3
-// (fused projections, partial and longrope rotary embeddings).
+// (fused projections, partial and longrope rotary embeddings), Gemma 3 (offset and sandwich norms,
+// scaled embeddings, GELU, sliding-window layers with their own RoPE base).
 struct LlamaConfig {
   int64_t vocab_size = 50257;              // GPT-2's BPE, the tokenizer of this project (HF: 32000)
   int64_t max_position_embeddings = 2048;  // context length: the longest sequence forward accepts
@@ -87,6 +88,24 @@ struct LlamaConfig {
   // The fraction of each head's channels the rotary embedding turns (the first ones; Phi-4-mini's
   // 0.75), the rest passing unrotated. Default 1.
   double partial_rotary_factor = 1.0;
+  // Gemma 3. norm_offset: every RMSNorm scales by (1 + weight), its weights starting at zero, in
+  // fp32 before the cast back; sandwich_norms: a block normalises the attention's and the
+  // feed-forward's outputs too (post_attention_layernorm, then pre_feedforward_layernorm and
+  // post_feedforward_layernorm around the feed-forward); embedding_scale: the embeddings are
+  // multiplied by it (Gemma: sqrt(dim)), 0 for none; gelu_tanh: the feed-forward's gate takes the
+  // tanh-approximated GELU instead of SiLU; attention_scale: scores are multiplied by it
+  // (query_pre_attn_scalar^-0.5), 0 for 1/sqrt(head_dim). Defaults: off.
+  bool norm_offset = false;
+  bool sandwich_norms = false;
+  double embedding_scale = 0;
+  bool gelu_tanh = false;
+  double attention_scale = 0;
+  // Layers whose attention sees only the last sliding_window positions (t - s < window), by index,
+  // and the RoPE base of those layers (Gemma 3's rope_local_base_freq; rope_scaling applies to the
+  // others only). Default none.
+  std::vector<int64_t> sliding_layers;
+  int64_t sliding_window = 0;
+  double local_rope_theta = 10000.0;
   // The attention kernel (fsdp/models/attention.h). Default kAuto: fused on LibTorch 2.x.
   AttentionKernel attention = AttentionKernel::kAuto;
   // Build the parameters deferred (fsdp/init.h), for fully_shard with
@@ -104,6 +123,7 @@ struct LlamaConfig {
   int64_t kv_heads() const { return n_kv_head == 0 ? n_head : n_kv_head; }
   int64_t head_dim() const { return head_dim_override > 0 ? head_dim_override : dim / n_head; }
   bool rotates(int64_t layer) const;  // false for a NoPE layer
+  bool slides(int64_t layer) const;   // true for a sliding-window layer
   // Channels of a head the rotary embedding turns: head_dim() * partial_rotary_factor, truncated.
   int64_t rotary_dim() const {
     return static_cast<int64_t>(static_cast<double>(head_dim()) * partial_rotary_factor);
@@ -118,11 +138,13 @@ struct LlamaConfig {
 // cast back and scaled by the weight. No bias, no mean subtraction.
 class LlamaRMSNormImpl : public torch::nn::Module {
  public:
-  LlamaRMSNormImpl(int64_t dim, double eps);
+  // offset: Gemma's form, scaled by (1 + weight) in fp32 before the cast back, weight from 0.
+  LlamaRMSNormImpl(int64_t dim, double eps, bool offset = false);
   at::Tensor forward(const at::Tensor& x);  // [..., dim] -> [..., dim]
 
   at::Tensor weight;  // (dim)
   double eps = 0;
+  bool offset = false;
 };
 TORCH_MODULE(LlamaRMSNorm);
 
@@ -160,6 +182,8 @@ class LlamaAttentionImpl : public torch::nn::Module {
   torch::nn::Linear qkv_proj{nullptr};
   int64_t n_head = 0, n_kv_head = 0, head_dim = 0, rotary_dim = 0;
   AttentionKernel attention = AttentionKernel::kAuto;
+  double scale = 0;    // 0: 1 / sqrt(head_dim)
+  int64_t window = 0;  // a sliding-window layer's window; 0: every earlier position
 
  private:
   std::shared_ptr<const LlamaRotaryEmbedding> rope_;
@@ -177,6 +201,7 @@ class LlamaMLPImpl : public torch::nn::Module {
   // config.fused_projections: C -> 2 * intermediate_size (gate, then up) in place of the two.
   torch::nn::Linear gate_up_proj{nullptr};
   torch::nn::Linear down_proj{nullptr};  // intermediate_size -> C
+  bool gelu_tanh = false;                // the gate's activation: GELU (tanh) instead of SiLU
 };
 TORCH_MODULE(LlamaMLP);
 
@@ -193,6 +218,8 @@ class LlamaDecoderLayerImpl : public torch::nn::Module {
   LlamaMLP mlp{nullptr};
   LlamaRMSNorm input_layernorm{nullptr};
   LlamaRMSNorm post_attention_layernorm{nullptr};
+  LlamaRMSNorm pre_feedforward_layernorm{nullptr};   // config.sandwich_norms only
+  LlamaRMSNorm post_feedforward_layernorm{nullptr};  // config.sandwich_norms only
 };
 TORCH_MODULE(LlamaDecoderLayer);
 
@@ -229,6 +256,7 @@ class LlamaImpl : public torch::nn::Module {
   LlamaModel model_{nullptr};
   torch::nn::Linear lm_head_{nullptr};
   std::vector<LlamaDecoderLayer> blocks_;  // the same modules as model_->layers, typed
+  at::Tensor embedding_scale_;             // config.embedding_scale as an fp32 scalar, or none
 };
 TORCH_MODULE(Llama);
 
@@ -241,9 +269,11 @@ at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& targets);
 void init_llama_weights(LlamaImpl& model, uint64_t seed);
 
 // One parameter's initial values, by its qualified name, as init_llama_weights gives them.
-void init_llama_parameter(const std::string& name, at::Tensor& p, uint64_t seed);
+void init_llama_parameter(const std::string& name, at::Tensor& p, uint64_t seed,
+                          bool norm_offset = false);
 
 // init_llama_parameter as a ShardingOptions::param_init, for a model built with config.deferred.
-ParamInit llama_param_init(uint64_t seed);
+// norm_offset: norm weights start at zero (LlamaConfig::norm_offset).
+ParamInit llama_param_init(uint64_t seed, bool norm_offset = false);
 
 }  // namespace fsdp
