@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "fsdp/data/hf_tokenizer.h"
@@ -164,13 +165,19 @@ TEST_P(HFTokenizerFamily, WholeCorpus) {
   EXPECT_EQ(show(std::vector<int32_t>(ids.begin(), ids.begin() + first.size())), show(first));
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, HFTokenizerFamily,
-                         testing::Values(Family{"bytelevel", "bpe-bytelevel"},
-                                         Family{"llama3", "bpe-llama3"},
-                                         Family{"qwen2", "bpe-qwen2"},
-                                         Family{"llama2", "bpe-sentencepiece"},
-                                         Family{"metaspace", "bpe-sentencepiece"}),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, HFTokenizerFamily,
+    testing::Values(Family{"bytelevel", "bpe-bytelevel"}, Family{"llama3", "bpe-llama3"},
+                    Family{"qwen2", "bpe-qwen2"}, Family{"llama2", "bpe-sentencepiece"},
+                    Family{"metaspace", "bpe-sentencepiece"},
+                    // Issue 46: every pre-tokenizer, normalizer and
+                    // post-processor kind, regexes through Oniguruma.
+                    Family{"smollm2", "bpe-bytelevel"}, Family{"o200k", "bpe-bytelevel"},
+                    Family{"nfkc", "bpe-bytelevel"}, Family{"whitespace", "bpe"},
+                    Family{"roberta", "bpe"}, Family{"splits", "bpe-bytelevel"},
+                    Family{"metaspace_always", "bpe-sentencepiece"},
+                    Family{"metaspace_never", "bpe-sentencepiece"}),
+    [](const auto& info) { return info.param.name; });
 
 // ---- what is refused ---------------------------------------------------------------------------
 
@@ -212,37 +219,97 @@ TEST(HFTokenizerErrors, UnsupportedModelType) {
 }
 
 TEST(HFTokenizerErrors, UnknownPreTokenizer) {
-  const std::string dir = edited_fixture("whitespace", [](json& j) {
-    j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Whitespace"}}}}};
+  const std::string dir = edited_fixture("bert_pre", [](json& j) {
+    j["pre_tokenizer"] = {{"type", "Sequence"},
+                          {"pretokenizers", {{{"type", "BertPreTokenizer"}}}}};
   });
   expect_error([&] { load_tokenizer(dir); },
-               {dir + "/tokenizer.json", "pre_tokenizer", "Whitespace"});
+               {dir + "/tokenizer.json", "pre_tokenizer", "BertPreTokenizer"});
 }
 
-TEST(HFTokenizerErrors, UnknownSplitPatternIsQuoted) {
-  const std::string pattern = R"(\p{L}+|\p{N}+|[^\s\p{L}\p{N}]+)";
-  const std::string dir = edited_fixture("split", [&](json& j) {
-    j["pre_tokenizer"] = {{"type", "Split"},
-                          {"pattern", {{"Regex", pattern}}},
-                          {"behavior", "Isolated"},
-                          {"invert", false}};
-  });
-  expect_error([&] { load_tokenizer(dir); }, {dir + "/tokenizer.json", "\"" + pattern + "\""});
+// A regex Oniguruma does not compile is named with the pattern and Oniguruma's own message,
+// wherever it sits: a Split, a Replace normalizer, a Replace decoder.
+TEST(HFTokenizerErrors, InvalidRegexNamesPatternAndOnigurumaMessage) {
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"split", R"(\p{L}+|(\p{N}+)", "end pattern with unmatched parenthesis"},
+      {"replace", R"(\p{NoSuchProperty})", "invalid character property name"},
+      {"decoder", "a{2,1}x[", "premature end of char-class"},
+  };
+  for (const auto& [where, pattern, message] : cases) {
+    const std::string dir = edited_fixture("regex_" + where, [&, w = where](json& j) {
+      const json p = {{"Regex", pattern}};
+      if (w == "split")
+        j["pre_tokenizer"] = {
+            {"type", "Split"}, {"pattern", p}, {"behavior", "Isolated"}, {"invert", false}};
+      else if (w == "replace")
+        j["normalizer"] = {{"type", "Replace"}, {"pattern", p}, {"content", ""}};
+      else
+        j["decoder"] = {{"type", "Replace"}, {"pattern", p}, {"content", ""}};
+    });
+    expect_error([&] { load_tokenizer(dir); },
+                 {dir + "/tokenizer.json", "invalid regex", "\"" + pattern + "\"", message});
+  }
+}
+
+// Options of the new kinds that are misspelt or missing are named too.
+TEST(HFTokenizerErrors, BadOptionsOfTheNewKindsAreNamed) {
+  const std::vector<std::pair<std::string, std::function<void(json&)>>> cases = {
+      {"behavior \"Merged\"",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Punctuation"}, {"behavior", "Merged"}};
+       }},
+      {"Split pre_tokenizer has no \"behavior\"",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", "x"}}}};
+       }},
+      {"Replace normalizer has no pattern",
+       [](json& j) {
+         j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Glob", "*"}}}, {"content", ""}};
+       }},
+      {"empty pattern",
+       [](json& j) {
+         j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", ""}}}, {"content", "x"}};
+       }},
+      {"RobertaProcessing \"sep\" is not [token, id]",
+       [](json& j) {
+         j["post_processor"] = {{"type", "RobertaProcessing"}, {"cls", {"<s>", 0}}, {"sep", 2}};
+       }},
+      {"more than 16384",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Split"},
+                               {"pattern", {{"Regex", std::string(20000, 'a')}}},
+                               {"behavior", "Isolated"}};
+       }},
+  };
+  for (const auto& [what, edit] : cases) {
+    const std::string dir = edited_fixture("option", edit);
+    expect_error([&] { load_tokenizer(dir); }, {dir + "/tokenizer.json", what});
+  }
 }
 
 TEST(HFTokenizerErrors, OtherUnsupportedComponentsAreNamed) {
   const std::vector<std::pair<std::string, std::function<void(json&)>>> cases = {
-      {"Lowercase",
+      {"BertNormalizer",
        [](json& j) {
-         j["normalizer"] = {{"type", "Lowercase"}};
+         j["normalizer"] = {{"type", "Sequence"},
+                            {"normalizers", {{{"type", "NFC"}}, {{"type", "BertNormalizer"}}}}};
+       }},
+      {"Precompiled",
+       [](json& j) {
+         j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", ""}};
        }},
       {"WordPiece",
        [](json& j) {
          j["decoder"] = {{"type", "WordPiece"}, {"prefix", "##"}};
        }},
-      {"RobertaProcessing",
+      {"BertProcessing",
        [](json& j) {
-         j["post_processor"] = {{"type", "RobertaProcessing"}};
+         j["post_processor"] = {{"type", "Sequence"},
+                                {"processors", {{{"type", "BertProcessing"}}}}};
+       }},
+      {"UnicodeScripts",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "UnicodeScripts"}};
        }},
       {"dropout", [](json& j) { j["model"]["dropout"] = 0.1; }},
   };

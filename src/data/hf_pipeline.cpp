@@ -5,8 +5,8 @@
 #include <stdexcept>
 #include <utility>
 
-#include "data/unicode_classes.h"
-#include "data/unicode_nfc.h"
+#include "data/pretokenize.h"
+#include "data/unicode.h"
 #include "data/utf8.h"
 
 namespace fsdp::data::hf {
@@ -72,29 +72,29 @@ bool starts_with(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
 }
 
-CharClass class_at(std::string_view s, size_t i) { return char_class(decode_utf8(s, i).cp); }
-
-// Rust regex's \w, as added_vocabulary.rs's single_word checks use it (letters, digits, '_').
-bool word_char(int64_t cp) {
-  const CharClass c = char_class(cp);
-  return cp == '_' || c == CharClass::kLetter || c == CharClass::kNumber;
+// Rust regex's \w on the character at i (added_vocabulary.rs's single_word checks), matched on
+// that character's bytes alone.
+bool word_char_at(std::string_view s, size_t i) {
+  const Utf8Char c = decode_utf8(s, i);
+  return c.cp >= 0 && word_char_regex().matches_at(s.substr(i, c.end - i), 0);
 }
 
 bool ends_with_word(std::string_view s) {
   if (s.empty()) return false;
   size_t i = s.size() - 1;
   while (i > 0 && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) --i;
-  return word_char(decode_utf8(s, i).cp);
+  if (decode_utf8(s, i).end != s.size()) i = s.size() - 1;  // a stray continuation byte
+  return word_char_at(s, i);
 }
 
-bool starts_with_word(std::string_view s) { return !s.empty() && word_char(decode_utf8(s, 0).cp); }
+bool starts_with_word(std::string_view s) { return !s.empty() && word_char_at(s, 0); }
 
 // Where the whitespace at the end of s begins (LEFTMOST_SPACE_AT_END, \s*$).
 size_t trailing_space_start(std::string_view s) {
   size_t start = s.size();
   for (size_t i = 0; i < s.size();) {
     const Utf8Char c = decode_utf8(s, i);
-    if (char_class(c.cp) != CharClass::kSpace)
+    if (!is_whitespace(c.cp))
       start = s.size();
     else if (start == s.size())
       start = i;
@@ -106,8 +106,21 @@ size_t trailing_space_start(std::string_view s) {
 // The length of the whitespace at the start of s (RIGHTMOST_SPACE_AT_START, ^\s*).
 size_t leading_space_length(std::string_view s) {
   size_t i = 0;
-  while (i < s.size() && class_at(s, i) == CharClass::kSpace) i = decode_utf8(s, i).end;
+  while (i < s.size() && is_whitespace(decode_utf8(s, i).cp)) i = decode_utf8(s, i).end;
   return i;
+}
+
+// NormalizedString::replace with a regex: every match (empty ones too) becomes `content`.
+std::string replace_matches(const std::string& s, const Regex& re, const std::string& content) {
+  const auto matches = re.find_all(s);
+  if (matches.empty()) return s;
+  std::string out;
+  size_t last = 0;
+  for (const auto& [b, e] : matches) {
+    out.append(s, last, b - last).append(content);
+    last = e;
+  }
+  return out.append(s, last, std::string::npos);
 }
 
 using Tokens = std::vector<std::string>;
@@ -195,7 +208,7 @@ Tokens run_decoder(const DecoderStep& d, Tokens tokens, bool raw_bytes) {
     case DecoderStep::Kind::kMetaspace:
       return decode_metaspace(std::move(tokens), d);
     case DecoderStep::Kind::kReplace:
-      for (auto& t : tokens) replace_all(t, d.text, d.content);
+      for (auto& t : tokens) t = replace_matches(t, *d.regex, d.content);
       return tokens;
     case DecoderStep::Kind::kByteFallback:
       return decode_byte_fallback(tokens);
@@ -266,18 +279,70 @@ Pipeline::Pipeline(PipelineSpec spec, BpeModel model)
       });
 }
 
-// normalizers: NFC, Prepend (prepend.rs: only to non-empty text), Replace (replace.rs, literal).
-std::string Pipeline::normalize(std::string text) const {
+namespace {
+
+// normalizers/strip.rs (NormalizedString::lrstrip): char::is_whitespace characters off either end.
+// Returns how many bytes left the start.
+size_t strip_text(std::string& text, bool left, bool right) {
+  size_t begin = 0, end = text.size();
+  if (left)
+    while (begin < end && is_whitespace(decode_utf8(text, begin).cp))
+      begin = decode_utf8(text, begin).end;
+  if (right) {
+    size_t last = begin;  // the end of the last character that is not whitespace
+    for (size_t i = begin; i < end;) {
+      const Utf8Char c = decode_utf8(text, i);
+      i = c.end;
+      if (!is_whitespace(c.cp)) last = i;
+    }
+    end = last;
+  }
+  text = text.substr(begin, end - begin);
+  return begin;
+}
+
+// Whether a Replace keeps the text's first character where tokenizers' alignments put it: a match
+// at the start that is removed, or longer than one character, gives the text's new start the
+// alignment of a later original character.
+bool replace_keeps_start(const std::string& text, const Regex& re, const std::string& content) {
+  const auto matches = re.find_all(text);
+  if (matches.empty() || matches[0].first != 0 || matches[0].second == 0) return true;
+  return !content.empty() && decode_utf8(text, 0).end == matches[0].second;
+}
+
+}  // namespace
+
+// normalizers/unicode.rs (NFC, NFKC, NFD, NFKD), utils.rs (Lowercase), strip.rs, prepend.rs (only
+// to non-empty text), replace.rs. `keeps_start`, when asked, is cleared where the normalized text
+// no longer starts at the original's offset 0 (NormalizedString's alignments), which Metaspace's
+// prepend_scheme "first" reads.
+std::string Pipeline::normalize(std::string text, bool* keeps_start) const {
   for (const NormalizerStep& n : spec_.normalizers) {
     switch (n.kind) {
       case NormalizerStep::Kind::kNfc:
-        text = nfc(text);
+        text = normalize_unicode(text, NormalForm::kNfc);
+        break;
+      case NormalizerStep::Kind::kNfkc:
+        text = normalize_unicode(text, NormalForm::kNfkc);
+        break;
+      case NormalizerStep::Kind::kNfd:
+        text = normalize_unicode(text, NormalForm::kNfd);
+        break;
+      case NormalizerStep::Kind::kNfkd:
+        text = normalize_unicode(text, NormalForm::kNfkd);
+        break;
+      case NormalizerStep::Kind::kLowercase:
+        text = to_lowercase(text);
+        break;
+      case NormalizerStep::Kind::kStrip:
+        if (strip_text(text, n.left, n.right) > 0 && keeps_start) *keeps_start = false;
         break;
       case NormalizerStep::Kind::kPrepend:
         if (!text.empty()) text = n.text + text;
         break;
       case NormalizerStep::Kind::kReplace:
-        replace_all(text, n.text, n.content);
+        if (keeps_start && !replace_keeps_start(text, *n.regex, n.content)) *keeps_start = false;
+        text = replace_matches(text, *n.regex, n.content);
         break;
     }
   }
@@ -352,22 +417,47 @@ static void metaspace(const PreTokenizerStep& p, std::string& text, bool at_star
   parts.push_back(t.substr(begin));
 }
 
-// One pre-tokenizer step on one piece: pre_tokenizers/byte_level.rs (the prefix space, the GPT-2
-// split, then every byte as its character), split.rs, metaspace.rs. Each part is emitted with
-// whether it starts the text.
+// The pieces of one pre-tokenizer step other than Metaspace: byte_level.rs (the prefix space,
+// then GPT-2's regex), split.rs, digits.rs, whitespace.rs (Whitespace, WhitespaceSplit),
+// punctuation.rs.
+static std::vector<std::pair<size_t, size_t>> pre_step_pieces(const PreTokenizerStep& p,
+                                                              std::string& text) {
+  using K = PreTokenizerStep::Kind;
+  switch (p.kind) {
+    case K::kByteLevel:
+      if (p.add_prefix_space && !starts_with(text, " ")) text.insert(0, " ");
+      if (!p.use_regex) return {{0, text.size()}};
+      return split_spans(regex_spans(gpt2_regex(), text, false), SplitBehavior::kIsolated);
+    case K::kSplit:
+      return split_spans(regex_spans(*p.regex, text, p.invert), p.behavior);
+    case K::kDigits:
+      return split_spans(char_spans(text, is_numeric), p.individual_digits
+                                                           ? SplitBehavior::kIsolated
+                                                           : SplitBehavior::kContiguous);
+    case K::kWhitespace:
+      return split_spans(regex_spans(whitespace_regex(), text, true), SplitBehavior::kRemoved);
+    case K::kWhitespaceSplit:
+      return split_spans(char_spans(text, is_whitespace), SplitBehavior::kRemoved);
+    case K::kPunctuation:
+      return split_spans(char_spans(text, is_punctuation), p.behavior);
+    case K::kMetaspace:
+      break;
+  }
+  return {{0, text.size()}};
+}
+
+// One pre-tokenizer step on one piece; each part is emitted with whether it starts the text
+// (its original offset is 0), and ByteLevel's as every byte's character.
 void Pipeline::apply_pre_step(const PreTokenizerStep& p, std::string& text, bool at_start,
                               std::vector<std::pair<std::string, bool>>& out) const {
   std::vector<std::string_view> parts;
-  const bool byte_level = p.kind == PreTokenizerStep::Kind::kByteLevel;
-  if (byte_level && p.add_prefix_space && !starts_with(text, " ")) text.insert(0, " ");
-  if (byte_level && !p.use_regex)
-    parts.push_back(text);
-  else if (byte_level)
-    split_pretokens(text, SplitPattern::kGpt2, parts);
-  else if (p.kind == PreTokenizerStep::Kind::kSplit)
-    split_pretokens(text, p.pattern, parts);
-  else
+  if (p.kind == PreTokenizerStep::Kind::kMetaspace) {
     metaspace(p, text, at_start, parts);
+  } else {
+    for (const auto& [b, e] : pre_step_pieces(p, text))
+      parts.push_back(std::string_view(text).substr(b, e - b));
+  }
+  const bool byte_level = p.kind == PreTokenizerStep::Kind::kByteLevel;
   for (std::string_view part : parts) {
     if (part.empty()) continue;
     const bool first = at_start && part.data() == text.data();
@@ -398,7 +488,7 @@ std::vector<int32_t> Pipeline::encode(std::string_view text, bool add_special_to
       pieces.push_back(std::move(p));
       continue;
     }
-    p.text = normalize(std::move(p.text));
+    p.text = normalize(std::move(p.text), &p.at_start);
     split_added(p, true, pieces);
   }
   std::vector<int32_t> ids;
