@@ -20,6 +20,9 @@
 #include <tuple>
 #include <vector>
 
+#include "data/onig_regex.h"
+#include "data/pretokenize.h"
+#include "data/unicode.h"
 #include "fsdp/data/hf_tokenizer.h"
 #include "fsdp/data/tokenizer.h"
 
@@ -178,6 +181,51 @@ INSTANTIATE_TEST_SUITE_P(
                     Family{"metaspace_always", "bpe-sentencepiece"},
                     Family{"metaspace_never", "bpe-sentencepiece"}),
     [](const auto& info) { return info.param.name; });
+
+// ---- bytes that are not UTF-8 -------------------------------------------------------------------
+
+// Hugging Face never sees them (Python hands it str); we keep them, so the regexes search each one
+// as U+FFFD with the text's own offsets, and the normalizers pass them through, composing nothing
+// across one.
+TEST(HFTokenizerStrayBytes, RegexSearchesThemAsReplacementCharacters) {
+  const Regex letters(R"(\p{L}+)", false, "test");
+  using Matches = std::vector<std::pair<size_t, size_t>>;
+  EXPECT_EQ(letters.find_all("ab\xff"
+                             "cd\xc3"),
+            (Matches{{0, 2}, {3, 5}}));
+  const Regex symbols(R"(\p{So})", false, "test");  // U+FFFD is a symbol
+  EXPECT_EQ(symbols.find_all("a\x80\xf0\x9f"), (Matches{{1, 2}, {2, 3}, {3, 4}}));
+  const Regex literal("a.b", true, "test");  // {"String"}: plain text
+  EXPECT_EQ(literal.find_all("axb a.b"), (Matches{{4, 7}}));
+  const Regex empty_ok("x*", false, "test");  // empty matches as onig's find_iter yields them
+  EXPECT_EQ(empty_ok.find_all("axxb"), (Matches{{0, 0}, {1, 3}, {4, 4}}));
+  // ByteLevel's regex through a stray byte: the pieces cover the text, byte for byte.
+  const std::string text = "it\xe2\x80 's \xc0\xaf 12";
+  std::string joined;
+  for (const auto& [b, e] :
+       split_spans(regex_spans(gpt2_regex(), text, false), SplitBehavior::kIsolated))
+    joined += text.substr(b, e - b);
+  EXPECT_EQ(joined, text);
+}
+
+TEST(HFTokenizerStrayBytes, NormalizersKeepThem) {
+  EXPECT_EQ(normalize_unicode("e\xcc\x81\xff"
+                              "e\xcc\x81",
+                              NormalForm::kNfc),
+            "\xc3\xa9\xff\xc3\xa9");
+  EXPECT_EQ(normalize_unicode("\xef\xac\x81\x80", NormalForm::kNfkc), "fi\x80");
+  EXPECT_EQ(normalize_unicode("e\xff\xcc\x81", NormalForm::kNfc), "e\xff\xcc\x81");  // no composing
+  EXPECT_EQ(to_lowercase("\xc4\xb0\xfe"
+                         "A"),
+            "i\xcc\x87\xfe"
+            "a");  // U+0130: two characters
+  EXPECT_EQ(to_lowercase("\xce\xa3\xce\x91\xce\xa3"),
+            "\xcf\x83\xce\xb1\xcf\x83");  // no final sigma
+  for (const std::string family : {"o200k", "nfkc", "whitespace", "roberta", "splits"}) {
+    const auto tok = load_tokenizer(kFixtures + "/" + family);
+    EXPECT_FALSE(tok->encode("caf\xc3 \xff\xfe 12\xe2\x82 x\xf0\x9f").empty()) << family;
+  }
+}
 
 // ---- what is refused ---------------------------------------------------------------------------
 

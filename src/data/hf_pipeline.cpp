@@ -68,6 +68,19 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
   s.swap(out);
 }
 
+// NormalizedString::replace: every match (empty ones too) becomes `content`.
+std::string replaced(const std::string& s, const std::vector<std::pair<size_t, size_t>>& matches,
+                     const std::string& content) {
+  if (matches.empty()) return s;
+  std::string out;
+  size_t last = 0;
+  for (const auto& [b, e] : matches) {
+    out.append(s, last, b - last).append(content);
+    last = e;
+  }
+  return out.append(s, last, std::string::npos);
+}
+
 bool starts_with(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
 }
@@ -108,19 +121,6 @@ size_t leading_space_length(std::string_view s) {
   size_t i = 0;
   while (i < s.size() && is_whitespace(decode_utf8(s, i).cp)) i = decode_utf8(s, i).end;
   return i;
-}
-
-// NormalizedString::replace with a regex: every match (empty ones too) becomes `content`.
-std::string replace_matches(const std::string& s, const Regex& re, const std::string& content) {
-  const auto matches = re.find_all(s);
-  if (matches.empty()) return s;
-  std::string out;
-  size_t last = 0;
-  for (const auto& [b, e] : matches) {
-    out.append(s, last, b - last).append(content);
-    last = e;
-  }
-  return out.append(s, last, std::string::npos);
 }
 
 using Tokens = std::vector<std::string>;
@@ -208,7 +208,7 @@ Tokens run_decoder(const DecoderStep& d, Tokens tokens, bool raw_bytes) {
     case DecoderStep::Kind::kMetaspace:
       return decode_metaspace(std::move(tokens), d);
     case DecoderStep::Kind::kReplace:
-      for (auto& t : tokens) t = replace_matches(t, *d.regex, d.content);
+      for (auto& t : tokens) t = replaced(t, d.regex->find_all(t), d.content);
       return tokens;
     case DecoderStep::Kind::kByteFallback:
       return decode_byte_fallback(tokens);
@@ -301,51 +301,86 @@ size_t strip_text(std::string& text, bool left, bool right) {
   return begin;
 }
 
-// Whether a Replace keeps the text's first character where tokenizers' alignments put it: a match
-// at the start that is removed, or longer than one character, gives the text's new start the
-// alignment of a later original character.
-bool replace_keeps_start(const std::string& text, const Regex& re, const std::string& content) {
-  const auto matches = re.find_all(text);
-  if (matches.empty() || matches[0].first != 0 || matches[0].second == 0) return true;
-  return !content.empty() && decode_utf8(text, 0).end == matches[0].second;
+// The end of the character that holds byte i - 1 of s (i rounded up to a character boundary).
+size_t char_ceil(std::string_view s, size_t i) {
+  size_t j = 0;
+  while (j < i && j < s.size()) j = decode_utf8(s, j).end;
+  return j;
+}
+
+// The original's first character as tokenizers' alignments follow it through a Replace: `start`
+// bytes of the text come from it (alignments that begin at offset 0), or none. Kept text keeps its
+// alignment; the content that replaces a match takes the alignment of the match's last character
+// (NormalizedString::replace), an empty match's that of the character before it, or (0, 0) at the
+// very start: so "^" replaced brings a lost start back, as in tokenizers.
+size_t replaced_start(const std::vector<std::pair<size_t, size_t>>& matches,
+                      const std::string& content, size_t start) {
+  size_t out = 0, pos = 0;
+  for (const auto& [b, e] : matches) {
+    out += std::min(b, start) - std::min(pos, start);
+    if (b > start || e > start) return out;  // text or content from later characters follows
+    out += content.size();
+    pos = e;
+  }
+  return out + (start > pos ? start - pos : 0);
+}
+
+NormalForm form_of(NormalizerStep::Kind k) {
+  using K = NormalizerStep::Kind;
+  return k == K::kNfc    ? NormalForm::kNfc
+         : k == K::kNfkc ? NormalForm::kNfkc
+         : k == K::kNfd  ? NormalForm::kNfd
+                         : NormalForm::kNfkd;
+}
+
+// One normalizer on `text`: normalizers/unicode.rs (NFC, NFKC, NFD, NFKD), utils.rs (Lowercase),
+// strip.rs, prepend.rs (only to non-empty text), replace.rs. `start` follows the bytes that come
+// from the original's first character (see replaced_start): a per-character transform maps them to
+// what they become, a strip or a removal can take them all.
+void normalize_step(const NormalizerStep& n, std::string& text, size_t& start) {
+  using K = NormalizerStep::Kind;
+  switch (n.kind) {
+    case K::kNfc:
+    case K::kNfkc:
+    case K::kNfd:
+    case K::kNfkd: {
+      const std::string head = normalize_unicode(text.substr(0, start), form_of(n.kind));
+      text = normalize_unicode(text, form_of(n.kind));
+      start = start ? char_ceil(text, std::max<size_t>(head.size(), 1)) : 0;
+      break;
+    }
+    case K::kLowercase:
+      start = to_lowercase(text.substr(0, start)).size();
+      text = to_lowercase(text);
+      break;
+    case K::kStrip: {
+      const size_t removed = strip_text(text, n.left, n.right);
+      start = removed >= start ? 0 : std::min(start - removed, text.size());
+      break;
+    }
+    case K::kPrepend:
+      if (text.empty()) break;
+      text = n.text + text;
+      if (start) start += n.text.size();
+      break;
+    case K::kReplace: {
+      const auto matches = n.regex->find_all(text);
+      start = replaced_start(matches, n.content, start);
+      text = replaced(text, matches, n.content);
+      break;
+    }
+  }
 }
 
 }  // namespace
 
-// normalizers/unicode.rs (NFC, NFKC, NFD, NFKD), utils.rs (Lowercase), strip.rs, prepend.rs (only
-// to non-empty text), replace.rs. `keeps_start`, when asked, is cleared where the normalized text
-// no longer starts at the original's offset 0 (NormalizedString's alignments), which Metaspace's
-// prepend_scheme "first" reads.
-std::string Pipeline::normalize(std::string text, bool* keeps_start) const {
-  for (const NormalizerStep& n : spec_.normalizers) {
-    switch (n.kind) {
-      case NormalizerStep::Kind::kNfc:
-        text = normalize_unicode(text, NormalForm::kNfc);
-        break;
-      case NormalizerStep::Kind::kNfkc:
-        text = normalize_unicode(text, NormalForm::kNfkc);
-        break;
-      case NormalizerStep::Kind::kNfd:
-        text = normalize_unicode(text, NormalForm::kNfd);
-        break;
-      case NormalizerStep::Kind::kNfkd:
-        text = normalize_unicode(text, NormalForm::kNfkd);
-        break;
-      case NormalizerStep::Kind::kLowercase:
-        text = to_lowercase(text);
-        break;
-      case NormalizerStep::Kind::kStrip:
-        if (strip_text(text, n.left, n.right) > 0 && keeps_start) *keeps_start = false;
-        break;
-      case NormalizerStep::Kind::kPrepend:
-        if (!text.empty()) text = n.text + text;
-        break;
-      case NormalizerStep::Kind::kReplace:
-        if (keeps_start && !replace_keeps_start(text, *n.regex, n.content)) *keeps_start = false;
-        text = replace_matches(text, *n.regex, n.content);
-        break;
-    }
-  }
+// The normalizers in order. `at_start`, when given, is cleared where the normalized text no longer
+// begins with what the original's first character became (its NormalizedString's
+// offsets_original().0 is then not 0), which Metaspace's prepend_scheme "first" reads.
+std::string Pipeline::normalize(std::string text, bool* at_start) const {
+  size_t start = text.empty() ? 0 : decode_utf8(text, 0).end;
+  for (const NormalizerStep& n : spec_.normalizers) normalize_step(n, text, start);
+  if (at_start && start == 0) *at_start = false;
   return text;
 }
 

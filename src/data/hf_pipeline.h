@@ -116,7 +116,7 @@ class Pipeline {
     size_t start, end;
     const AddedToken* token;
   };
-  std::string normalize(std::string text, bool* keeps_start = nullptr) const;
+  std::string normalize(std::string text, bool* at_start = nullptr) const;
   std::vector<Match> find_added(std::string_view text, bool normalized) const;
   void split_added(const Piece& piece, bool normalized, std::vector<Piece>& out) const;
   void pre_tokenize(size_t step, std::string text, bool at_start, std::vector<int32_t>& out) const;

@@ -11,8 +11,9 @@
 namespace fsdp::data {
 namespace {
 
-// onig_initialize once per process, and onig_new under a lock: Oniguruma's compiler keeps global
-// tables that are not safe to build from two threads (the onig crate takes the same lock).
+// onig_initialize once per process; onig_new and onig_free under a lock: Oniguruma's FAQ forbids
+// making or freeing regex objects on two threads at once, even different ones (the onig crate
+// takes the same lock). Searches need none: they leave the regex object as it is.
 std::mutex& compile_lock() {
   static std::mutex m;
   return m;
@@ -44,7 +45,9 @@ const UChar* bytes(std::string_view s) { return reinterpret_cast<const UChar*>(s
 struct Regex::Compiled {
   regex_t* reg = nullptr;
   ~Compiled() {
-    if (reg) onig_free(reg);
+    if (!reg) return;
+    std::lock_guard<std::mutex> lock(compile_lock());
+    onig_free(reg);
   }
 };
 

@@ -378,10 +378,12 @@ def make_splits(docs):
     return tok, dict(bos_token="<|endoftext|>", eos_token="<|endoftext|>")
 
 
-def make_metaspace_split(vocab, merges, scheme):
-    """Metaspace with split=True and prepend_scheme "always" or "never" (the metaspace family has
-    "first" without split)."""
+def make_metaspace_split(vocab, merges, scheme, normalizer=None):
+    """Metaspace with split=True and prepend_scheme "always", "never" or "first" (the metaspace
+    family has "first" without split)."""
     tok = spm_tokenizer(vocab, merges)
+    if normalizer is not None:
+        tok.normalizer = normalizer
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=scheme,
                                                  split=True)
     tok.decoder = decoders.Sequence([
@@ -458,6 +460,13 @@ def tokenizer_fixtures(docs, out):
         "splits": make_splits(docs),
         "metaspace_always": make_metaspace_split(spm_vocab, spm_merges, "always"),
         "metaspace_never": make_metaspace_split(spm_vocab, spm_merges, "never"),
+        # "first" asks whether a piece starts at the original's offset 0, which normalizers move:
+        # a stripped start, a start replaced by a match longer than a character, not an NFKC
+        # expansion's first half.
+        "metaspace_first": make_metaspace_split(spm_vocab, spm_merges, "first", normalizers.Sequence([
+            normalizers.Strip(left=True, right=False), normalizers.NFKC(),
+            normalizers.Replace(Regex(r"^(The|It)\b"), "_"), normalizers.Replace(Regex("^fi"), "f"),
+        ])),
     }
     first = ("bytelevel", "llama3", "qwen2", "llama2", "metaspace")
     for family, (tok, kwargs) in made.items():
