@@ -322,6 +322,14 @@ TEST(HFTokenizerErrors, BadOptionsOfTheNewKindsAreNamed) {
        [](json& j) {
          j["post_processor"] = {{"type", "RobertaProcessing"}, {"cls", {"<s>", 0}}, {"sep", 2}};
        }},
+      {"more than 1024 normalizers, pre-tokenizers",
+       [](json& j) {
+         json many = json::array();
+         for (int i = 0; i < 2000; ++i)
+           many.push_back(
+               {{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Isolated"}});
+         j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", many}};
+       }},
       {"more than 16384",
        [](json& j) {
          j["pre_tokenizer"] = {{"type", "Split"},

@@ -175,9 +175,15 @@ class SpecReader {
     return s;
   }
 
-  // Sequences nest; a file nested deeper than this is refused rather than recursed into.
+  // Sequences nest; a file nested deeper than this is refused rather than recursed into. Each
+  // component may compile a regex, so a file with more of them than any tokenizer has (a few
+  // each) is refused before it takes seconds and gigabytes.
   void check_depth(int depth) const {
     if (depth > 32) fail("components nested more than 32 deep");
+    constexpr size_t kMaxComponents = 1024;
+    if (++components_ > kMaxComponents)
+      fail("more than " + std::to_string(kMaxComponents) +
+           " normalizers, pre-tokenizers, post-processors and decoders");
   }
 
   void normalizer(const json& j, std::vector<NormalizerStep>& out, int depth = 0) const {
@@ -413,6 +419,7 @@ class SpecReader {
 
  private:
   std::string where_;
+  mutable size_t components_ = 0;
 };
 
 bool has_pre(const PipelineSpec& s, PreTokenizerStep::Kind k, const char* pattern = nullptr) {
