@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # (Re)makes every Hugging Face fixture under tests/data/hf/: tokenizers of five families
-# (GPT-2 byte-level, Llama 3, Qwen2, Llama 2 SentencePiece-style BPE, Metaspace) trained on the
-# bundled corpus (assets/sotu), and tiny random GPT-2 / Llama / Qwen2 / Mistral checkpoints, each
-# with a reference.json of what the real `tokenizers` and `transformers` compute on them. The
-# files are committed: CI compares our C++ tokenizer and checkpoint loading against them without
-# Python. CI does not run this; run it by hand after changing tests/hf/make_fixtures.py, and
-# commit the result.
+# (GPT-2 byte-level, Llama 3, Qwen2, Llama 2 SentencePiece-style BPE, Metaspace) and of every
+# other pipeline kind fsdp.cpp reads (SmolLM2's Digits, an o200k Split, NFKC/NFD/NFKD with
+# Lowercase, Strip and regex Replace, Whitespace, WhitespaceSplit, Punctuation, Split behaviours,
+# RobertaProcessing, Metaspace's prepend schemes) trained on the bundled corpus (assets/sotu), and
+# tiny random GPT-2 / Llama / Qwen2 / Mistral checkpoints, each with a reference.json of what the
+# real `tokenizers` and `transformers` compute on them. The files are committed: CI compares our
+# C++ tokenizer and checkpoint loading against them without Python. CI does not run this; run it
+# by hand after changing tests/hf/make_fixtures.py, and commit the result.
 #
 # It works inside a Debian sid chroot (scripts/chroot.sh, FSDP_CHROOT_SUITE=sid), the only place
 # these machines get transformers 5.x, tokenizers and torch from (Debian's python3-* packages;

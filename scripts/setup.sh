@@ -22,6 +22,8 @@ PACKAGES=(
   libyaml-cpp-dev         # the trainer's YAML configs
   zlib1g-dev              # CRC-32 of checkpoint files
   nlohmann-json3-dev      # checkpoint metadata
+  libonig-dev             # the tokenizer's regexes (Oniguruma, as Hugging Face's tokenizers uses)
+  libutf8proc-dev         # the tokenizer's Unicode normalization, case and categories
   iproute2                # network namespaces for the two-host test
   python3                 # tests/safetensors_check.py reads our files without LibTorch
 )

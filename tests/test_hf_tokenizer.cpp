@@ -17,8 +17,12 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
+#include "data/onig_regex.h"
+#include "data/pretokenize.h"
+#include "data/unicode.h"
 #include "fsdp/data/hf_tokenizer.h"
 #include "fsdp/data/tokenizer.h"
 
@@ -164,13 +168,64 @@ TEST_P(HFTokenizerFamily, WholeCorpus) {
   EXPECT_EQ(show(std::vector<int32_t>(ids.begin(), ids.begin() + first.size())), show(first));
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, HFTokenizerFamily,
-                         testing::Values(Family{"bytelevel", "bpe-bytelevel"},
-                                         Family{"llama3", "bpe-llama3"},
-                                         Family{"qwen2", "bpe-qwen2"},
-                                         Family{"llama2", "bpe-sentencepiece"},
-                                         Family{"metaspace", "bpe-sentencepiece"}),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, HFTokenizerFamily,
+    testing::Values(Family{"bytelevel", "bpe-bytelevel"}, Family{"llama3", "bpe-llama3"},
+                    Family{"qwen2", "bpe-qwen2"}, Family{"llama2", "bpe-sentencepiece"},
+                    Family{"metaspace", "bpe-sentencepiece"},
+                    // Issue 46: every pre-tokenizer, normalizer and
+                    // post-processor kind, regexes through Oniguruma.
+                    Family{"smollm2", "bpe-bytelevel"}, Family{"o200k", "bpe-bytelevel"},
+                    Family{"nfkc", "bpe-bytelevel"}, Family{"whitespace", "bpe"},
+                    Family{"roberta", "bpe"}, Family{"splits", "bpe-bytelevel"},
+                    Family{"metaspace_always", "bpe-sentencepiece"},
+                    Family{"metaspace_never", "bpe-sentencepiece"}),
+    [](const auto& info) { return info.param.name; });
+
+// ---- bytes that are not UTF-8 -------------------------------------------------------------------
+
+// Hugging Face never sees them (Python hands it str); we keep them, so the regexes search each one
+// as U+FFFD with the text's own offsets, and the normalizers pass them through, composing nothing
+// across one.
+TEST(HFTokenizerStrayBytes, RegexSearchesThemAsReplacementCharacters) {
+  const Regex letters(R"(\p{L}+)", false, "test");
+  using Matches = std::vector<std::pair<size_t, size_t>>;
+  EXPECT_EQ(letters.find_all("ab\xff"
+                             "cd\xc3"),
+            (Matches{{0, 2}, {3, 5}}));
+  const Regex symbols(R"(\p{So})", false, "test");  // U+FFFD is a symbol
+  EXPECT_EQ(symbols.find_all("a\x80\xf0\x9f"), (Matches{{1, 2}, {2, 3}, {3, 4}}));
+  const Regex literal("a.b", true, "test");  // {"String"}: plain text
+  EXPECT_EQ(literal.find_all("axb a.b"), (Matches{{4, 7}}));
+  const Regex empty_ok("x*", false, "test");  // empty matches as onig's find_iter yields them
+  EXPECT_EQ(empty_ok.find_all("axxb"), (Matches{{0, 0}, {1, 3}, {4, 4}}));
+  // ByteLevel's regex through a stray byte: the pieces cover the text, byte for byte.
+  const std::string text = "it\xe2\x80 's \xc0\xaf 12";
+  std::string joined;
+  for (const auto& [b, e] :
+       split_spans(regex_spans(gpt2_regex(), text, false), SplitBehavior::kIsolated))
+    joined += text.substr(b, e - b);
+  EXPECT_EQ(joined, text);
+}
+
+TEST(HFTokenizerStrayBytes, NormalizersKeepThem) {
+  EXPECT_EQ(normalize_unicode("e\xcc\x81\xff"
+                              "e\xcc\x81",
+                              NormalForm::kNfc),
+            "\xc3\xa9\xff\xc3\xa9");
+  EXPECT_EQ(normalize_unicode("\xef\xac\x81\x80", NormalForm::kNfkc), "fi\x80");
+  EXPECT_EQ(normalize_unicode("e\xff\xcc\x81", NormalForm::kNfc), "e\xff\xcc\x81");  // no composing
+  EXPECT_EQ(to_lowercase("\xc4\xb0\xfe"
+                         "A"),
+            "i\xcc\x87\xfe"
+            "a");  // U+0130: two characters
+  EXPECT_EQ(to_lowercase("\xce\xa3\xce\x91\xce\xa3"),
+            "\xcf\x83\xce\xb1\xcf\x83");  // no final sigma
+  for (const std::string family : {"o200k", "nfkc", "whitespace", "roberta", "splits"}) {
+    const auto tok = load_tokenizer(kFixtures + "/" + family);
+    EXPECT_FALSE(tok->encode("caf\xc3 \xff\xfe 12\xe2\x82 x\xf0\x9f").empty()) << family;
+  }
+}
 
 // ---- what is refused ---------------------------------------------------------------------------
 
@@ -212,37 +267,105 @@ TEST(HFTokenizerErrors, UnsupportedModelType) {
 }
 
 TEST(HFTokenizerErrors, UnknownPreTokenizer) {
-  const std::string dir = edited_fixture("whitespace", [](json& j) {
-    j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {{{"type", "Whitespace"}}}}};
+  const std::string dir = edited_fixture("bert_pre", [](json& j) {
+    j["pre_tokenizer"] = {{"type", "Sequence"},
+                          {"pretokenizers", {{{"type", "BertPreTokenizer"}}}}};
   });
   expect_error([&] { load_tokenizer(dir); },
-               {dir + "/tokenizer.json", "pre_tokenizer", "Whitespace"});
+               {dir + "/tokenizer.json", "pre_tokenizer", "BertPreTokenizer"});
 }
 
-TEST(HFTokenizerErrors, UnknownSplitPatternIsQuoted) {
-  const std::string pattern = R"(\p{L}+|\p{N}+|[^\s\p{L}\p{N}]+)";
-  const std::string dir = edited_fixture("split", [&](json& j) {
-    j["pre_tokenizer"] = {{"type", "Split"},
-                          {"pattern", {{"Regex", pattern}}},
-                          {"behavior", "Isolated"},
-                          {"invert", false}};
-  });
-  expect_error([&] { load_tokenizer(dir); }, {dir + "/tokenizer.json", "\"" + pattern + "\""});
+// A regex Oniguruma does not compile is named with the pattern and Oniguruma's own message,
+// wherever it sits: a Split, a Replace normalizer, a Replace decoder.
+TEST(HFTokenizerErrors, InvalidRegexNamesPatternAndOnigurumaMessage) {
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"split", R"(\p{L}+|(\p{N}+)", "end pattern with unmatched parenthesis"},
+      {"replace", R"(\p{NoSuchProperty})", "invalid character property name"},
+      {"decoder", "a{2,1}x[", "premature end of char-class"},
+  };
+  for (const auto& [where, pattern, message] : cases) {
+    const std::string dir = edited_fixture("regex_" + where, [&, w = where](json& j) {
+      const json p = {{"Regex", pattern}};
+      if (w == "split")
+        j["pre_tokenizer"] = {
+            {"type", "Split"}, {"pattern", p}, {"behavior", "Isolated"}, {"invert", false}};
+      else if (w == "replace")
+        j["normalizer"] = {{"type", "Replace"}, {"pattern", p}, {"content", ""}};
+      else
+        j["decoder"] = {{"type", "Replace"}, {"pattern", p}, {"content", ""}};
+    });
+    expect_error([&] { load_tokenizer(dir); },
+                 {dir + "/tokenizer.json", "invalid regex", "\"" + pattern + "\"", message});
+  }
+}
+
+// Options of the new kinds that are misspelt or missing are named too.
+TEST(HFTokenizerErrors, BadOptionsOfTheNewKindsAreNamed) {
+  const std::vector<std::pair<std::string, std::function<void(json&)>>> cases = {
+      {"behavior \"Merged\"",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Punctuation"}, {"behavior", "Merged"}};
+       }},
+      {"Split pre_tokenizer has no \"behavior\"",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", "x"}}}};
+       }},
+      {"Replace normalizer has no pattern",
+       [](json& j) {
+         j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Glob", "*"}}}, {"content", ""}};
+       }},
+      {"empty pattern",
+       [](json& j) {
+         j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", ""}}}, {"content", "x"}};
+       }},
+      {"RobertaProcessing \"sep\" is not [token, id]",
+       [](json& j) {
+         j["post_processor"] = {{"type", "RobertaProcessing"}, {"cls", {"<s>", 0}}, {"sep", 2}};
+       }},
+      {"more than 1024 normalizers, pre-tokenizers",
+       [](json& j) {
+         json many = json::array();
+         for (int i = 0; i < 2000; ++i)
+           many.push_back(
+               {{"type", "Split"}, {"pattern", {{"Regex", "a"}}}, {"behavior", "Isolated"}});
+         j["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", many}};
+       }},
+      {"more than 16384",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "Split"},
+                               {"pattern", {{"Regex", std::string(20000, 'a')}}},
+                               {"behavior", "Isolated"}};
+       }},
+  };
+  for (const auto& [what, edit] : cases) {
+    const std::string dir = edited_fixture("option", edit);
+    expect_error([&] { load_tokenizer(dir); }, {dir + "/tokenizer.json", what});
+  }
 }
 
 TEST(HFTokenizerErrors, OtherUnsupportedComponentsAreNamed) {
   const std::vector<std::pair<std::string, std::function<void(json&)>>> cases = {
-      {"Lowercase",
+      {"BertNormalizer",
        [](json& j) {
-         j["normalizer"] = {{"type", "Lowercase"}};
+         j["normalizer"] = {{"type", "Sequence"},
+                            {"normalizers", {{{"type", "NFC"}}, {{"type", "BertNormalizer"}}}}};
+       }},
+      {"Precompiled",
+       [](json& j) {
+         j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", ""}};
        }},
       {"WordPiece",
        [](json& j) {
          j["decoder"] = {{"type", "WordPiece"}, {"prefix", "##"}};
        }},
-      {"RobertaProcessing",
+      {"BertProcessing",
        [](json& j) {
-         j["post_processor"] = {{"type", "RobertaProcessing"}};
+         j["post_processor"] = {{"type", "Sequence"},
+                                {"processors", {{{"type", "BertProcessing"}}}}};
+       }},
+      {"UnicodeScripts",
+       [](json& j) {
+         j["pre_tokenizer"] = {{"type", "UnicodeScripts"}};
        }},
       {"dropout", [](json& j) { j["model"]["dropout"] = 0.1; }},
   };

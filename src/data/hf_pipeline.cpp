@@ -5,8 +5,8 @@
 #include <stdexcept>
 #include <utility>
 
-#include "data/unicode_classes.h"
-#include "data/unicode_nfc.h"
+#include "data/pretokenize.h"
+#include "data/unicode.h"
 #include "data/utf8.h"
 
 namespace fsdp::data::hf {
@@ -68,33 +68,46 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
   s.swap(out);
 }
 
+// NormalizedString::replace: every match (empty ones too) becomes `content`.
+std::string replaced(const std::string& s, const std::vector<std::pair<size_t, size_t>>& matches,
+                     const std::string& content) {
+  if (matches.empty()) return s;
+  std::string out;
+  size_t last = 0;
+  for (const auto& [b, e] : matches) {
+    out.append(s, last, b - last).append(content);
+    last = e;
+  }
+  return out.append(s, last, std::string::npos);
+}
+
 bool starts_with(std::string_view s, std::string_view prefix) {
   return s.substr(0, prefix.size()) == prefix;
 }
 
-CharClass class_at(std::string_view s, size_t i) { return char_class(decode_utf8(s, i).cp); }
-
-// Rust regex's \w, as added_vocabulary.rs's single_word checks use it (letters, digits, '_').
-bool word_char(int64_t cp) {
-  const CharClass c = char_class(cp);
-  return cp == '_' || c == CharClass::kLetter || c == CharClass::kNumber;
+// Rust regex's \w on the character at i (added_vocabulary.rs's single_word checks), matched on
+// that character's bytes alone.
+bool word_char_at(std::string_view s, size_t i) {
+  const Utf8Char c = decode_utf8(s, i);
+  return c.cp >= 0 && word_char_regex().matches_at(s.substr(i, c.end - i), 0);
 }
 
 bool ends_with_word(std::string_view s) {
   if (s.empty()) return false;
   size_t i = s.size() - 1;
   while (i > 0 && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) --i;
-  return word_char(decode_utf8(s, i).cp);
+  if (decode_utf8(s, i).end != s.size()) i = s.size() - 1;  // a stray continuation byte
+  return word_char_at(s, i);
 }
 
-bool starts_with_word(std::string_view s) { return !s.empty() && word_char(decode_utf8(s, 0).cp); }
+bool starts_with_word(std::string_view s) { return !s.empty() && word_char_at(s, 0); }
 
 // Where the whitespace at the end of s begins (LEFTMOST_SPACE_AT_END, \s*$).
 size_t trailing_space_start(std::string_view s) {
   size_t start = s.size();
   for (size_t i = 0; i < s.size();) {
     const Utf8Char c = decode_utf8(s, i);
-    if (char_class(c.cp) != CharClass::kSpace)
+    if (!is_whitespace(c.cp))
       start = s.size();
     else if (start == s.size())
       start = i;
@@ -106,7 +119,7 @@ size_t trailing_space_start(std::string_view s) {
 // The length of the whitespace at the start of s (RIGHTMOST_SPACE_AT_START, ^\s*).
 size_t leading_space_length(std::string_view s) {
   size_t i = 0;
-  while (i < s.size() && class_at(s, i) == CharClass::kSpace) i = decode_utf8(s, i).end;
+  while (i < s.size() && is_whitespace(decode_utf8(s, i).cp)) i = decode_utf8(s, i).end;
   return i;
 }
 
@@ -195,7 +208,7 @@ Tokens run_decoder(const DecoderStep& d, Tokens tokens, bool raw_bytes) {
     case DecoderStep::Kind::kMetaspace:
       return decode_metaspace(std::move(tokens), d);
     case DecoderStep::Kind::kReplace:
-      for (auto& t : tokens) replace_all(t, d.text, d.content);
+      for (auto& t : tokens) t = replaced(t, d.regex->find_all(t), d.content);
       return tokens;
     case DecoderStep::Kind::kByteFallback:
       return decode_byte_fallback(tokens);
@@ -266,21 +279,108 @@ Pipeline::Pipeline(PipelineSpec spec, BpeModel model)
       });
 }
 
-// normalizers: NFC, Prepend (prepend.rs: only to non-empty text), Replace (replace.rs, literal).
-std::string Pipeline::normalize(std::string text) const {
-  for (const NormalizerStep& n : spec_.normalizers) {
-    switch (n.kind) {
-      case NormalizerStep::Kind::kNfc:
-        text = nfc(text);
-        break;
-      case NormalizerStep::Kind::kPrepend:
-        if (!text.empty()) text = n.text + text;
-        break;
-      case NormalizerStep::Kind::kReplace:
-        replace_all(text, n.text, n.content);
-        break;
+namespace {
+
+// normalizers/strip.rs (NormalizedString::lrstrip): char::is_whitespace characters off either end.
+// Returns how many bytes left the start.
+size_t strip_text(std::string& text, bool left, bool right) {
+  size_t begin = 0, end = text.size();
+  if (left)
+    while (begin < end && is_whitespace(decode_utf8(text, begin).cp))
+      begin = decode_utf8(text, begin).end;
+  if (right) {
+    size_t last = begin;  // the end of the last character that is not whitespace
+    for (size_t i = begin; i < end;) {
+      const Utf8Char c = decode_utf8(text, i);
+      i = c.end;
+      if (!is_whitespace(c.cp)) last = i;
+    }
+    end = last;
+  }
+  text = text.substr(begin, end - begin);
+  return begin;
+}
+
+// The end of the character that holds byte i - 1 of s (i rounded up to a character boundary).
+size_t char_ceil(std::string_view s, size_t i) {
+  size_t j = 0;
+  while (j < i && j < s.size()) j = decode_utf8(s, j).end;
+  return j;
+}
+
+// The original's first character as tokenizers' alignments follow it through a Replace: `start`
+// bytes of the text come from it (alignments that begin at offset 0), or none. Kept text keeps its
+// alignment; the content that replaces a match takes the alignment of the match's last character
+// (NormalizedString::replace), an empty match's that of the character before it, or (0, 0) at the
+// very start: so "^" replaced brings a lost start back, as in tokenizers.
+size_t replaced_start(const std::vector<std::pair<size_t, size_t>>& matches,
+                      const std::string& content, size_t start) {
+  size_t out = 0, pos = 0;
+  for (const auto& [b, e] : matches) {
+    out += std::min(b, start) - std::min(pos, start);
+    if (b > start || e > start) return out;  // text or content from later characters follows
+    out += content.size();
+    pos = e;
+  }
+  return out + (start > pos ? start - pos : 0);
+}
+
+NormalForm form_of(NormalizerStep::Kind k) {
+  using K = NormalizerStep::Kind;
+  return k == K::kNfc    ? NormalForm::kNfc
+         : k == K::kNfkc ? NormalForm::kNfkc
+         : k == K::kNfd  ? NormalForm::kNfd
+                         : NormalForm::kNfkd;
+}
+
+// One normalizer on `text`: normalizers/unicode.rs (NFC, NFKC, NFD, NFKD), utils.rs (Lowercase),
+// strip.rs, prepend.rs (only to non-empty text), replace.rs. `start` follows the bytes that come
+// from the original's first character (see replaced_start): a per-character transform maps them to
+// what they become, a strip or a removal can take them all.
+void normalize_step(const NormalizerStep& n, std::string& text, size_t& start) {
+  using K = NormalizerStep::Kind;
+  switch (n.kind) {
+    case K::kNfc:
+    case K::kNfkc:
+    case K::kNfd:
+    case K::kNfkd: {
+      const std::string head = normalize_unicode(text.substr(0, start), form_of(n.kind));
+      text = normalize_unicode(text, form_of(n.kind));
+      start = start ? char_ceil(text, std::max<size_t>(head.size(), 1)) : 0;
+      break;
+    }
+    case K::kLowercase:
+      start = to_lowercase(text.substr(0, start)).size();
+      text = to_lowercase(text);
+      break;
+    case K::kStrip: {
+      const size_t removed = strip_text(text, n.left, n.right);
+      start = removed >= start ? 0 : std::min(start - removed, text.size());
+      break;
+    }
+    case K::kPrepend:
+      if (text.empty()) break;
+      text = n.text + text;
+      if (start) start += n.text.size();
+      break;
+    case K::kReplace: {
+      const auto matches = n.regex->find_all(text);
+      start = replaced_start(matches, n.content, start);
+      text = replaced(text, matches, n.content);
+      break;
     }
   }
+}
+
+}  // namespace
+
+// The normalizers in order. `at_start`, when given, is cleared where the normalized text no longer
+// begins with what the original's first character became (its NormalizedString's
+// offsets_original().0 is then not 0), which Metaspace's prepend_scheme "first" reads.
+std::string Pipeline::normalize(std::string text, bool* at_start) const {
+  size_t start = text.empty() ? 0 : decode_utf8(text, 0).end;
+  for (const NormalizerStep& n : spec_.normalizers) normalize_step(n, text, start);
+  if (at_start && start == 0) *at_start = false;
   return text;
 }
 
@@ -352,22 +452,47 @@ static void metaspace(const PreTokenizerStep& p, std::string& text, bool at_star
   parts.push_back(t.substr(begin));
 }
 
-// One pre-tokenizer step on one piece: pre_tokenizers/byte_level.rs (the prefix space, the GPT-2
-// split, then every byte as its character), split.rs, metaspace.rs. Each part is emitted with
-// whether it starts the text.
+// The pieces of one pre-tokenizer step other than Metaspace: byte_level.rs (the prefix space,
+// then GPT-2's regex), split.rs, digits.rs, whitespace.rs (Whitespace, WhitespaceSplit),
+// punctuation.rs.
+static std::vector<std::pair<size_t, size_t>> pre_step_pieces(const PreTokenizerStep& p,
+                                                              std::string& text) {
+  using K = PreTokenizerStep::Kind;
+  switch (p.kind) {
+    case K::kByteLevel:
+      if (p.add_prefix_space && !starts_with(text, " ")) text.insert(0, " ");
+      if (!p.use_regex) return {{0, text.size()}};
+      return split_spans(regex_spans(gpt2_regex(), text, false), SplitBehavior::kIsolated);
+    case K::kSplit:
+      return split_spans(regex_spans(*p.regex, text, p.invert), p.behavior);
+    case K::kDigits:
+      return split_spans(char_spans(text, is_numeric), p.individual_digits
+                                                           ? SplitBehavior::kIsolated
+                                                           : SplitBehavior::kContiguous);
+    case K::kWhitespace:
+      return split_spans(regex_spans(whitespace_regex(), text, true), SplitBehavior::kRemoved);
+    case K::kWhitespaceSplit:
+      return split_spans(char_spans(text, is_whitespace), SplitBehavior::kRemoved);
+    case K::kPunctuation:
+      return split_spans(char_spans(text, is_punctuation), p.behavior);
+    case K::kMetaspace:
+      break;
+  }
+  return {{0, text.size()}};
+}
+
+// One pre-tokenizer step on one piece; each part is emitted with whether it starts the text
+// (its original offset is 0), and ByteLevel's as every byte's character.
 void Pipeline::apply_pre_step(const PreTokenizerStep& p, std::string& text, bool at_start,
                               std::vector<std::pair<std::string, bool>>& out) const {
   std::vector<std::string_view> parts;
-  const bool byte_level = p.kind == PreTokenizerStep::Kind::kByteLevel;
-  if (byte_level && p.add_prefix_space && !starts_with(text, " ")) text.insert(0, " ");
-  if (byte_level && !p.use_regex)
-    parts.push_back(text);
-  else if (byte_level)
-    split_pretokens(text, SplitPattern::kGpt2, parts);
-  else if (p.kind == PreTokenizerStep::Kind::kSplit)
-    split_pretokens(text, p.pattern, parts);
-  else
+  if (p.kind == PreTokenizerStep::Kind::kMetaspace) {
     metaspace(p, text, at_start, parts);
+  } else {
+    for (const auto& [b, e] : pre_step_pieces(p, text))
+      parts.push_back(std::string_view(text).substr(b, e - b));
+  }
+  const bool byte_level = p.kind == PreTokenizerStep::Kind::kByteLevel;
   for (std::string_view part : parts) {
     if (part.empty()) continue;
     const bool first = at_start && part.data() == text.data();
@@ -398,7 +523,7 @@ std::vector<int32_t> Pipeline::encode(std::string_view text, bool add_special_to
       pieces.push_back(std::move(p));
       continue;
     }
-    p.text = normalize(std::move(p.text));
+    p.text = normalize(std::move(p.text), &p.at_start);
     split_added(p, true, pieces);
   }
   std::vector<int32_t> ids;

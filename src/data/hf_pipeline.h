@@ -5,10 +5,12 @@
 // tokens; decoding maps ids back to token strings and runs the decoders. Every step follows the
 // Rust source of tokenizers 0.23 (named on each function), since ids must be identical to its.
 // tokenizer.json's reader (hf_tokenizer.cpp) and GPT-2's files (tokenizer.cpp) both fill a
-// PipelineSpec. Thread-safe once built.
+// PipelineSpec. Regexes are Oniguruma's (onig_regex.h), Unicode is utf8proc's (unicode.h).
+// Thread-safe once built.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,18 +27,33 @@ struct AddedToken {
 };
 
 struct NormalizerStep {
-  enum class Kind { kNfc, kPrepend, kReplace } kind;
-  std::string text, content;  // kPrepend: text; kReplace: every `text` becomes `content`
+  enum class Kind { kNfc, kNfkc, kNfd, kNfkd, kLowercase, kStrip, kPrepend, kReplace } kind;
+  explicit NormalizerStep(Kind k) : kind(k) {}
+  std::string text;                    // kPrepend: the text prepended
+  std::shared_ptr<const Regex> regex;  // kReplace: every match becomes `content`
+  std::string content;
+  bool left = false, right = false;  // kStrip
 };
 
 enum class PrependScheme { kFirst, kNever, kAlways };
 
 struct PreTokenizerStep {
-  enum class Kind { kByteLevel, kSplit, kMetaspace } kind;
+  enum class Kind {
+    kByteLevel,
+    kSplit,
+    kMetaspace,
+    kDigits,
+    kWhitespace,
+    kWhitespaceSplit,
+    kPunctuation
+  } kind;
   explicit PreTokenizerStep(Kind k) : kind(k) {}
-  bool add_prefix_space = false, use_regex = true;  // kByteLevel
-  SplitPattern pattern = SplitPattern::kGpt2;       // kSplit (Isolated, not inverted)
-  std::string replacement;                          // kMetaspace
+  bool add_prefix_space = false, use_regex = true;    // kByteLevel
+  std::shared_ptr<const Regex> regex;                 // kSplit
+  bool invert = false;                                // kSplit
+  SplitBehavior behavior = SplitBehavior::kIsolated;  // kSplit, kPunctuation
+  bool individual_digits = false;                     // kDigits
+  std::string replacement;                            // kMetaspace
   PrependScheme prepend_scheme = PrependScheme::kAlways;
   bool split = true;
 };
@@ -44,13 +61,15 @@ struct PreTokenizerStep {
 struct DecoderStep {
   enum class Kind { kByteLevel, kMetaspace, kReplace, kByteFallback, kFuse, kStrip } kind;
   explicit DecoderStep(Kind k) : kind(k) {}
-  std::string text, content;  // kReplace: text -> content; kMetaspace: text = replacement;
-                              // kStrip: content = the character
+  std::shared_ptr<const Regex> regex;                     // kReplace: each match becomes content
+  std::string text, content;                              // kMetaspace: text = replacement;
+                                                          // kStrip: content = the character
   PrependScheme prepend_scheme = PrependScheme::kAlways;  // kMetaspace
   size_t start = 0, stop = 0;                             // kStrip
 };
 
-// One item of TemplateProcessing's single template: the input sequence, or these ids.
+// One item of TemplateProcessing's single template (RobertaProcessing's is cls $A sep): the input
+// sequence, or these ids. A pair template is never applied: a causal LM encodes one sequence.
 struct TemplateItem {
   bool sequence = false;
   std::vector<int32_t> ids;
@@ -97,7 +116,7 @@ class Pipeline {
     size_t start, end;
     const AddedToken* token;
   };
-  std::string normalize(std::string text) const;
+  std::string normalize(std::string text, bool* at_start = nullptr) const;
   std::vector<Match> find_added(std::string_view text, bool normalized) const;
   void split_added(const Piece& piece, bool normalized, std::vector<Piece>& out) const;
   void pre_tokenize(size_t step, std::string text, bool at_start, std::vector<int32_t>& out) const;

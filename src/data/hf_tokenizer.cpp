@@ -1,5 +1,6 @@
 // HFTokenizer (hf_tokenizer.h): reads tokenizer.json into a PipelineSpec and a BpeModel, each
-// component type by its own small reader, refusing what the engine does not implement; then
+// component type by its own small reader, refusing what the engine does not implement by name;
+// regexes are compiled here, once per tokenizer, so a bad one is named before anything runs. Then
 // tokenizer_config.json's BOS and EOS. The fingerprint hashes the files' bytes.
 #include "fsdp/data/hf_tokenizer.h"
 
@@ -12,6 +13,8 @@
 
 #include "data/fingerprint.h"
 #include "data/hf_pipeline.h"
+#include "data/onig_regex.h"
+#include "data/pretokenize.h"
 #include "data/utf8.h"
 #include "util/json.h"
 
@@ -24,6 +27,12 @@ using hf::PipelineSpec;
 using hf::PreTokenizerStep;
 using nlohmann::json;
 
+// The Split patterns of Llama 3 and Qwen2 tokenizers, which name the family in logs.
+const char kLlama3Pattern[] =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char kQwen2Pattern[] =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // Reads one tokenizer.json; `where` (the file's path) starts every error message.
 class SpecReader {
  public:
@@ -32,8 +41,9 @@ class SpecReader {
   [[noreturn]] void fail(const std::string& what) const {
     throw std::runtime_error(where_ + ": " + what);
   }
-  [[noreturn]] void unsupported(const std::string& component, const std::string& type) const {
-    fail("unsupported " + component + " type \"" + type + "\"");
+  [[noreturn]] void unsupported(const std::string& component, const std::string& type,
+                                const std::string& supported) const {
+    fail("unsupported " + component + " type \"" + type + "\" (fsdp.cpp reads " + supported + ")");
   }
 
   json parse(const std::string& text) const {
@@ -114,14 +124,33 @@ class SpecReader {
     return it->get<std::string>();
   }
 
-  // {"String": s} (a literal), the only pattern form read; a {"Regex": r} is refused quoting r.
-  std::string literal_pattern(const json& j, const std::string& component) const {
+  // A pattern: {"String": s} (matched as plain text) or {"Regex": r}, compiled by Oniguruma.
+  std::shared_ptr<const Regex> pattern(const json& j, const std::string& component) const {
     const json p = j.value("pattern", json());
-    if (p.is_object() && p.contains("String") && p["String"].is_string())
-      return p["String"].get<std::string>();
-    if (p.is_object() && p.contains("Regex") && p["Regex"].is_string())
-      fail("unsupported " + component + " regex pattern \"" + p["Regex"].get<std::string>() + "\"");
-    fail(component + " has no pattern");
+    for (const char* form : {"String", "Regex"}) {
+      if (!p.is_object() || !p.contains(form)) continue;
+      if (!p[form].is_string() || p.size() != 1)
+        fail(component + " pattern " + json_bounds::excerpt(p, 200) + " is not one string");
+      const std::string text = p[form].get<std::string>();
+      // An empty {"String"} matches between every two characters in tokenizers; no file means it.
+      if (text.empty()) fail(component + " has an empty pattern");
+      return std::make_shared<const Regex>(text, form[0] == 'S', where_ + " (" + component + ")");
+    }
+    fail(component + " has no pattern ({\"String\": ...} or {\"Regex\": ...}): " +
+         json_bounds::excerpt(p, 200));
+  }
+
+  // SplitDelimiterBehavior's names.
+  SplitBehavior behavior(const json& j, const std::string& component,
+                         const std::string& fallback) const {
+    const std::string b = get<std::string>(j, "behavior", fallback);
+    if (b == "Removed") return SplitBehavior::kRemoved;
+    if (b == "Isolated") return SplitBehavior::kIsolated;
+    if (b == "MergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
+    if (b == "MergedWithNext") return SplitBehavior::kMergedWithNext;
+    if (b == "Contiguous") return SplitBehavior::kContiguous;
+    fail("unknown " + component + " behavior \"" + b +
+         "\" (Removed, Isolated, MergedWithPrevious, MergedWithNext or Contiguous)");
   }
 
   hf::PrependScheme prepend_scheme(const json& j) const {
@@ -146,67 +175,107 @@ class SpecReader {
     return s;
   }
 
-  // Sequences nest; a file nested deeper than this is refused rather than recursed into.
+  // Sequences nest; a file nested deeper than this is refused rather than recursed into. Each
+  // component may compile a regex, so a file with more of them than any tokenizer has (a few
+  // each) is refused before it takes seconds and gigabytes.
   void check_depth(int depth) const {
     if (depth > 32) fail("components nested more than 32 deep");
+    constexpr size_t kMaxComponents = 1024;
+    if (++components_ > kMaxComponents)
+      fail("more than " + std::to_string(kMaxComponents) +
+           " normalizers, pre-tokenizers, post-processors and decoders");
   }
 
   void normalizer(const json& j, std::vector<NormalizerStep>& out, int depth = 0) const {
     if (j.is_null()) return;
     check_depth(depth);
+    using K = NormalizerStep::Kind;
     const std::string type = type_of(j, "normalizer");
     if (type == "Sequence") {
       for (const json& n : j.value("normalizers", json::array())) normalizer(n, out, depth + 1);
-    } else if (type == "NFC") {
-      out.push_back({NormalizerStep::Kind::kNfc, "", ""});
+      return;
+    }
+    static const std::pair<const char*, K> kPlain[] = {{"NFC", K::kNfc},
+                                                       {"NFKC", K::kNfkc},
+                                                       {"NFD", K::kNfd},
+                                                       {"NFKD", K::kNfkd},
+                                                       {"Lowercase", K::kLowercase}};
+    for (const auto& [name, kind] : kPlain) {
+      if (type == name) {
+        out.emplace_back(kind);
+        return;
+      }
+    }
+    if (type == "Strip") {
+      out.emplace_back(K::kStrip);
+      out.back().left = get<bool>(j, "strip_left", false);
+      out.back().right = get<bool>(j, "strip_right", false);
     } else if (type == "Prepend") {
-      out.push_back({NormalizerStep::Kind::kPrepend, get<std::string>(j, "prepend", ""), ""});
+      out.emplace_back(K::kPrepend);
+      out.back().text = get<std::string>(j, "prepend", "");
     } else if (type == "Replace") {
-      out.push_back({NormalizerStep::Kind::kReplace, literal_pattern(j, "Replace normalizer"),
-                     get<std::string>(j, "content", "")});
+      out.emplace_back(K::kReplace);
+      out.back().regex = pattern(j, "Replace normalizer");
+      out.back().content = get<std::string>(j, "content", "");
     } else {
-      unsupported("normalizer", type);
+      unsupported("normalizer", type,
+                  "Sequence, NFC, NFKC, NFD, NFKD, Lowercase, Strip, Prepend, Replace");
     }
   }
 
   PreTokenizerStep split(const json& j) const {
-    const json p = j.value("pattern", json());
-    if (!p.is_object() || !p.contains("Regex") || !p["Regex"].is_string()) {
-      const std::string literal =
-          p.is_object() ? json_bounds::excerpt(p.value("String", json())) : json_bounds::excerpt(p);
-      fail("unsupported Split pattern " + literal + " (only the GPT-2, Llama 3 and Qwen2 regexes)");
-    }
     PreTokenizerStep s(PreTokenizerStep::Kind::kSplit);
-    s.pattern = recognize_split_pattern(p["Regex"].get<std::string>(), where_);
-    const std::string behavior = get<std::string>(j, "behavior", "");
-    if (behavior != "Isolated") fail("unsupported Split behavior \"" + behavior + "\"");
-    if (get<bool>(j, "invert", false)) fail("unsupported Split with invert: true");
+    s.regex = pattern(j, "Split pre_tokenizer");
+    if (!j.contains("behavior")) fail("Split pre_tokenizer has no \"behavior\"");
+    s.behavior = behavior(j, "Split", "");
+    s.invert = get<bool>(j, "invert", false);
     return s;
+  }
+
+  PreTokenizerStep metaspace(const json& j) const {
+    PreTokenizerStep s(PreTokenizerStep::Kind::kMetaspace);
+    s.replacement = one_char(j, "replacement", "Metaspace");
+    s.prepend_scheme = prepend_scheme(j);
+    s.split = get<bool>(j, "split", true);
+    return s;
+  }
+
+  PreTokenizerStep pre_tokenizer_step(const json& j, const std::string& type) const {
+    using K = PreTokenizerStep::Kind;
+    if (type == "Split") return split(j);
+    if (type == "Metaspace") return metaspace(j);
+    if (type == "ByteLevel") {  // trim_offsets changes offsets only, which we do not keep
+      PreTokenizerStep s(K::kByteLevel);
+      s.add_prefix_space = get<bool>(j, "add_prefix_space", true);
+      s.use_regex = get<bool>(j, "use_regex", true);
+      return s;
+    }
+    if (type == "Digits") {
+      PreTokenizerStep s(K::kDigits);
+      s.individual_digits = get<bool>(j, "individual_digits", false);
+      return s;
+    }
+    if (type == "Punctuation") {
+      PreTokenizerStep s(K::kPunctuation);
+      s.behavior = behavior(j, "Punctuation", "Isolated");
+      return s;
+    }
+    if (type == "Whitespace") return PreTokenizerStep(K::kWhitespace);
+    if (type == "WhitespaceSplit") return PreTokenizerStep(K::kWhitespaceSplit);
+    unsupported("pre_tokenizer", type,
+                "Sequence, ByteLevel, Split, Metaspace, Digits, Whitespace, WhitespaceSplit, "
+                "Punctuation");
   }
 
   void pre_tokenizer(const json& j, std::vector<PreTokenizerStep>& out, int depth = 0) const {
     if (j.is_null()) return;
     check_depth(depth);
     const std::string type = type_of(j, "pre_tokenizer");
-    if (type == "Sequence") {
-      for (const json& p : j.value("pretokenizers", json::array()))
-        pre_tokenizer(p, out, depth + 1);
-    } else if (type == "ByteLevel") {
-      PreTokenizerStep s(PreTokenizerStep::Kind::kByteLevel);
-      s.add_prefix_space = get<bool>(j, "add_prefix_space", true);
-      s.use_regex = get<bool>(j, "use_regex", true);
-      out.push_back(s);
-    } else if (type == "Split") {
-      out.push_back(split(j));
-    } else if (type == "Metaspace") {
-      PreTokenizerStep s(PreTokenizerStep::Kind::kMetaspace);
-      s.replacement = one_char(j, "replacement", "Metaspace");
-      s.prepend_scheme = prepend_scheme(j);
-      s.split = get<bool>(j, "split", true);
-      out.push_back(s);
-    } else {
-      unsupported("pre_tokenizer", type);
+    if (type != "Sequence") {
+      out.push_back(pre_tokenizer_step(j, type));
+      return;
     }
+    for (const json& p : j.value("pretokenizers", json::array())) pre_tokenizer(p, out, depth + 1);
   }
 
   void decoder(const json& j, std::vector<DecoderStep>& out, int depth = 0) const {
@@ -224,7 +293,7 @@ class SpecReader {
       d.prepend_scheme = prepend_scheme(j);
     } else if (type == "Replace") {
       d.kind = DecoderStep::Kind::kReplace;
-      d.text = literal_pattern(j, "Replace decoder");
+      d.regex = pattern(j, "Replace decoder");
       d.content = get<std::string>(j, "content", "");
     } else if (type == "ByteFallback") {
       d.kind = DecoderStep::Kind::kByteFallback;
@@ -236,7 +305,8 @@ class SpecReader {
       d.start = static_cast<size_t>(count_field(j, "start", 0));
       d.stop = static_cast<size_t>(count_field(j, "stop", 0));
     } else {
-      unsupported("decoder", type);
+      unsupported("decoder", type,
+                  "Sequence, ByteLevel, Metaspace, Replace, ByteFallback, Fuse, Strip");
     }
     out.push_back(d);
   }
@@ -261,6 +331,17 @@ class SpecReader {
     return items;
   }
 
+  // RobertaProcessing's "cls" or "sep": [token, id]; the id is taken as written, as Hugging Face
+  // does.
+  hf::TemplateItem roberta_token(const json& j, const std::string& key) const {
+    const json t = j.value(key, json());
+    if (!t.is_array() || t.size() != 2 || !t[0].is_string())
+      fail("RobertaProcessing \"" + key + "\" is not [token, id]: " + json_bounds::excerpt(t));
+    return {false, {count(t[1], "RobertaProcessing's " + key + " id")}};
+  }
+
+  // Only the single-sequence form of a post-processor is read: a causal LM encodes one sequence,
+  // so TemplateProcessing's "pair" and RobertaProcessing's pair form are never applied.
   void post_processor(const json& j, PipelineSpec& spec, int depth = 0) const {
     if (j.is_null()) return;
     check_depth(depth);
@@ -269,8 +350,12 @@ class SpecReader {
       for (const json& p : j.value("processors", json::array())) post_processor(p, spec, depth + 1);
     } else if (type == "TemplateProcessing") {
       spec.templates.push_back(template_single(j));
+    } else if (type == "RobertaProcessing") {  // its trim_offsets changes offsets only
+      spec.templates.push_back(
+          {roberta_token(j, "cls"), hf::TemplateItem{true, {}}, roberta_token(j, "sep")});
     } else if (type != "ByteLevel") {  // ByteLevel only trims offsets, which we do not keep
-      unsupported("post_processor", type);
+      unsupported("post_processor", type,
+                  "Sequence, TemplateProcessing, RobertaProcessing, ByteLevel");
     }
   }
 
@@ -334,19 +419,19 @@ class SpecReader {
 
  private:
   std::string where_;
+  mutable size_t components_ = 0;
 };
 
-bool has_pre(const PipelineSpec& s, PreTokenizerStep::Kind k,
-             SplitPattern p = SplitPattern::kGpt2) {
+bool has_pre(const PipelineSpec& s, PreTokenizerStep::Kind k, const char* pattern = nullptr) {
   return std::any_of(s.pre_tokenizers.begin(), s.pre_tokenizers.end(), [&](const auto& step) {
-    return step.kind == k && (k != PreTokenizerStep::Kind::kSplit || step.pattern == p);
+    return step.kind == k && (!pattern || (step.regex && step.regex->pattern() == pattern));
   });
 }
 
 std::string family_of(const PipelineSpec& s, const BpeOptions& o) {
   using K = PreTokenizerStep::Kind;
-  if (has_pre(s, K::kSplit, SplitPattern::kLlama3)) return "bpe-llama3";
-  if (has_pre(s, K::kSplit, SplitPattern::kQwen2)) return "bpe-qwen2";
+  if (has_pre(s, K::kSplit, kLlama3Pattern)) return "bpe-llama3";
+  if (has_pre(s, K::kSplit, kQwen2Pattern)) return "bpe-qwen2";
   if (has_pre(s, K::kByteLevel)) return "bpe-bytelevel";
   const bool prepends = std::any_of(s.normalizers.begin(), s.normalizers.end(), [](const auto& n) {
     return n.kind == NormalizerStep::Kind::kPrepend;

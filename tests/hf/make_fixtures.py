@@ -39,6 +39,13 @@ LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# tiktoken's o200k_base (GPT-4o), as Phi-4 and Llama 4 tokenizer.json files carry it: letter runs
+# split by case, with the contraction as a suffix; '/' joins the newlines after punctuation.
+O200K_PATTERN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+                 r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+                 r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+                 r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+                 r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 IGNORE_MERGES_WORD = "Pneumonoultramicroscopicsilicovolcanoconiosis"
 
@@ -75,6 +82,23 @@ TORTURE = [
     "\u00a0nbsp\u2009thin\u3000ideographic",   # non-ASCII whitespace
     "The President of the United States",      # corpus-like text (long merges)
     " ▁already▁has▁meta▁",                     # the SentencePiece meta symbol in the input
+]
+
+# More texts for the families added with the general pre-tokenizers and normalizers (issue 46);
+# the first families keep exactly TORTURE, so their fixtures stay as they were.
+TORTURE_MORE = [
+    "İstanbul İİ DŽ ǅ ΣΑΣ",                     # U+0130 lowercases to two characters; titlecase
+    "x² ½ ③ Ⅻ ٣٤ 𝟙𝟚",                          # No, Nl and non-ASCII Nd numbers (Digits, \w)
+    "a\u200db \u200c \u00ad \ufeff",           # joiners (Rust's \w has them), soft hyphen, BOM
+    "¿Qué? «quote» — em–dash… †‡ 「括弧」",     # Unicode punctuation (Pd, Ps, Pe, Pi, Pf, Po)
+    "$5 + 3 = 8; 50% #tag @user a^b `x` ~y | <z>", # ASCII punctuation that Unicode calls symbols
+    "ﬁﬀ ㎏ ① ｆｕｌｌ ｗｉｄｔｈ ﾊﾝｶｸ",          # compatibility characters (NFKC, NFKD)
+    "\u1100\u1161\u11a8 한국어 e\u0301\u0323 \u1e9b\u0323",  # Hangul jamo, combining order
+    "It's   DON'T\tI'LL\n\nWe'Re",               # case-folded contractions, space runs
+    "path/to/file\n/etc/passwd\n//\n",           # '/' after punctuation (o200k)
+    "CamelCaseWord HTTPServer iPhone ABCdef",   # case-split letter runs (o200k)
+    "a-b--c---d  e\u3000\u3000f",                # delimiters in runs, wide spaces
+    "▁▁x▁ y ▁",                                 # the meta symbol, repeated
 ]
 
 
@@ -250,7 +274,126 @@ def make_metaspace(vocab, merges):
                      add_bos_token=True, add_eos_token=False)
 
 
-def save_tokenizer(family, tok, kwargs, docs, out):
+def train_words(docs, normalizer, pre_tokenizer, specials):
+    """A BPE without byte level (characters unseen in training are <unk>), as BERT-era word
+    pre-tokenizers are used."""
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.normalizer = normalizer
+    tok.pre_tokenizer = pre_tokenizer
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, min_frequency=MIN_FREQUENCY,
+                                  special_tokens=specials, show_progress=False)
+    tok.train_from_iterator(docs, trainer)
+    return tok
+
+
+def make_smollm2(docs):
+    """SmolLM2 / StarCoder2: Digits(individual_digits) before ByteLevel's own regex."""
+    pre = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True),
+    ])
+    tok = train_byte_level(docs, None, pre)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(add_prefix_space=True, trim_offsets=False,
+                                              use_regex=True)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t in ("<|endoftext|>", "<|im_start|>", "<|im_end|>")])
+    return tok, dict(bos_token="<|im_start|>", eos_token="<|im_end|>",
+                     unk_token="<|endoftext|>")
+
+
+def make_o200k(docs):
+    """GPT-4o / Phi-4: Split(o200k_base's regex, isolated), then ByteLevel without its regex."""
+    pre = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(O200K_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+    ])
+    tok = train_byte_level(docs, None, pre)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t in ("<|endoftext|>", "<|im_start|>", "<|im_end|>")])
+    return tok, dict(bos_token=None, eos_token="<|endoftext|>")
+
+
+def make_nfkc(docs):
+    """Every normalizer that changes text: NFKC, Lowercase, Strip (right only), a Replace with a
+    regex (whitespace runs to one space) and with a string; ByteLevel with its prefix space; a
+    template with a BOS and an EOS."""
+    norm = normalizers.Sequence([
+        normalizers.NFKC(), normalizers.Lowercase(), normalizers.Strip(left=False, right=True),
+        normalizers.Replace(Regex(r"\s+"), " "), normalizers.Replace("''", '"'),
+    ])
+    pre = pre_tokenizers.ByteLevel(add_prefix_space=True, trim_offsets=True, use_regex=True)
+    tok = train_byte_level(docs, norm, pre)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t in ("<|bos|>", "<|eos|>")])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<|bos|> $A <|eos|>", pair="<|bos|> $A <|eos|> $B:1 <|eos|>:1",
+        special_tokens=[("<|bos|>", tok.token_to_id("<|bos|>")),
+                        ("<|eos|>", tok.token_to_id("<|eos|>"))])
+    return tok, dict(bos_token="<|bos|>", eos_token="<|eos|>")
+
+
+def make_whitespace(docs):
+    """Word pre-tokenizers: NFD with the combining marks removed by a regex Replace, then
+    Whitespace (\\w+|[^\\w\\s]+) and Digits in runs; unseen characters are <unk>; no decoder."""
+    norm = normalizers.Sequence([normalizers.NFD(), normalizers.Replace(Regex(r"\p{Mn}"), "")])
+    pre = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(),
+                                   pre_tokenizers.Digits(individual_digits=False)])
+    tok = train_words(docs, norm, pre, ["<unk>", "<s>", "</s>"])
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A $B:1", special_tokens=[("<s>", 1)])
+    return tok, dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+
+
+def make_roberta(docs):
+    """NFKD and Lowercase, WhitespaceSplit then Punctuation (contiguous runs), RobertaProcessing
+    (<s> $A </s>), Strip on both sides."""
+    norm = normalizers.Sequence([normalizers.NFKD(), normalizers.Lowercase(),
+                                 normalizers.Strip(left=True, right=True)])
+    pre = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                   pre_tokenizers.Punctuation(behavior="contiguous")])
+    tok = train_words(docs, norm, pre, ["<s>", "<pad>", "</s>", "<unk>"])
+    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    return tok, dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>")
+
+
+def make_splits(docs):
+    """Split's other behaviours and invert, Punctuation (isolated), then ByteLevel with a prefix
+    space and no regex."""
+    pre = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"\s+"), behavior="removed"),
+        pre_tokenizers.Split(Regex(r"[.,;:!?]"), behavior="merged_with_previous"),
+        pre_tokenizers.Split("-", behavior="merged_with_next"),
+        pre_tokenizers.Split(Regex(r"\p{Lu}+"), behavior="contiguous", invert=True),
+        pre_tokenizers.Split(Regex(r"\p{N}"), behavior="isolated", invert=True),
+        pre_tokenizers.Punctuation(behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=True, trim_offsets=False, use_regex=False),
+    ])
+    tok = train_byte_level(docs, None, pre)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken("<|endoftext|>", special=True, normalized=False)])
+    return tok, dict(bos_token="<|endoftext|>", eos_token="<|endoftext|>")
+
+
+def make_metaspace_split(vocab, merges, scheme, normalizer=None):
+    """Metaspace with split=True and prepend_scheme "always", "never" or "first" (the metaspace
+    family has "first" without split)."""
+    tok = spm_tokenizer(vocab, merges)
+    if normalizer is not None:
+        tok.normalizer = normalizer
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=scheme,
+                                                 split=True)
+    tok.decoder = decoders.Sequence([
+        decoders.ByteFallback(), decoders.Fuse(),
+        decoders.Metaspace(replacement="▁", prepend_scheme=scheme, split=True)])
+    return tok, dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                     add_bos_token=False, add_eos_token=False)
+
+
+def save_tokenizer(family, tok, kwargs, docs, out, texts=TORTURE):
     folder = os.path.join(out, "tokenizers", family)
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
@@ -272,7 +415,7 @@ def save_tokenizer(family, tok, kwargs, docs, out):
         assert ids == auto.encode(doc, add_special_tokens=False), (family, "corpus")
         corpus_ids.extend(ids)
     torture = []
-    for text in TORTURE:
+    for text in texts:
         ids = raw.encode(text, add_special_tokens=False).ids
         with_special = raw.encode(text, add_special_tokens=True).ids
         decoded = raw.decode(ids, skip_special_tokens=False)
@@ -308,9 +451,27 @@ def tokenizer_fixtures(docs, out):
         "qwen2": make_qwen2(docs),
         "llama2": make_llama2(spm_vocab, spm_merges),
         "metaspace": make_metaspace(spm_vocab, spm_merges),
+        # Issue 46: the general pre-tokenizers, normalizers and post-processors.
+        "smollm2": make_smollm2(docs),
+        "o200k": make_o200k(docs),
+        "nfkc": make_nfkc(docs),
+        "whitespace": make_whitespace(docs),
+        "roberta": make_roberta(docs),
+        "splits": make_splits(docs),
+        "metaspace_always": make_metaspace_split(spm_vocab, spm_merges, "always"),
+        "metaspace_never": make_metaspace_split(spm_vocab, spm_merges, "never"),
+        # "first" asks whether a piece starts at the original's offset 0, which normalizers move:
+        # a stripped start, a start replaced by a match longer than a character, not an NFKC
+        # expansion's first half.
+        "metaspace_first": make_metaspace_split(spm_vocab, spm_merges, "first", normalizers.Sequence([
+            normalizers.Strip(left=True, right=False), normalizers.NFKC(),
+            normalizers.Replace(Regex(r"^(The|It)\b"), "_"), normalizers.Replace(Regex("^fi"), "f"),
+        ])),
     }
+    first = ("bytelevel", "llama3", "qwen2", "llama2", "metaspace")
     for family, (tok, kwargs) in made.items():
-        ref, raw = save_tokenizer(family, tok, kwargs, docs, out)
+        texts = TORTURE if family in first else TORTURE + TORTURE_MORE
+        ref, raw = save_tokenizer(family, tok, kwargs, docs, out, texts)
         notes = []
         if family == "llama3":
             # How much ignore_merges changes: the corpus encoded with it off.
