@@ -62,6 +62,11 @@ TEST(ModelShapes, AreWhatBuildModelRegisters) {
   TrainConfig phi3 = llama;  // fused qkv_proj and gate_up_proj
   phi3.model.fused_projections = true;
   configs.push_back(phi3);
+  TrainConfig gemma3 = qwen3;  // sandwich norms; fused projections beside q/k norms too
+  gemma3.model.sandwich_norms = true;
+  gemma3.model.norm_offset = true;
+  gemma3.model.fused_projections = true;
+  configs.push_back(gemma3);
   for (const TrainConfig& c : configs) {
     const CausalLM lm = build_model(c);
     std::map<std::string, std::vector<int64_t>> built, known;

@@ -153,6 +153,16 @@ void finish_block(const ModelConfig& m, ModelShapes& s) {
   s.blocks_key = "model.n_layer";
 }
 
+// Qwen3's and Gemma 3's q_norm and k_norm, over a head's channels.
+void add_qk_norms(const ModelConfig& m, ModelShapes& s) {
+  if (!m.qk_norm) return;
+  const int64_t head_dim = m.head_dim > 0 ? m.head_dim : (m.n_head > 0 ? m.dim / m.n_head : 0);
+  const std::vector<std::string> hs_keys = {"model.head_dim", "model.dim", "model.n_head"};
+  const std::string b = kBlock;
+  s.block.push_back({b + "self_attn.q_norm.weight", {head_dim}, hs_keys});
+  s.block.push_back({b + "self_attn.k_norm.weight", {head_dim}, hs_keys});
+}
+
 // Phi-3's block: o_proj, qkv_proj, gate_up_proj, then the shared end, in its order.
 ModelShapes fused_shapes(const ModelConfig& m, ModelShapes s, int64_t q, int64_t kv,
                          const std::vector<std::string>& q_keys) {
@@ -166,6 +176,7 @@ ModelShapes fused_shapes(const ModelConfig& m, ModelShapes s, int64_t q, int64_t
   if (m.o_bias) s.block.push_back({b + "self_attn.o_proj.bias", {d}, {"model.dim"}});
   s.block.push_back({b + "self_attn.qkv_proj.weight", {qkv, d}, qkv_keys});
   if (m.qkv_bias) s.block.push_back({b + "self_attn.qkv_proj.bias", {qkv}, qkv_keys});
+  add_qk_norms(m, s);
   s.block.push_back({b + "mlp.gate_up_proj.weight", {f2, d}, mlp_keys});
   if (m.mlp_bias) s.block.push_back({b + "mlp.gate_up_proj.bias", {f2}, mlp_keys});
   finish_block(m, s);
@@ -197,11 +208,7 @@ ModelShapes llama_shapes(const TrainConfig& config) {
   if (m.qkv_bias) s.block.push_back({b + "self_attn.v_proj.bias", {kv}, kv_keys});
   s.block.push_back({b + "self_attn.o_proj.weight", {d, q}, q_keys});
   if (m.o_bias) s.block.push_back({b + "self_attn.o_proj.bias", {d}, {"model.dim"}});
-  if (m.qk_norm) {
-    const std::vector<std::string> hs_keys = {"model.head_dim", "model.dim", "model.n_head"};
-    s.block.push_back({b + "self_attn.q_norm.weight", {head_dim}, hs_keys});
-    s.block.push_back({b + "self_attn.k_norm.weight", {head_dim}, hs_keys});
-  }
+  add_qk_norms(m, s);
   for (const char* proj : {"gate_proj", "up_proj"}) {
     s.block.push_back({b + "mlp." + proj + ".weight", {f, d}, mlp_keys});
     if (m.mlp_bias) s.block.push_back({b + "mlp." + proj + ".bias", {f}, mlp_keys});

@@ -268,12 +268,12 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& config,
     o_proj = register_module("o_proj", linear(n_head * head_dim, config.dim, config.o_bias));
     qkv_proj = register_module(
         "qkv_proj", linear(config.dim, (n_head + 2 * n_kv_head) * head_dim, config.qkv_bias));
-    return;
+  } else {
+    q_proj = register_module("q_proj", linear(config.dim, n_head * head_dim, config.qkv_bias));
+    k_proj = register_module("k_proj", linear(config.dim, n_kv_head * head_dim, config.qkv_bias));
+    v_proj = register_module("v_proj", linear(config.dim, n_kv_head * head_dim, config.qkv_bias));
+    o_proj = register_module("o_proj", linear(n_head * head_dim, config.dim, config.o_bias));
   }
-  q_proj = register_module("q_proj", linear(config.dim, n_head * head_dim, config.qkv_bias));
-  k_proj = register_module("k_proj", linear(config.dim, n_kv_head * head_dim, config.qkv_bias));
-  v_proj = register_module("v_proj", linear(config.dim, n_kv_head * head_dim, config.qkv_bias));
-  o_proj = register_module("o_proj", linear(n_head * head_dim, config.dim, config.o_bias));
   if (config.qk_norm) {
     q_norm = register_module("q_norm", LlamaRMSNorm(head_dim, config.norm_eps, config.norm_offset));
     k_norm = register_module("k_norm", LlamaRMSNorm(head_dim, config.norm_eps, config.norm_offset));
