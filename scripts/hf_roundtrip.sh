@@ -2,9 +2,10 @@
 # The live Hugging Face round trip, run by hand (CI runs the fixture tests instead, which need no
 # Python): transformers (Debian sid's, in the chroot of scripts/chroot.sh) makes a tiny model folder
 # of every family fsdp.cpp imports (gpt2; llama with GQA, untied, theta 5e5, llama3 RoPE scaling,
-# bf16 in several shards; llama tied; llama with linear scaling; qwen2; mistral; qwen3 with q/k
+# bf16 in several shards; llama tied; llama with linear scaling; qwen2; mistral; smollm2 (a tied
+# llama with the Digits + ByteLevel tokenizer); qwen3 with q/k
 # norms, bf16; smollm3 with a NoPE layer and attention biases; phi3 with longrope; phi4-mini with
-# longrope and partial rotary, tied, bf16; gemma3 with a sliding window shorter than the sequence)
+# longrope and partial rotary, tied, bf16, the o200k-style tokenizer; gemma3 with a sliding window shorter than the sequence)
 # with a tokenizer
 # trained on the bundled corpus; fsdp-train fine-tunes each for 20 steps on 2 ranks from the folder
 # (model.pretrained) and writes the result as a folder (train.export_dir); `fsdp-train eval` scores
@@ -23,7 +24,7 @@ PROMPT="Fellow citizens of the Senate"  # tests/hf/roundtrip.py PROMPT
 "${SID[@]}" bash -c 'python3 -c "import transformers" 2>/dev/null ||
   apt-get install -y -q python3-transformers python3-tokenizers python3-torch python3-safetensors >/dev/null'
 "${SID[@]}" python3 tests/hf/roundtrip.py make "$W"
-for m in gpt2 llama llama-tied llama-linear qwen2 mistral qwen3 smollm3 phi3 phi4-mini gemma3; do
+for m in gpt2 llama llama-tied llama-linear qwen2 mistral smollm2 qwen3 smollm3 phi3 phi4-mini gemma3; do
   build/bin/fsdp-run --nproc-per-node 2 build/bin/fsdp-train --model.pretrained "$W/in/$m" \
     --data.seq_len 64 --data.cache_dir "$W/cache" --train.micro_batch_size 4 \
     --optim.max_steps 20 --optim.warmup_steps 2 --optim.lr 1e-3 --train.eval_every 10 \

@@ -40,6 +40,9 @@ MODELS = {
                      torch.float32, None),
     "qwen2": ("qwen2", "qwen2", dict(SMALL, tie_word_embeddings=True), torch.float32, None),
     "mistral": ("mistral", "llama2", dict(SMALL, sliding_window=None), torch.float32, None),
+    # SmolLM2 as published: a tied Llama with the StarCoder-style Digits + ByteLevel tokenizer.
+    "smollm2": ("llama", "smollm2", dict(SMALL, tie_word_embeddings=True, rope_theta=100000.0),
+                torch.float32, None),
     "qwen3": ("qwen3", "qwen2", dict(SMALL, tie_word_embeddings=True, head_dim=32),
               torch.bfloat16, None),
     "smollm3": ("smollm3", "llama3", dict(SMALL, no_rope_layers=[1, 0], attention_bias=True,
@@ -51,7 +54,7 @@ MODELS = {
                                                   "short_factor": [1.0, 1.1, 1.3, 1.0, 2.0, 1.5, 1.2, 1.0],
                                                   "long_factor": [1.0, 2.0, 4.0, 8.0, 16.0, 24.0, 32.0, 40.0]}),
              torch.float32, None),
-    "phi4-mini": ("phi3", "bytelevel", dict(SMALL, original_max_position_embeddings=32,
+    "phi4-mini": ("phi3", "o200k", dict(SMALL, original_max_position_embeddings=32,
                                             partial_rotary_factor=0.75, tie_word_embeddings=True,
                                             pad_token_id=None,
                                             rope_scaling={"rope_type": "longrope",
