@@ -196,13 +196,11 @@ void set_rope(ojson& c, const ModelConfig& m) {
   if (m.partial_rotary_factor != 1.0) c["partial_rotary_factor"] = m.partial_rotary_factor;
 }
 
-// Gemma3TextConfig's fields: hidden_activation, query_pre_attn_scalar, the layer types and their
-// RoPE (by layer type in transformers 5's spelling, rope_theta / rope_local_base_freq /
-// rope_scaling in 4.x's).
-ojson gemma3_config(const TrainConfig& t, ojson c) {
+// The fields every Llama-shaped family's config.json spells alike: names, sizes, norm, tying.
+void set_shape(const TrainConfig& t, ojson& c, const std::string& model_type, const char* arch) {
   const ModelConfig& m = t.model;
-  c["architectures"] = {"Gemma3ForCausalLM"};
-  c["model_type"] = "gemma3_text";
+  c["architectures"] = {arch};
+  c["model_type"] = model_type;
   c["vocab_size"] = m.vocab_size;
   c["hidden_size"] = m.dim;
   c["intermediate_size"] = m.intermediate_size;
@@ -210,14 +208,22 @@ ojson gemma3_config(const TrainConfig& t, ojson c) {
   c["num_attention_heads"] = m.n_head;
   c["num_key_value_heads"] = m.kv_heads();
   c["head_dim"] = m.head_dim > 0 ? m.head_dim : m.dim / m.n_head;
-  c["hidden_activation"] = "gelu_pytorch_tanh";
   c["rms_norm_eps"] = m.norm_eps;
   c["tie_word_embeddings"] = m.tie_embeddings;
+  if (!c.contains("max_position_embeddings")) c["max_position_embeddings"] = t.context_length();
+}
+
+// Gemma3TextConfig's fields: hidden_activation, query_pre_attn_scalar, the layer types and their
+// RoPE (by layer type in transformers 5's spelling, rope_theta / rope_local_base_freq /
+// rope_scaling in 4.x's).
+ojson gemma3_config(const TrainConfig& t, ojson c) {
+  const ModelConfig& m = t.model;
+  set_shape(t, c, "gemma3_text", "Gemma3ForCausalLM");
+  c["hidden_activation"] = "gelu_pytorch_tanh";
   c["attention_bias"] = m.o_bias;
   const double scale = m.attention_scale > 0 ? m.attention_scale
                                              : 1.0 / std::sqrt(static_cast<double>(c["head_dim"]));
   c["query_pre_attn_scalar"] = static_cast<int64_t>(std::llround(1.0 / (scale * scale)));
-  if (!c.contains("max_position_embeddings")) c["max_position_embeddings"] = t.context_length();
   ojson types = ojson::array();
   for (int64_t i = 0; i < m.n_layer; ++i) {
     const bool slides =
@@ -252,19 +258,8 @@ ojson llama_config(const TrainConfig& t, ojson c) {
                      : family == "smollm3" ? "SmolLM3ForCausalLM"
                      : family == "mistral" ? "MistralForCausalLM"
                                            : "LlamaForCausalLM";
-  c["architectures"] = {arch};
-  c["model_type"] = family;
-  c["vocab_size"] = m.vocab_size;
-  c["hidden_size"] = m.dim;
-  c["intermediate_size"] = m.intermediate_size;
-  c["num_hidden_layers"] = m.n_layer;
-  c["num_attention_heads"] = m.n_head;
-  c["num_key_value_heads"] = m.kv_heads();
-  c["head_dim"] = m.head_dim > 0 ? m.head_dim : m.dim / m.n_head;
+  set_shape(t, c, family, arch);
   c["hidden_act"] = "silu";
-  c["rms_norm_eps"] = m.norm_eps;
-  c["tie_word_embeddings"] = m.tie_embeddings;
-  if (!c.contains("max_position_embeddings")) c["max_position_embeddings"] = t.context_length();
   if (family == "llama" || family == "smollm3" || family == "qwen3") {
     c["attention_bias"] = m.o_bias;
   }
