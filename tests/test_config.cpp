@@ -854,7 +854,11 @@ std::map<std::string, Change> changes() {
       {"model.embedding_scale", {[](TrainConfig& c) { c.model.embedding_scale = 8; }, true}},
       {"model.activation", {[](TrainConfig& c) { c.model.activation = "gelu_tanh"; }, true}},
       {"model.attention_scale", {[](TrainConfig& c) { c.model.attention_scale = 0.0625; }, true}},
-      {"model.sliding_layers", {[](TrainConfig& c) { c.model.sliding_layers = {0, 2}; }, true}},
+      {"model.sliding_layers",
+       {[](TrainConfig& c) {
+          c.model.sliding_layers = {0, 2};
+        },
+        true}},
       {"model.sliding_window", {[](TrainConfig& c) { c.model.sliding_window = 512; }, true}},
       {"model.local_rope_theta", {[](TrainConfig& c) { c.model.local_rope_theta = 1e5; }, true}},
       {"model.nope_layers",

@@ -2,9 +2,9 @@
 // the models, the runtime and the checkpoint format learn none of them.
 //
 // In: a folder's config.json becomes the model.* settings (model_type gpt2, llama, and the
-// Llama-shaped mistral, qwen2, qwen3, smollm3, phi3 and gemma3_text), refusing by name a model type,
-// architecture or field value we do not implement and a field we do not know; its weights load
-// through a name map where the files' names differ from ours (Hub-style GPT-2 files). Out:
+// Llama-shaped mistral, qwen2, qwen3, smollm3, phi3 and gemma3_text), refusing by name a model
+// type, architecture or field value we do not implement and a field we do not know; its weights
+// load through a name map where the files' names differ from ours (Hub-style GPT-2 files). Out:
 // config.json, generation_config.json and the tokenizer files beside the weights, so that
 // transformers' from_pretrained loads the folder (hf/export.h).
 #pragma once
