@@ -681,6 +681,23 @@ TEST(HfGenerate, GenerationConfigIsReadAsTransformersReadsIt) {
   EXPECT_FALSE(g.temperature.has_value());
   // What generate() would do that sample does not is named; a no-op value is not.
   EXPECT_EQ(g.not_applied, std::vector<std::string>{"repetition_penalty = 1.1"});
+  // Numbers outside what sample's flags accept are named: 10^12 new tokens would never end.
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, json>>{{"max_new_tokens", 1000000000000},
+                                                 {"max_length", -1},
+                                                 {"top_p", 0},
+                                                 {"top_k", -5},
+                                                 {"temperature", -1.0}}) {
+    write("generation_config.json", {{key, value}});
+    try {
+      hf::read_generation_defaults(dir.string());
+      ADD_FAILURE() << key << " = " << value.dump() << " was read";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("generation_config.json: " + key + ": expected"),
+                std::string::npos)
+          << e.what();
+    }
+  }
   write("generation_config.json", {{"temperature", "hot"}});
   try {
     hf::read_generation_defaults(dir.string());

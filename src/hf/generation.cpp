@@ -2,11 +2,13 @@
 // the sampler implements, the stop ids, and the fields it does not implement named for the log.
 #include "hf/generation.h"
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
+#include <utility>
 
 #include "util/json.h"
 
@@ -98,6 +100,25 @@ std::optional<T> field(const json& j, const char* key, const std::string& path) 
   return v.get<T>();
 }
 
+// The file's numbers within what sample's flags accept (config/args.cpp): a hostile
+// max_new_tokens of 10^12 would otherwise generate until the process is killed.
+constexpr int64_t kMaxTokens = int64_t{1} << 20;
+
+void check_ranges(const GenerationDefaults& g, const std::string& path) {
+  auto fail = [&](const char* key, const std::string& want) {
+    throw std::runtime_error(path + ": " + key + ": expected " + want);
+  };
+  if (g.temperature && !(*g.temperature >= 0 && *g.temperature <= 1e6)) {
+    fail("temperature", "a number from 0 to 1e6");
+  }
+  if (g.top_p && !(*g.top_p > 0 && *g.top_p <= 1)) fail("top_p", "a number above 0, at most 1");
+  if (g.top_k && (*g.top_k < 0 || *g.top_k > INT32_MAX)) fail("top_k", "0 to 2147483647");
+  for (const auto& [key, v] :
+       {std::pair{"max_new_tokens", g.max_new_tokens}, std::pair{"max_length", g.max_length}}) {
+    if (v && (*v < 0 || *v > kMaxTokens)) fail(key, "0 to " + std::to_string(kMaxTokens));
+  }
+}
+
 }  // namespace
 
 GenerationDefaults read_generation_defaults(const std::string& dir) {
@@ -115,6 +136,7 @@ GenerationDefaults read_generation_defaults(const std::string& dir) {
     g.max_new_tokens = field<int64_t>(j, "max_new_tokens", gen);
     g.max_length = field<int64_t>(j, "max_length", gen);
     g.eos_ids = eos_ids(j, gen);
+    check_ranges(g, gen);
     static const std::set<std::string> kRead = {"do_sample",   "temperature",    "top_p",
                                                 "top_k",       "max_new_tokens", "max_length",
                                                 "eos_token_id"};

@@ -29,7 +29,8 @@ struct GenerationDefaults {
 
 // Reads DIR/generation_config.json and DIR/config.json's eos_token_id, each bounded as config.json
 // is (a regular file of at most 1 MiB, 64 levels). A missing file is no error; a malformed one, or
-// a field of the wrong type, throws std::runtime_error naming the file and the field.
+// a field of the wrong type or outside what sample's flags accept (max_new_tokens and max_length
+// up to 2^20, top_p in (0, 1], ...), throws std::runtime_error naming the file and the field.
 GenerationDefaults read_generation_defaults(const std::string& dir);
 
 }  // namespace hf
