@@ -350,9 +350,12 @@ bool operator==(const ModelConfig& a, const ModelConfig& b) {
 }
 
 bool operator==(const DataConfig& a, const DataConfig& b) {
-  return std::tie(a.dataset, a.val_dataset, a.val_split, a.seq_len, a.tokenizer_dir, a.cache_dir,
-                  a.sotu_dir) == std::tie(b.dataset, b.val_dataset, b.val_split, b.seq_len,
-                                          b.tokenizer_dir, b.cache_dir, b.sotu_dir);
+  auto fields = [](const DataConfig& d) {
+    return std::tie(d.dataset, d.val_dataset, d.val_split, d.seq_len, d.tokenizer_dir, d.cache_dir,
+                    d.sotu_dir, d.format, d.train_on, d.packing, d.cross_example_attention,
+                    d.truncate);
+  };
+  return fields(a) == fields(b);
 }
 
 bool operator==(const OptimConfig& a, const OptimConfig& b) {

@@ -213,6 +213,15 @@ const Names<std::string> kActivations = {{"silu", "silu"}, {"gelu_tanh", "gelu_t
 const Names<AttentionKernel> kAttentionKernels = {{"auto", AttentionKernel::kAuto},
                                                   {"fused", AttentionKernel::kFused},
                                                   {"explicit", AttentionKernel::kExplicit}};
+const Names<data::DataFormat> kDataFormats = {
+    {"auto", data::DataFormat::kAuto},
+    {"text", data::DataFormat::kText},
+    {"jsonl_text", data::DataFormat::kJsonlText},
+    {"prompt_completion", data::DataFormat::kPromptCompletion},
+    {"messages", data::DataFormat::kMessages}};
+const Names<data::TrainOn> kTrainOn = {{"assistant", data::TrainOn::kAssistant},
+                                       {"last_assistant", data::TrainOn::kLastAssistant},
+                                       {"all", data::TrainOn::kAll}};
 const Names<TrainDevice> kDevices = {{"cpu", TrainDevice::kCpu}, {"cuda", TrainDevice::kCuda}};
 const Names<AutoWrapPolicy> kWrapPolicies = {
     {"TRANSFORMER_BASED_WRAP", AutoWrapPolicy::kTransformerBased},
@@ -551,6 +560,20 @@ std::vector<Option> data_section() {
       string_setting("data.cache_dir", FIELD(data.cache_dir), "where tokenized corpora are cached"),
       string_setting("data.sotu_dir", FIELD(data.sotu_dir),
                      "the bundled State of the Union texts' folder (data.dataset sotu)"),
+      choice_setting("data.format", FIELD(data.format), kDataFormats,
+                     "how data.dataset is read: a JSONL file of messages, prompt/completion "
+                     "pairs or texts, or plain text; auto: from the file's first line"),
+      choice_setting("data.train_on", FIELD(data.train_on), kTrainOn,
+                     "the tokens the loss is taken on in prompt_completion and messages data"),
+      bool_setting("data.packing", FIELD(data.packing),
+                   "JSONL examples packed first-fit into rows of data.seq_len tokens; false: one "
+                   "a row, padded"),
+      bool_setting("data.cross_example_attention", FIELD(data.cross_example_attention),
+                   "packed examples attend to the earlier examples of their row (faster; not "
+                   "the same model as training them apart)"),
+      bool_setting("data.truncate", FIELD(data.truncate),
+                   "an example longer than data.seq_len keeps its first data.seq_len tokens; "
+                   "false: refused"),
   };
 }
 

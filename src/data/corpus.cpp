@@ -28,88 +28,25 @@
 #include <thread>
 
 #include "fsdp/data/tokenizer.h"
+#include "data/cache_entry.h"
 #include "util/files.h"
 
 namespace fsdp::data {
 namespace fs = std::filesystem;
 namespace {
 
+using cache::fnv1a;
+using cache::fsync_path;
+using cache::hex64;
+using cache::Manifest;
+using cache::manifest_int;
+using cache::read_file;
+using cache::read_manifest;
+using cache::write_text_atomic;
+
 constexpr const char* kCacheFormat = "fsdp-data-cache 2";  // bump when the token layout changes
 
 // ---- small file helpers ----------------------------------------------------------------------
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("corpus: cannot read " + path + ": " + std::strerror(errno));
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) throw std::runtime_error("corpus: error reading " + path);
-  return s.str();
-}
-
-void fsync_path(const std::string& path, int flags) {
-  int fd = ::open(path.c_str(), flags | O_CLOEXEC);
-  if (fd < 0) return;  // best effort: the data is already written; this only orders it on disk
-  ::fsync(fd);
-  ::close(fd);
-}
-
-// Writes text to path through a temporary file and a rename, like write_token_file.
-void write_text_atomic(const std::string& path, const std::string& text) {
-  files::TempGuard guard;
-  const int fd = files::create_temp_file(path, &guard);
-  const std::string& tmp = guard.path();
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ::close(fd);
-      throw std::runtime_error("corpus: cannot write " + tmp + ": " + std::strerror(errno));
-    }
-    done += static_cast<size_t>(n);
-  }
-  ::fsync(fd);
-  ::close(fd);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw std::runtime_error("corpus: cannot rename " + tmp + " to " + path + ": " +
-                             std::strerror(errno));
-  guard.keep();
-}
-
-// An exclusive flock held for the object's lifetime.
-class FileLock {
- public:
-  explicit FileLock(const std::string& path) {
-    try {
-      fd_ = files::open_own_file(path);  // never through a link
-    } catch (const std::runtime_error& e) {
-      throw std::runtime_error(std::string("corpus: the cache's lock file: ") + e.what());
-    }
-    while (::flock(fd_, LOCK_EX) != 0) {
-      if (errno == EINTR) continue;
-      ::close(fd_);
-      throw std::runtime_error("corpus: cannot lock " + path + ": " + std::strerror(errno));
-    }
-  }
-  ~FileLock() { ::close(fd_); }  // closing releases the lock
-  FileLock(const FileLock&) = delete;
-  FileLock& operator=(const FileLock&) = delete;
-
- private:
-  int fd_ = -1;
-};
-
-uint64_t fnv1a(const char* p, size_t n, uint64_t h = 0xCBF29CE484222325ull) {
-  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 0x100000001B3ull;
-  return h;
-}
-
-std::string hex64(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
@@ -283,31 +220,9 @@ std::vector<int32_t> concat(std::vector<std::vector<int32_t>>& docs, size_t begi
   return out;
 }
 
-using Manifest = std::map<std::string, std::string>;
-
-Manifest read_manifest(const std::string& path) {
-  Manifest m;
-  std::istringstream in(read_file(path));
-  for (std::string line; std::getline(in, line);) {
-    const size_t sp = line.find(' ');
-    if (sp != std::string::npos) m[line.substr(0, sp)] = line.substr(sp + 1);
-  }
-  return m;
-}
-
-int64_t manifest_int(const Manifest& m, const std::string& key, const std::string& path) {
-  auto it = m.find(key);
-  if (it == m.end())
-    throw std::runtime_error("corpus cache: " + path + " has no '" + key +
-                             "' line; delete its folder to rebuild it");
-  return std::stoll(it->second);
-}
-
 // Tokenizes the plan's documents and writes train.bin, val.bin and (last) the manifest.
 void build_entry(const TextPlan& p, const std::string& entry, const std::string& key_text,
                  const CorpusOptions& o) {
-  for (const auto& e : fs::directory_iterator(entry))  // leftovers of a killed build
-    if (e.path().filename().string().find(".tmp-") != std::string::npos) fs::remove(e.path());
   const auto tok = load_tokenizer(o.tokenizer_dir);
   auto docs = tokenize(*tok, p.files, o.threads);
   std::vector<int32_t> train = concat(docs, 0, p.first_val_doc);
@@ -368,17 +283,12 @@ uint64_t fingerprint_or_throw(const TextPlan& p, const CorpusOptions& o) {
 
 Corpus prepare_text(const TextPlan& p, const CorpusOptions& o) {
   const std::string key_text = cache_key_text(p, fingerprint_or_throw(p, o));
-  const std::string entry_name = p.name + "-" + hex64(fnv1a(key_text.data(), key_text.size()));
-  const std::string entry = o.cache_dir + "/" + entry_name;
-  fs::create_directories(entry);
-  FileLock lock(entry + "/.lock");
-  bool built = false;
-  if (!fs::exists(entry + "/manifest.txt")) {
-    build_entry(p, entry, key_text, o);
-    built = true;
-  }
-  Corpus c = read_entry(p, entry);
-  c.built = built;
+  Corpus c;
+  const cache::Entry e = cache::with_entry(
+      o.cache_dir, p.name, key_text,
+      [&](const std::string& entry) { build_entry(p, entry, key_text, o); },
+      [&](const std::string& entry) { c = read_entry(p, entry); });
+  c.built = e.built;
   return c;
 }
 

@@ -29,17 +29,27 @@ void check_options(const LoaderOptions& o) {
     bad("rank " + std::to_string(o.rank) + " outside [0, " + std::to_string(o.world_size) + ")");
 }
 
-// The global batch in windows, checked against the stream's size.
-int64_t checked_global_batch(const TokenWindows& w, const LoaderOptions& o, const char* who) {
+// The global batch in rows, checked against the stream's size. `what`: "<where> holds N windows of
+// seq_len + 1 = K tokens", say.
+int64_t checked_global_batch(int64_t rows, const LoaderOptions& o, const std::string& who,
+                             const std::string& what) {
   const int64_t g = o.batch_size * o.world_size;
-  if (w.size() < g)
+  if (rows < g)
     throw std::invalid_argument(
-        std::string(who) + ": " + w.describe() + " holds " + std::to_string(w.size()) +
-        " windows of seq_len + 1 = " + std::to_string(o.seq_len + 1) +
-        " tokens; one global batch needs batch_size x world_size = " +
+        who + ": " + what + "; one global batch needs batch_size x world_size = " +
         std::to_string(o.batch_size) + " x " + std::to_string(o.world_size) + " = " +
-        std::to_string(g) + " windows (use a smaller batch or sequence, or more data)");
+        std::to_string(g) + " of them (use a smaller batch or sequence, or more data)");
   return g;
+}
+
+std::string windows_held(const TokenWindows& w, const LoaderOptions& o) {
+  return w.describe() + " holds " + std::to_string(w.size()) + " windows of seq_len + 1 = " +
+         std::to_string(o.seq_len + 1) + " tokens";
+}
+
+Batch as_inputs_and_targets(const at::Tensor& b) {
+  const int64_t T = b.size(1) - 1;
+  return Batch{b.narrow(1, 0, T), b.narrow(1, 1, T), at::Tensor(), false};
 }
 
 at::Tensor gather(const TokenWindows& w, const std::vector<int64_t>& ids) {
@@ -125,46 +135,67 @@ std::string TokenWindows::describe() const {
   return s + " (" + std::to_string(tokens_) + " tokens)";
 }
 
-TrainLoader::TrainLoader(const std::vector<TokenRange>& ranges, const LoaderOptions& options)
+RowOrder::RowOrder(int64_t rows, const LoaderOptions& options, const std::string& who,
+                   const std::string& what)
     : options_((check_options(options), options)),
-      windows_(ranges, options.seq_len, options.vocab_size),
-      global_batch_(checked_global_batch(windows_, options, "TrainLoader")) {}
+      rows_(rows),
+      global_batch_(checked_global_batch(rows, options, who, what)),
+      who_(who) {}
 
-LoaderState TrainLoader::advanced() const {
-  if (state_.position + global_batch_ <= windows_.size()) return state_;
+LoaderState RowOrder::advanced() const {
+  if (state_.position + global_batch_ <= rows_) return state_;
   return LoaderState{state_.epoch + 1, 0};
 }
 
-std::vector<int64_t> TrainLoader::next_windows() const {
+std::vector<int64_t> RowOrder::next_rows() const {
   const LoaderState s = advanced();
-  const WindowPermutation order(windows_.size(), options_.seed, s.epoch);
+  const WindowPermutation order(rows_, options_.seed, s.epoch);
   const int64_t first = s.position + options_.rank * options_.batch_size;
   std::vector<int64_t> ids(static_cast<size_t>(options_.batch_size));
   for (int64_t b = 0; b < options_.batch_size; ++b) ids[b] = order(first + b);
   return ids;
 }
 
-at::Tensor TrainLoader::next() {
-  at::Tensor batch = gather(windows_, next_windows());
+void RowOrder::advance() {
   state_ = advanced();
   state_.position += global_batch_;
+}
+
+void RowOrder::set_state(const LoaderState& state) {
+  if (state.epoch < 0 || state.position < 0 || state.position > rows_)
+    throw std::invalid_argument(who_ + "::set_state: epoch " + std::to_string(state.epoch) +
+                                ", position " + std::to_string(state.position) +
+                                " is not a state of a stream of " + std::to_string(rows_) +
+                                " rows");
+  state_ = state;
+}
+
+std::vector<int64_t> eval_rows(int64_t i, const LoaderOptions& o) {
+  const int64_t g = o.batch_size * o.world_size;
+  std::vector<int64_t> ids(static_cast<size_t>(o.batch_size));
+  for (int64_t b = 0; b < o.batch_size; ++b) ids[b] = i * g + o.rank * o.batch_size + b;
+  return ids;
+}
+
+TrainLoader::TrainLoader(const std::vector<TokenRange>& ranges, const LoaderOptions& options)
+    : options_((check_options(options), options)),
+      windows_(ranges, options.seq_len, options.vocab_size),
+      order_(windows_.size(), options, "TrainLoader", windows_held(windows_, options)) {}
+
+at::Tensor TrainLoader::next() {
+  at::Tensor batch = gather(windows_, order_.next_rows());
+  order_.advance();
   return batch;
 }
 
-void TrainLoader::set_state(const LoaderState& state) {
-  if (state.epoch < 0 || state.position < 0 || state.position > windows_.size())
-    throw std::invalid_argument("TrainLoader::set_state: epoch " + std::to_string(state.epoch) +
-                                ", position " + std::to_string(state.position) +
-                                " is not a state of a stream of " +
-                                std::to_string(windows_.size()) + " windows");
-  state_ = state;
-}
+Batch TrainLoader::next_batch() { return as_inputs_and_targets(next()); }
 
 EvalLoader::EvalLoader(const std::vector<TokenRange>& ranges, const LoaderOptions& options,
                        int64_t max_batches)
     : options_((check_options(options), options)),
       windows_(ranges, options.seq_len, options.vocab_size) {
-  const int64_t g = checked_global_batch(windows_, options, "EvalLoader");
+  const int64_t g =
+      checked_global_batch(windows_.size(), options, "EvalLoader", windows_held(windows_, options));
   num_batches_ = windows_.size() / g;
   if (max_batches > 0) num_batches_ = std::min(num_batches_, max_batches);
 }
@@ -173,11 +204,9 @@ at::Tensor EvalLoader::batch(int64_t i) const {
   if (i < 0 || i >= num_batches_)
     throw std::out_of_range("EvalLoader: batch " + std::to_string(i) + " outside [0, " +
                             std::to_string(num_batches_) + ")");
-  const int64_t g = options_.batch_size * options_.world_size;
-  std::vector<int64_t> ids(static_cast<size_t>(options_.batch_size));
-  for (int64_t b = 0; b < options_.batch_size; ++b)
-    ids[b] = i * g + options_.rank * options_.batch_size + b;
-  return gather(windows_, ids);
+  return gather(windows_, eval_rows(i, options_));
 }
+
+Batch EvalLoader::eval_batch(int64_t i) const { return as_inputs_and_targets(batch(i)); }
 
 }  // namespace fsdp::data

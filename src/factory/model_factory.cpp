@@ -28,7 +28,10 @@ CausalLM build_gpt2(const TrainConfig& config) {
   c.deferred = true;
   GPT2 model(c);
   return {model.ptr(), [model](const at::Tensor& idx) mutable { return fsdp::forward(model, idx); },
-          c.n_positions, gpt2_param_init(c, static_cast<uint64_t>(config.train.seed))};
+          c.n_positions, gpt2_param_init(c, static_cast<uint64_t>(config.train.seed)),
+          [model](const at::Tensor& idx, const SequenceLayout& layout) mutable {
+            return fsdp::forward(model, idx, layout);
+          }};
 }
 
 RopeScaling rope_scaling(const ModelConfig& m) {
@@ -82,7 +85,10 @@ CausalLM build_llama(const TrainConfig& config) {
   Llama model(c);
   return {model.ptr(), [model](const at::Tensor& idx) mutable { return fsdp::forward(model, idx); },
           c.max_position_embeddings,
-          llama_param_init(static_cast<uint64_t>(config.train.seed), m.norm_offset)};
+          llama_param_init(static_cast<uint64_t>(config.train.seed), m.norm_offset),
+          [model](const at::Tensor& idx, const SequenceLayout& layout) mutable {
+            return fsdp::forward(model, idx, layout);
+          }};
 }
 
 }  // namespace

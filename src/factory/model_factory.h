@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fsdp/config/config.h"
+#include "fsdp/models/attention.h"
 #include "fsdp/options.h"
 
 namespace torch {
@@ -30,6 +31,9 @@ struct CausalLM {
   // The parameters' initial values by name, from (config.train.seed, the name) alone: give it to
   // fully_shard (ShardingOptions::param_init) to materialise the deferred parameters.
   ParamInit param_init;
+  // forward for packed rows: each sequence at its own positions, attending within itself
+  // (fsdp/models/attention.h's packed_layout).
+  std::function<at::Tensor(const at::Tensor&, const SequenceLayout&)> forward_packed;
 };
 
 // Builds the model `config.model` describes with context config.context_length(), its parameters

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <stdexcept>
 
 #include "compat.h"
@@ -22,6 +23,13 @@ at::Tensor hidden_positions(int64_t T, int64_t window, const at::TensorOptions& 
   return hidden;
 }
 
+// hidden_positions, and for packed rows also every key of another sequence: [B, 1, T, T].
+at::Tensor hidden_keys(int64_t T, const AttentionOptions& o, const at::TensorOptions& like) {
+  const at::Tensor hidden = hidden_positions(T, o.window, like);
+  if (!o.same_sequence.defined()) return hidden;
+  return o.same_sequence.logical_not().logical_or(hidden);
+}
+
 at::Tensor explicit_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                      bool softmax_in_fp32, const AttentionOptions& o) {
   const int64_t T = q.size(-2);
@@ -29,14 +37,59 @@ at::Tensor explicit_causal_attention(const at::Tensor& q, const at::Tensor& k, c
   at::Tensor att =
       o.scale > 0 ? at::matmul(q, k.transpose(-2, -1)) * o.scale
                   : at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
-  att = att.masked_fill(hidden_positions(T, o.window, q.options()),
-                        -std::numeric_limits<double>::infinity());
+  att = att.masked_fill(hidden_keys(T, o, q.options()), -std::numeric_limits<double>::infinity());
   att =
       softmax_in_fp32 ? at::softmax(att, -1, at::kFloat).to(q.scalar_type()) : at::softmax(att, -1);
   return at::matmul(att, v);
 }
 
 }  // namespace
+
+SequenceLayout packed_layout(const at::Tensor& positions, c10::Device device,
+                             bool within_sequences) {
+  if (positions.dim() != 2 || positions.scalar_type() != at::kLong) {
+    throw std::invalid_argument("packed_layout: positions must be [B, T] int64, got " +
+                                std::to_string(positions.dim()) + "-D " +
+                                std::string(c10::toString(positions.scalar_type())));
+  }
+  SequenceLayout layout;
+  layout.positions = positions.to(at::kCPU);
+  if (!within_sequences) return layout;
+  const int64_t T = positions.size(1);
+  // A sequence number per token: how many starts lie at or before it (the first token's counts
+  // as none, as in transformers, whatever its position).
+  at::Tensor starts = at::zeros_like(layout.positions);
+  if (T > 1) {
+    starts.narrow(1, 1, T - 1)
+        .copy_(layout.positions.narrow(1, 1, T - 1)
+                   .sub(layout.positions.narrow(1, 0, T - 1))
+                   .ne(1));
+  }
+  const at::Tensor sequence = starts.cumsum(1).to(device);  // [B, T]
+  layout.same_sequence = sequence.unsqueeze(2).eq(sequence.unsqueeze(1)).unsqueeze(1);
+  return layout;
+}
+
+void check_layout(const SequenceLayout& layout, const at::Tensor& idx, int64_t max_positions,
+                  const std::string& who) {
+  const int64_t B = idx.size(0), T = idx.size(1);
+  const at::Tensor& p = layout.positions;
+  if (p.defined()) {
+    if (p.dim() != 2 || p.size(0) != B || p.size(1) != T || p.scalar_type() != at::kLong) {
+      throw std::invalid_argument(who + ": positions must be int64 of the ids' shape [" +
+                                  std::to_string(B) + ", " + std::to_string(T) + "]");
+    }
+    if (p.numel() > 0 && (p.min().item<int64_t>() < 0 || p.max().item<int64_t>() >= max_positions)) {
+      throw std::invalid_argument(who + ": positions outside [0, " + std::to_string(max_positions) +
+                                  "), the context length");
+    }
+  }
+  const at::Tensor& m = layout.same_sequence;
+  if (m.defined() && (m.dim() != 4 || m.size(0) != B || m.size(1) != 1 || m.size(2) != T ||
+                      m.size(3) != T || m.scalar_type() != at::kBool)) {
+    throw std::invalid_argument(who + ": the sequence mask must be bool [B, 1, T, T]");
+  }
+}
 
 bool attention_kernel_available(AttentionKernel kernel) {
   return kernel != AttentionKernel::kFused || compat::kHasFusedAttention;
@@ -58,12 +111,13 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
                             AttentionKernel kernel, bool softmax_in_fp32,
                             const AttentionOptions& options) {
   if (!runs_fused(kernel)) return explicit_causal_attention(q, k, v, softmax_in_fp32, options);
-  if (options.scale <= 0 && options.window <= 0) return compat::fused_causal_attention(q, k, v);
+  if (options.scale <= 0 && options.window <= 0 && !options.same_sequence.defined()) {
+    return compat::fused_causal_attention(q, k, v);
+  }
   const double scale =
       options.scale > 0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   // The kernels take the positions each query may see.
-  const at::Tensor visible =
-      hidden_positions(q.size(-2), options.window, q.options()).logical_not();
+  const at::Tensor visible = hidden_keys(q.size(-2), options, q.options()).logical_not();
   return compat::fused_masked_attention(q, k, v, visible, scale);
 }
 

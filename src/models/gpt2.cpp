@@ -84,14 +84,16 @@ GPT2AttentionImpl::GPT2AttentionImpl(const GPT2Config& config)
   c_proj = register_module("c_proj", Conv1D(config.n_embd, config.n_embd));
 }
 
-at::Tensor GPT2AttentionImpl::forward(const at::Tensor& x) {
+at::Tensor GPT2AttentionImpl::forward(const at::Tensor& x, const SequenceLayout& layout) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hs = C / n_head;
   // [B, T, 3C] -> q, k, v, each [B, nh, T, hs]
   auto qkv = c_attn->forward(x).split(C, /*dim=*/2);
   auto heads = [&](const at::Tensor& t) { return t.view({B, T, n_head, hs}).transpose(1, 2); };
   at::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
   // [B, nh, T, hs] -> [B, T, C]
-  at::Tensor y = causal_attention(q, k, v, attention, /*softmax_in_fp32=*/false)
+  AttentionOptions options;
+  options.same_sequence = layout.same_sequence;
+  at::Tensor y = causal_attention(q, k, v, attention, /*softmax_in_fp32=*/false, options)
                      .transpose(1, 2)
                      .contiguous()
                      .view({B, T, C});
@@ -121,8 +123,8 @@ GPT2BlockImpl::GPT2BlockImpl(const GPT2Config& config) {
   mlp = register_module("mlp", GPT2MLP(config));
 }
 
-at::Tensor GPT2BlockImpl::forward(const at::Tensor& x) {
-  at::Tensor h = x + attn->forward(ln_1->forward(x));
+at::Tensor GPT2BlockImpl::forward(const at::Tensor& x, const SequenceLayout& layout) {
+  at::Tensor h = x + attn->forward(ln_1->forward(x), layout);
   return h + mlp->forward(ln_2->forward(h));
 }
 
@@ -155,7 +157,7 @@ GPT2Impl::GPT2Impl(GPT2Config config) : config_(config) {
   if (!config_.deferred) init_gpt2_weights(*this, 0);
 }
 
-at::Tensor GPT2Impl::forward(const at::Tensor& idx) {
+at::Tensor GPT2Impl::forward(const at::Tensor& idx, const SequenceLayout& layout) {
   if (idx.dim() != 2 || idx.scalar_type() != at::kLong) {
     throw std::invalid_argument("GPT2::forward expects token ids [B, T] of type int64, got " +
                                 std::to_string(idx.dim()) + "-D " +
@@ -167,10 +169,14 @@ at::Tensor GPT2Impl::forward(const at::Tensor& idx) {
         "GPT2::forward: sequence length " + std::to_string(T) +
         " exceeds the context length n_positions = " + std::to_string(config_.n_positions));
   }
+  check_layout(layout, idx, config_.n_positions, "GPT2::forward");
   auto& tr = *transformer_;
-  at::Tensor pos = at::arange(T, idx.options());
+  const at::Tensor pos = layout.positions.defined() ? layout.positions.to(idx.device())
+                                                    : at::arange(T, idx.options());
   at::Tensor x = tr.wte->forward(idx) + tr.wpe->forward(pos);  // [B, T, C]
-  for (auto& block : blocks_) x = fsdp::forward(block, x);     // the runtime's interception point
+  for (auto& block : blocks_) {
+    x = fsdp::forward(block, x, layout);  // the runtime's interception point
+  }
   x = tr.ln_f->forward(x);
   return at::matmul(x, tr.wte->weight.t());  // [B, T, V], tied to the token embeddings
 }
@@ -200,8 +206,9 @@ struct VocabCrossEntropy : public torch::autograd::Function<VocabCrossEntropy> {
     for (int64_t r = 0; r < n; r += step) fn(r, std::min(step, n - r));
   }
 
+  // mean: divided by the number of targets that count; else their sum.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& logits,
-                            const at::Tensor& targets) {
+                            const at::Tensor& targets, bool mean) {
     const at::Tensor valid = targets.ne(kIgnoreIndex);
     const at::Tensor index = targets.masked_fill(valid.logical_not(), 0).unsqueeze(1);
     at::Tensor lse = at::empty({logits.size(0)}, logits.options().dtype(at::kFloat));
@@ -209,7 +216,8 @@ struct VocabCrossEntropy : public torch::autograd::Function<VocabCrossEntropy> {
       lse.narrow(0, r, rows).copy_(at::logsumexp(logits.narrow(0, r, rows).to(at::kFloat), {1}));
     });
     const at::Tensor picked = logits.gather(1, index).squeeze(1).to(at::kFloat);
-    const at::Tensor count = valid.sum().to(at::kFloat);
+    const at::Tensor count =
+        mean ? valid.sum().to(at::kFloat) : at::ones({}, logits.options().dtype(at::kFloat));
     ctx->save_for_backward({logits, lse, index, valid, count});
     return ((lse - picked) * valid).sum() / count;
   }
@@ -233,7 +241,7 @@ struct VocabCrossEntropy : public torch::autograd::Function<VocabCrossEntropy> {
         at::mul_out(out, g, scale.narrow(0, r, rows));
       }
     });
-    return {grad, at::Tensor()};
+    return {grad, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -241,7 +249,12 @@ struct VocabCrossEntropy : public torch::autograd::Function<VocabCrossEntropy> {
 
 at::Tensor gpt2_loss(const at::Tensor& logits, const at::Tensor& targets) {
   const int64_t V = logits.size(-1);
-  return VocabCrossEntropy::apply(logits.reshape({-1, V}), targets.reshape({-1}));
+  return VocabCrossEntropy::apply(logits.reshape({-1, V}), targets.reshape({-1}), true);
+}
+
+at::Tensor token_loss_sum(const at::Tensor& logits, const at::Tensor& targets) {
+  const int64_t V = logits.size(-1);
+  return VocabCrossEntropy::apply(logits.reshape({-1, V}), targets.reshape({-1}), false);
 }
 
 // --- initialisation -----------------------------------------------------------------------------

@@ -233,6 +233,22 @@ std::pair<at::Tensor, at::Tensor> LlamaRotaryEmbedding::tables(int64_t T,
   return {cos.narrow(0, 0, T).to(like.options()), sin.narrow(0, 0, T).to(like.options())};
 }
 
+std::pair<at::Tensor, at::Tensor> LlamaRotaryEmbedding::tables_at(const at::Tensor& positions,
+                                                                  const at::Tensor& like) const {
+  // check_layout has held the positions to [0, max_position_embeddings).
+  const int64_t top = positions.numel() == 0 ? 0 : positions.max().item<int64_t>();
+  const bool long_tables = long_cos_.defined() && top + 1 > long_after_;
+  const at::Tensor& cos = long_tables ? long_cos_ : cos_;
+  const at::Tensor& sin = long_tables ? long_sin_ : sin_;
+  const at::Tensor rows = positions.reshape({-1});
+  auto gather = [&](const at::Tensor& table) {
+    return table.index_select(0, rows)
+        .view({positions.size(0), 1, positions.size(1), table.size(1)})
+        .to(like.options());
+  };
+  return {gather(cos), gather(sin)};
+}
+
 namespace {
 
 torch::nn::Linear linear(int64_t in_features, int64_t out_features, bool bias = false) {
@@ -280,7 +296,7 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& config,
   }
 }
 
-at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x) {
+at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const SequenceLayout& layout) {
   const int64_t B = x.size(0), T = x.size(1), hs = head_dim;
   // Qwen3's norms act on each head's channels, before the heads move to dimension 1.
   auto heads = [&](const at::Tensor& t, int64_t n, LlamaRMSNorm& norm) {
@@ -305,7 +321,8 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x) {
   if (rope_) {
     // Rotate queries and keys by their position; cos/sin [T, rd] broadcast over B and heads. A
     // partial rotary embedding turns the first rd channels and passes the rest.
-    auto [cos, sin] = rope_->tables(T, x);
+    auto [cos, sin] =
+        layout.positions.defined() ? rope_->tables_at(layout.positions, x) : rope_->tables(T, x);
     auto rotate = [&, cos = cos, sin = sin](const at::Tensor& t) {
       if (rotary_dim == hs) return t * cos + rotate_half(t) * sin;
       const at::Tensor r = t.narrow(-1, 0, rotary_dim);
@@ -318,7 +335,7 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x) {
   k = repeat_kv(k, n_head / n_kv_head);
   v = repeat_kv(v, n_head / n_kv_head);
   // [B, nh, T, hs] -> [B, T, nh * hs]; the explicit softmax in fp32, as HF's eager path.
-  const AttentionOptions options{scale, window};
+  const AttentionOptions options{scale, window, layout.same_sequence};
   at::Tensor y = causal_attention(q, k, v, attention, /*softmax_in_fp32=*/true, options)
                      .transpose(1, 2)
                      .contiguous()
@@ -363,14 +380,14 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& config,
   }
 }
 
-at::Tensor LlamaDecoderLayerImpl::forward(const at::Tensor& x) {
+at::Tensor LlamaDecoderLayerImpl::forward(const at::Tensor& x, const SequenceLayout& layout) {
   if (pre_feedforward_layernorm) {  // Gemma 3: each sublayer's output normalised too
-    at::Tensor h =
-        x + post_attention_layernorm->forward(self_attn->forward(input_layernorm->forward(x)));
+    at::Tensor h = x + post_attention_layernorm->forward(
+                           self_attn->forward(input_layernorm->forward(x), layout));
     return h +
            post_feedforward_layernorm->forward(mlp->forward(pre_feedforward_layernorm->forward(h)));
   }
-  at::Tensor h = x + self_attn->forward(input_layernorm->forward(x));
+  at::Tensor h = x + self_attn->forward(input_layernorm->forward(x), layout);
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
@@ -422,7 +439,7 @@ LlamaImpl::LlamaImpl(LlamaConfig config) : config_(config) {
   }
 }
 
-at::Tensor LlamaImpl::forward(const at::Tensor& idx) {
+at::Tensor LlamaImpl::forward(const at::Tensor& idx, const SequenceLayout& layout) {
   if (idx.dim() != 2 || idx.scalar_type() != at::kLong) {
     throw std::invalid_argument("Llama::forward expects token ids [B, T] of type int64, got " +
                                 std::to_string(idx.dim()) + "-D " +
@@ -434,11 +451,14 @@ at::Tensor LlamaImpl::forward(const at::Tensor& idx) {
         "Llama::forward: sequence length " + std::to_string(T) +
         " exceeds max_position_embeddings = " + std::to_string(config_.max_position_embeddings));
   }
+  check_layout(layout, idx, config_.max_position_embeddings, "Llama::forward");
   at::Tensor x = model_->embed_tokens->forward(idx);  // [B, T, C]
   if (embedding_scale_.defined()) {
     x = x * embedding_scale_.to(x.device()).to(model_->embed_tokens->weight.scalar_type());
   }
-  for (auto& block : blocks_) x = fsdp::forward(block, x);  // the runtime's interception point
+  for (auto& block : blocks_) {
+    x = fsdp::forward(block, x, layout);  // the runtime's interception point
+  }
   x = model_->norm->forward(x);
   if (config_.tie_embeddings) return at::matmul(x, model_->embed_tokens->weight.t());
   return lm_head_->forward(x);  // [B, T, V]

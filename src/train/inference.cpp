@@ -314,16 +314,16 @@ EvalResult evaluate_model(const TrainConfig& config, const EvalOptions& options,
     c.data.seq_len = m.config.context_length();
   }
   const RunData d = prepare_data(c, log);
-  if (d.val.empty()) {
+  if (d.examples ? d.examples->val.examples == 0 : d.val.empty()) {
     throw std::invalid_argument("data: '" + c.data.dataset +
                                 "' has no held-out data to evaluate on; set data.val_split above "
                                 "0 or data.val_dataset");
   }
-  const data::EvalLoader loader(d.val, loader_options(c, *world), c.train.eval_batches);
+  const std::unique_ptr<data::EvalSource> loader = eval_source(c, d, *world);
   EvalResult r;
-  r.loss = evaluate(m.lm, loader, *world, m.sharded->device());
+  r.loss = evaluate(m.lm, *loader, *world, m.sharded->device());
   r.perplexity = std::exp(r.loss);
-  r.tokens = loader.num_batches() * c.train.micro_batch_size * world->size() * c.data.seq_len;
+  r.tokens = loader->num_batches() * c.train.micro_batch_size * world->size() * c.data.seq_len;
   r.source = m.source;
   if (world->rank() == 0) {
     char line[256];

@@ -3,6 +3,9 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include <sstream>
+
+#include "fsdp/data/packing.h"
 #include "fsdp/data/tokenizer.h"
 #include "fsdp/models/gpt2.h"
 
@@ -15,6 +18,10 @@ namespace {
 void check_tokens(const TrainConfig& c, const RunData& d) {
   std::vector<data::TokenRange> all = d.corpus.train;
   all.insert(all.end(), d.val.begin(), d.val.end());
+  if (d.examples) {
+    all.push_back({d.examples->train.tokens_path, 0, -1});
+    all.push_back({d.examples->val.tokens_path, 0, -1});
+  }
   try {
     data::check_vocabulary(all, c.model.vocab_size, c.data.cache_dir);
   } catch (const std::runtime_error& e) {
@@ -38,7 +45,70 @@ void check_vocabulary_fits(const TrainConfig& c, const data::Tokenizer& tokenize
   }
 }
 
+namespace {
+
+std::string percent(double fraction) {
+  std::ostringstream s;
+  s.precision(3);
+  s << 100.0 * fraction << " %";
+  return s.str();
+}
+
+// A JSONL data set (data.format): its examples tokenized into the cache, and what they hold.
+RunData prepare_examples(const TrainConfig& c, data::DataFormat format, RunLog& log) {
+  if (!c.data.val_dataset.empty()) {
+    throw std::invalid_argument("data.val_dataset: a JSONL data set (data.format " +
+                                std::string(data::to_string(format)) +
+                                ") holds out its last data.val_split examples; a separate "
+                                "validation file is not supported for it yet");
+  }
+  data::ExampleOptions o;
+  o.format = format;
+  o.train_on = c.data.train_on;
+  o.tokenizer_dir = c.data.tokenizer_dir;
+  o.cache_dir = c.data.cache_dir;
+  o.val_fraction = c.data.val_split;
+  RunData d;
+  try {
+    d.examples = data::prepare_examples(c.data.dataset, o);
+  } catch (const std::exception& e) {
+    throw std::invalid_argument("data.dataset: " + std::string(e.what()));
+  }
+  check_vocabulary_fits(c, *data::load_tokenizer(c.data.tokenizer_dir));
+  check_tokens(c, d);
+  const data::ExampleCorpus& x = *d.examples;
+  const bool everything = format == data::DataFormat::kJsonlText || c.data.train_on == data::TrainOn::kAll;
+  log.info("data: '" + c.data.dataset + "' read as " + data::to_string(format) +
+           (c.data.format == data::DataFormat::kAuto ? " (from its first line; data.format)" : "") +
+           ": " + std::to_string(x.train.examples) + " training examples, " +
+           std::to_string(x.train.tokens) + " tokens, " + std::to_string(x.train.targets) +
+           " of them trained on (" +
+           (everything ? "every token" : std::string("data.train_on ") + data::to_string(c.data.train_on)) +
+           "); " + std::to_string(x.val.examples) + " validation examples" +
+           (x.built ? ", tokenized now" : ", from the cache"));
+  if (x.boundary_mismatches > 0) {
+    log.info("data: in " + std::to_string(x.boundary_mismatches) +
+             " examples the answer's first tokens merge with the prompt's last ones; the "
+             "prompt's own token count marks where the loss starts there, as TRL does");
+  }
+  if (c.train.eval_every > 0 && x.val.examples == 0) {
+    throw std::invalid_argument("train.eval_every: data.dataset '" + c.data.dataset +
+                                "' has no validation examples; set data.val_split, or "
+                                "train.eval_every: 0");
+  }
+  return d;
+}
+
+}  // namespace
+
 RunData prepare_data(const TrainConfig& c, RunLog& log) {
+  data::DataFormat format;
+  try {
+    format = data::detect_format(c.data.dataset, c.data.format);
+  } catch (const std::exception& e) {
+    throw std::invalid_argument("data.dataset: " + std::string(e.what()));
+  }
+  if (format != data::DataFormat::kText) return prepare_examples(c, format, log);
   data::CorpusOptions options;
   options.cache_dir = c.data.cache_dir;
   options.tokenizer_dir = c.data.tokenizer_dir;
@@ -74,6 +144,63 @@ RunData prepare_data(const TrainConfig& c, RunLog& log) {
   return d;
 }
 
+namespace {
+
+data::PackingOptions packing_options(const TrainConfig& c) {
+  data::PackingOptions p;
+  p.seq_len = c.data.seq_len;
+  p.pack = c.data.packing;
+  p.attend_within = !c.data.cross_example_attention;
+  p.truncate = c.data.truncate;
+  p.vocab_size = c.model.vocab_size;
+  return p;
+}
+
+}  // namespace
+
+std::unique_ptr<data::BatchSource> train_source(const TrainConfig& c, const RunData& d,
+                                                const Comm& world, RunLog& log) {
+  try {
+    if (!d.examples) {
+      return std::make_unique<data::TrainLoader>(d.corpus.train, loader_options(c, world));
+    }
+    auto loader = std::make_unique<data::ExampleLoader>(d.examples->train, packing_options(c),
+                                                        loader_options(c, world));
+    const data::PackedExamples& rows = loader->rows();
+    log.info("data: " + std::to_string(rows.examples()) + " examples " +
+             (c.data.packing ? "packed first-fit into " : "one a row in ") +
+             std::to_string(rows.rows()) + " rows of " + std::to_string(c.data.seq_len) +
+             " tokens, " + percent(rows.padding_fraction()) + " of them padding" +
+             (!c.data.packing ? ""
+              : c.data.cross_example_attention
+                  ? "; examples attend across their row (data.cross_example_attention)"
+                  : "; each example attends within itself, its positions from 0") +
+             (rows.truncated() > 0
+                  ? "; " + std::to_string(rows.truncated()) + " truncated to data.seq_len"
+                  : ""));
+    return loader;
+  } catch (const std::invalid_argument& e) {
+    // The loader names the tokenized file in the cache; the user knows the name they gave.
+    throw std::invalid_argument("data.dataset '" + c.data.dataset + "': " + e.what());
+  }
+}
+
+std::unique_ptr<data::EvalSource> eval_source(const TrainConfig& c, const RunData& d,
+                                              const Comm& world) {
+  if (!d.examples) {
+    return std::make_unique<data::EvalLoader>(d.val, loader_options(c, world),
+                                              c.train.eval_batches);
+  }
+  try {
+    return std::make_unique<data::ExampleEvalLoader>(d.examples->val, packing_options(c),
+                                                     loader_options(c, world),
+                                                     c.train.eval_batches);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument("data.val_split: the validation examples of '" + c.data.dataset +
+                                "': " + e.what());
+  }
+}
+
 data::LoaderOptions loader_options(const TrainConfig& c, const Comm& world) {
   data::LoaderOptions o;
   o.seq_len = c.data.seq_len;
@@ -91,16 +218,31 @@ double average_over_ranks(double value, Comm& world) {
   return v;
 }
 
-double evaluate(const CausalLM& lm, const data::EvalLoader& loader, Comm& world,
+at::Tensor forward_batch(const CausalLM& lm, const data::Batch& b, c10::Device device,
+                         bool non_blocking) {
+  auto to_device = [&](const at::Tensor& t) {
+    return device.is_cpu() ? t : t.pin_memory().to(device, non_blocking);
+  };
+  if (!b.positions.defined()) return lm.forward(to_device(b.inputs));
+  return lm.forward_packed(to_device(b.inputs), packed_layout(b.positions, device));
+}
+
+// Sums of the loss and of the targets over every rank's batches; their ratio is the mean over
+// all targets, as one process over the whole validation set would take it.
+double evaluate(const CausalLM& lm, const data::EvalSource& source, Comm& world,
                 c10::Device device) {
   at::NoGradGuard no_grad;
-  const int64_t T = loader.windows().seq_len();
-  double sum = 0;
-  for (int64_t i = 0; i < loader.num_batches(); ++i) {
-    at::Tensor b = loader.batch(i).to(device);
-    sum += gpt2_loss(lm.forward(b.narrow(1, 0, T)), b.narrow(1, 1, T)).item<double>();
+  float sum = 0;
+  int64_t count = 0;
+  for (int64_t i = 0; i < source.num_batches(); ++i) {
+    const data::Batch b = source.eval_batch(i);
+    const at::Tensor targets = b.targets.to(device);
+    sum += token_loss_sum(forward_batch(lm, b, device), targets).item<float>();
+    count += targets.ne(-100).sum().item<int64_t>();
   }
-  return average_over_ranks(sum / static_cast<double>(loader.num_batches()), world);
+  world.all_reduce(&sum, 1, DType::kFloat32, ReduceOp::kSum);
+  world.all_reduce(&count, 1, DType::kInt64, ReduceOp::kSum);
+  return count > 0 ? sum / static_cast<double>(count) : 0.0;
 }
 
 }  // namespace fsdp

@@ -5,12 +5,15 @@
 
 #include <c10/core/Device.h>
 
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "factory/model_factory.h"
 #include "fsdp/comm.h"
 #include "fsdp/config/config.h"
 #include "fsdp/data/corpus.h"
+#include "fsdp/data/examples.h"
 #include "fsdp/data/loader.h"
 #include "train/run_log.h"
 
@@ -20,15 +23,25 @@ class Tokenizer;
 
 namespace fsdp {
 
+// What a run reads: a corpus (text or token files) or instruction examples (a JSONL file).
 struct RunData {
   data::Corpus corpus;
   std::vector<data::TokenRange> val;
+  std::optional<data::ExampleCorpus> examples;  // data.dataset is JSONL (data.format)
 };
 
-// The corpus data.dataset names (tokenized into data.cache_dir, or token files read in place)
-// and its validation part (data.val_dataset, or the last data.val_split of it), every token
-// checked against model.vocab_size; logged. Throws std::invalid_argument naming the key.
+// The data data.dataset names (tokenized into data.cache_dir, or token files read in place) and
+// its validation part (data.val_dataset, or the last data.val_split of it), every token checked
+// against model.vocab_size; logged. Throws std::invalid_argument naming the key.
 RunData prepare_data(const TrainConfig& c, RunLog& log);
+
+// The training batches: the corpus's windows, or the examples packed into rows (logged). Throws
+// std::invalid_argument naming data.dataset when there is too little for one global batch.
+std::unique_ptr<data::BatchSource> train_source(const TrainConfig& c, const RunData& d,
+                                                const Comm& world, RunLog& log);
+// The validation batches (at most train.eval_batches of them).
+std::unique_ptr<data::EvalSource> eval_source(const TrainConfig& c, const RunData& d,
+                                              const Comm& world);
 
 // Throws std::invalid_argument naming data.tokenizer_dir when `tokenizer` gives ids the model's
 // embedding does not hold (its largest id against model.vocab_size).
@@ -39,8 +52,12 @@ data::LoaderOptions loader_options(const TrainConfig& c, const Comm& world);
 // `value` averaged over the ranks of `world` (in fp32, as every rank reports it).
 double average_over_ranks(double value, Comm& world);
 
-// The mean next-token loss of `lm` over every batch of `loader`, averaged over ranks.
-double evaluate(const CausalLM& lm, const data::EvalLoader& loader, Comm& world,
+// The model's logits for a batch on `device`: packed rows through their layout.
+at::Tensor forward_batch(const CausalLM& lm, const data::Batch& b, c10::Device device,
+                         bool non_blocking = false);
+
+// The mean next-token loss of `lm` over every target of every batch of `source` on every rank.
+double evaluate(const CausalLM& lm, const data::EvalSource& source, Comm& world,
                 c10::Device device);
 
 }  // namespace fsdp

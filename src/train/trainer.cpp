@@ -245,7 +245,7 @@ void restore_scaler(const std::string& train_state, const std::string& where,
 }
 
 int64_t resume(const std::string& path, const TrainConfig& c, FullyShardedModel& model, AdamW& opt,
-               data::TrainLoader& loader, ShardedGradScaler* scaler, RunLog& log) {
+               data::BatchSource& loader, ShardedGradScaler* scaler, RunLog& log) {
   LoadedCheckpoint loaded = load_checkpoint(path, model, &opt);
   const TrainConfig saved = config::saved_config(loaded.train_state, loaded.path);
   const std::vector<std::string> differences = architecture_differences(saved, c);
@@ -268,7 +268,7 @@ int64_t resume(const std::string& path, const TrainConfig& c, FullyShardedModel&
 // and the model), once more from the newest step rank 0 finds then. A step that is gone again is
 // named as removed, never as "not a checkpoint folder".
 int64_t resume_beside_owner(const std::string& path, const TrainConfig& c, FullyShardedModel& model,
-                            AdamW& opt, data::TrainLoader& loader, ShardedGradScaler* scaler,
+                            AdamW& opt, data::BatchSource& loader, ShardedGradScaler* scaler,
                             RunLog& log, Comm& world) {
   const auto gone = [](const std::string& dir) {
     std::error_code ec;
@@ -302,16 +302,6 @@ int64_t resume_beside_owner(const std::string& path, const TrainConfig& c, Fully
   }
 }
 
-// The loader's own error (too little data for one global batch) names the tokenized file in the
-// cache; the user knows the data set by the name they gave.
-data::TrainLoader train_loader(const TrainConfig& c, const RunData& d, const Comm& world) {
-  try {
-    return data::TrainLoader(d.corpus.train, loader_options(c, world));
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("data.dataset '" + c.data.dataset + "': " + e.what());
-  }
-}
-
 // A folder the checkpoints cannot be written to fails the run now, not at the first save; one that
 // another run holds fails it too. `owner` then holds the folder for the rest of the run.
 void own_checkpoint_folder(const std::string& root, Comm& world,
@@ -327,7 +317,7 @@ void own_checkpoint_folder(const std::string& root, Comm& world,
 }
 
 std::string save(const TrainConfig& c, int64_t step, FullyShardedModel& model, const AdamW& opt,
-                 const data::TrainLoader& loader, const ShardedGradScaler* scaler, RunLog& log) {
+                 const data::BatchSource& loader, const ShardedGradScaler* scaler, RunLog& log) {
   CheckpointOptions options;
   options.keep_last = c.train.checkpoint_keep_last;
   const auto t0 = Clock::now();
@@ -386,37 +376,64 @@ void export_folder(const std::string& checkpoint, const std::string& dir, Comm& 
 
 // What one step's forward and backward left for the optimizer.
 struct StepGradients {
-  double local_loss = 0;  // this rank's mean loss over its micro-batches
+  // This rank's loss: the mean over its micro-batches, or with masked data the sum over its
+  // targets (divided by `targets` once every rank's sum is in).
+  double local_loss = 0;
+  bool masked = false;
+  int64_t targets = 0;  // masked data: the step's targets on every rank together
   // The global gradient norm before clipping; NaN when the fp16 scaler found an inf or NaN on
   // some rank (the scaler remembers that, and skips the step).
   double norm = 0;
 };
 
+// [Note: the loss of masked data] With instruction data the micro-batches and ranks of a step
+// hold different numbers of targets. Each target weighs the same, as in one process over the whole
+// global batch (transformers' num_items_in_batch, counted across gradient accumulation and, with
+// average_tokens_across_devices, across ranks): a micro-batch's loss is its sum over its targets
+// divided by the step's count on every rank, times the world size because the gradient reduction
+// averages over ranks. Counting needs the step's batches first, and one all-reduce.
+int64_t step_targets(const std::vector<data::Batch>& batches, Comm& world) {
+  int64_t n = 0;
+  for (const data::Batch& b : batches) n += b.targets.ne(-100).sum().item<int64_t>();
+  world.all_reduce(&n, 1, DType::kInt64, ReduceOp::kSum);
+  return n;
+}
+
 // One step's gradients: accumulate gradient_accumulation_steps micro-batches (reduced only on the
 // last), then clip. With the fp16 scaler the loss is scaled before backward and the gradients
 // unscaled before clipping, PyTorch's order; a step whose gradients are not finite is not clipped.
 StepGradients train_step(const TrainConfig& c, const CausalLM& lm, FullyShardedModel& model,
-                         AdamW& opt, data::TrainLoader& loader, ShardedGradScaler* scaler,
+                         AdamW& opt, data::BatchSource& loader, ShardedGradScaler* scaler,
                          Comm& world) {
-  const int64_t accum = c.train.gradient_accumulation_steps, T = c.data.seq_len;
+  const int64_t accum = c.train.gradient_accumulation_steps;
   opt.zero_grad();
   StepGradients r;
+  std::vector<data::Batch> batches;
+  for (int64_t micro = 0; micro < accum; ++micro) batches.push_back(loader.next_batch());
+  r.masked = batches.front().masked;
+  if (r.masked) r.targets = step_targets(batches, world);
+  // Without targets on any rank the step's gradients are zero (the sums are): 1 avoids 0 / 0.
+  const double weight = r.masked ? static_cast<double>(world.size()) /
+                                       static_cast<double>(std::max<int64_t>(1, r.targets))
+                                 : 1.0 / static_cast<double>(accum);
   // On a GPU nothing in the loop waits for the device (the batch goes through pinned memory, the
   // losses are read after it): micro-batch k+1 is queued while k computes.
   const c10::Device device = model.device();
   std::vector<at::Tensor> losses;
   for (int64_t micro = 0; micro < accum; ++micro) {
     model.set_requires_gradient_sync(micro + 1 == accum);
-    at::Tensor b = loader.next();
-    b = device.is_cpu() ? b : b.pin_memory().to(device, /*non_blocking=*/true);
-    at::Tensor loss = gpt2_loss(lm.forward(b.narrow(1, 0, T)), b.narrow(1, 1, T));
-    at::Tensor share = loss / static_cast<double>(accum);
+    const data::Batch& b = batches[static_cast<size_t>(micro)];
+    const at::Tensor logits = forward_batch(lm, b, device, /*non_blocking=*/true);
+    const at::Tensor targets =
+        device.is_cpu() ? b.targets : b.targets.pin_memory().to(device, /*non_blocking=*/true);
+    at::Tensor loss = r.masked ? token_loss_sum(logits, targets) : gpt2_loss(logits, targets);
+    at::Tensor share = loss * weight;
     (scaler ? scaler->scale(share) : share).backward();
     losses.push_back(loss.detach());
   }
   const at::Tensor host = at::stack(losses).to(at::kCPU, at::kDouble);
   for (int64_t micro = 0; micro < accum; ++micro) {
-    r.local_loss += host[micro].item<double>() / static_cast<double>(accum);
+    r.local_loss += host[micro].item<double>() / (r.masked ? 1.0 : static_cast<double>(accum));
   }
   if (scaler && scaler->unscale(opt, world)) {
     r.norm = std::numeric_limits<double>::quiet_NaN();
@@ -426,6 +443,14 @@ StepGradients train_step(const TrainConfig& c, const CausalLM& lm, FullyShardedM
       c.optim.grad_clip > 0 ? c.optim.grad_clip : std::numeric_limits<double>::infinity();
   r.norm = clip_grad_norm(opt.params(), max_norm, model.shard_group());
   return r;
+}
+
+// The step's loss as one process over the global batch would report it.
+double step_loss(const StepGradients& g, Comm& world) {
+  if (!g.masked) return average_over_ranks(g.local_loss, world);
+  float sum = static_cast<float>(g.local_loss);
+  world.all_reduce(&sum, 1, DType::kFloat32, ReduceOp::kSum);
+  return g.targets > 0 ? sum / static_cast<double>(g.targets) : 0.0;
 }
 
 // The optimizer's update: with the fp16 scaler, skipped on every rank when the gradients were not
@@ -473,11 +498,9 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
 
   // 2. Data: the corpus is tokenized once (cached), then each rank reads its windows.
   RunData d = prepare_data(c, log);
-  data::TrainLoader loader = train_loader(c, d, *world);
-  std::optional<data::EvalLoader> eval_loader;
-  if (c.train.eval_every > 0) {
-    eval_loader.emplace(d.val, loader_options(c, *world), c.train.eval_batches);
-  }
+  const std::unique_ptr<data::BatchSource> loader = train_source(c, d, *world, log);
+  std::unique_ptr<data::EvalSource> eval_loader;
+  if (c.train.eval_every > 0) eval_loader = eval_source(c, d, *world);
 
   // 3. The model, deferred: shapes only, no rank ever holds all of its values. First what can be
   // known without building it: a folder's weights against its config.json, the job against this
@@ -531,7 +554,7 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
   TrainSummary summary;
   if (resume_from) {
     summary.start_step =
-        resume_beside_owner(*resume_from, c, *model, opt, loader, scaler_ptr, log, *world);
+        resume_beside_owner(*resume_from, c, *model, opt, *loader, scaler_ptr, log, *world);
   }
 
   // 6. The loop.
@@ -557,7 +580,7 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
     const double lr =
         warmup_cosine_lr(step, c.optim.warmup_steps, c.optim.max_steps, c.optim.lr, c.optim.min_lr);
     opt.set_lr(lr);
-    const StepGradients g = train_step(c, lm, *model, opt, loader, scaler_ptr, *world);
+    const StepGradients g = train_step(c, lm, *model, opt, *loader, scaler_ptr, *world);
     StepMetrics m;
     apply_step(step, g, opt, scaler_ptr, *world, m);
 
@@ -568,7 +591,7 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
         done % c.train.log_every == 0 || step == summary.start_step || last || m.skipped;
     if (m.skipped) ++summary.skipped_steps;
     m.step = done;
-    m.loss = average_over_ranks(g.local_loss, *world);
+    m.loss = step_loss(g, *world);
     m.lr = lr;
     m.grad_norm = g.norm;
     m.peak_rss_bytes = peak_rss_over_ranks(*world);
@@ -587,7 +610,7 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
 
     if (c.train.eval_every > 0 && (done % c.train.eval_every == 0 || last)) maybe_eval(done);
     if (c.train.checkpoint_every > 0 && (done % c.train.checkpoint_every == 0 || last)) {
-      summary.last_checkpoint = save(c, done, *model, opt, loader, scaler_ptr, log);
+      summary.last_checkpoint = save(c, done, *model, opt, *loader, scaler_ptr, log);
     }
     if (logged) last_log = Clock::now();  // tokens/s counts training, not evaluation or saving
     if (after_step) after_step(done);

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "fsdp/comm.h"
+#include "fsdp/data/examples.h"
 #include "fsdp/grad_scaler.h"
 #include "fsdp/models/attention.h"
 #include "fsdp/options.h"
@@ -145,6 +146,21 @@ struct DataConfig {
   // "assets/sotu": relative, so a checkpoint's eval from another folder finds it where the run
   // started (resolve_paths).
   std::string sotu_dir = "assets/sotu";
+  // How data.dataset is read (fsdp/data/examples.h): auto (a JSONL file's first line decides
+  // between messages, prompt_completion and jsonl_text; anything else is text), text, jsonl_text,
+  // prompt_completion, messages. Default auto.
+  data::DataFormat format = data::DataFormat::kAuto;
+  // The tokens the loss is taken on in prompt_completion and messages data: assistant (the
+  // completion, or every assistant turn), last_assistant, all. Default assistant.
+  data::TrainOn train_on = data::TrainOn::kAssistant;
+  // JSONL examples packed first-fit into rows of seq_len tokens; false: one example a row,
+  // padded. Default true.
+  bool packing = true;
+  // Packed examples attend to the earlier examples of their row (no mask, positions 0..T-1):
+  // faster, but not how they were trained apart. Default false: each example attends to itself.
+  bool cross_example_attention = false;
+  // An example longer than seq_len keeps its first seq_len tokens; false: refused. Default false.
+  bool truncate = false;
 };
 
 // AdamW with linear warmup then cosine decay (fsdp::warmup_cosine_lr).

@@ -54,6 +54,33 @@ struct LoaderState {
   bool operator!=(const LoaderState& o) const { return !(*this == o); }
 };
 
+// One batch for a causal language model: inputs [B, T] int64, targets [B, T] int64 (-100: no
+// loss there), and positions [B, T] int64 where the rows hold packed sequences (each restarting
+// at 0; fsdp/models/attention.h's packed_layout), undefined where every row is one sequence.
+// `masked`: some targets may be -100, so the loss is normalised over the targets that count.
+struct Batch {
+  at::Tensor inputs, targets, positions;
+  bool masked = false;
+};
+
+// What the training loop draws batches from: the token windows of a corpus (TrainLoader) or the
+// packed examples of an instruction data set (fsdp/data/packing.h).
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual Batch next_batch() = 0;
+  virtual LoaderState state() const = 0;
+  virtual void set_state(const LoaderState& state) = 0;
+};
+
+// What evaluation reads, in the same order on every run: batch i of num_batches().
+class EvalSource {
+ public:
+  virtual ~EvalSource() = default;
+  virtual int64_t num_batches() const = 0;
+  virtual Batch eval_batch(int64_t i) const = 0;
+};
+
 // A bijection of [0, n) drawn from (seed, epoch): the order in which one epoch visits windows.
 class WindowPermutation {
  public:
@@ -92,7 +119,33 @@ class TokenWindows {
   int64_t tokens_ = 0;
 };
 
-class TrainLoader {
+// The training order over n rows (windows, or packed rows of examples), as described above: epoch
+// e visits the rows in WindowPermutation(n, seed, e)'s order, G = B * world at a step, rank r the
+// B rows [r * B, (r + 1) * B) of them. Throws std::invalid_argument (naming `who` and `what`)
+// when n < G.
+class RowOrder {
+ public:
+  RowOrder(int64_t rows, const LoaderOptions& options, const std::string& who,
+           const std::string& what);
+  std::vector<int64_t> next_rows() const;  // this rank's rows of the next batch
+  void advance();                          // past the next batch
+  LoaderState state() const { return state_; }
+  void set_state(const LoaderState& state);
+  int64_t rows() const { return rows_; }
+  int64_t global_batch() const { return global_batch_; }
+
+ private:
+  LoaderState advanced() const;  // the state after rolling into a new epoch if needed
+  LoaderOptions options_;
+  int64_t rows_, global_batch_;
+  std::string who_;
+  LoaderState state_;
+};
+
+// The rows [i * G + rank * B, i * G + (rank + 1) * B) of an evaluation's batch i.
+std::vector<int64_t> eval_rows(int64_t i, const LoaderOptions& options);
+
+class TrainLoader : public BatchSource {
  public:
   // Throws std::invalid_argument for bad options or a stream smaller than one global batch, and
   // std::runtime_error for a malformed token file.
@@ -101,37 +154,38 @@ class TrainLoader {
   // This rank's next batch, [B, T + 1] int64; starts the next epoch when the current one has
   // fewer than B * world windows left.
   at::Tensor next();
+  // next() as inputs batch[:, :-1] and targets batch[:, 1:].
+  Batch next_batch() override;
   // The global window indices next() will return, row by row (for tests and logs).
-  std::vector<int64_t> next_windows() const;
+  std::vector<int64_t> next_windows() const { return order_.next_rows(); }
 
-  LoaderState state() const { return state_; }
+  LoaderState state() const override { return order_.state(); }
   // Restores a saved state; throws std::invalid_argument for a negative epoch or a position
   // outside [0, num_windows()].
-  void set_state(const LoaderState& state);
+  void set_state(const LoaderState& state) override { order_.set_state(state); }
 
-  int64_t num_windows() const { return windows_.size(); }  // W
-  int64_t global_batch() const { return global_batch_; }   // G = B * world
-  int64_t steps_per_epoch() const { return windows_.size() / global_batch_; }
+  int64_t num_windows() const { return windows_.size(); }        // W
+  int64_t global_batch() const { return order_.global_batch(); }  // G = B * world
+  int64_t steps_per_epoch() const { return windows_.size() / global_batch(); }
   const TokenWindows& windows() const { return windows_; }
   const LoaderOptions& options() const { return options_; }
 
  private:
-  LoaderState advanced() const;  // the state after rolling into a new epoch if needed
   LoaderOptions options_;
   TokenWindows windows_;
-  int64_t global_batch_;
-  LoaderState state_;
+  RowOrder order_;
 };
 
-class EvalLoader {
+class EvalLoader : public EvalSource {
  public:
   // max_batches > 0 caps num_batches(); throws like TrainLoader's constructor.
   EvalLoader(const std::vector<TokenRange>& ranges, const LoaderOptions& options,
              int64_t max_batches = 0);
 
-  int64_t num_batches() const { return num_batches_; }
+  int64_t num_batches() const override { return num_batches_; }
   // This rank's part of global batch i in [0, num_batches()): windows i * G + rank * B + b.
   at::Tensor batch(int64_t i) const;
+  Batch eval_batch(int64_t i) const override;  // batch(i) as inputs and targets
   const TokenWindows& windows() const { return windows_; }
 
  private:

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <string>
 
@@ -24,11 +25,34 @@ bool attention_kernel_available(AttentionKernel kernel);
 bool runs_fused(AttentionKernel kernel);
 void check_attention_kernel(AttentionKernel kernel, const std::string& field);
 
-// What differs from plain causal attention (Gemma 3): scores multiplied by `scale` (0: divided by
-// sqrt(hs)), and position t attending only to t - window < s <= t (0: every s <= t).
+// How a batch's rows hold their sequences. Default (both undefined): one sequence a row, at
+// positions 0..T-1. Packed (instruction fine-tuning): several sequences a row, each starting again
+// at position 0, and each token attending only to earlier tokens of its own sequence.
+struct SequenceLayout {
+  at::Tensor positions;      // [B, T] int64 on the CPU; undefined: 0..T-1 in every row
+  at::Tensor same_sequence;  // [B, 1, T, T] bool on the compute device: query and key in one
+                             // sequence; undefined: attention across the whole row
+};
+
+// The layout of rows whose `positions` [B, T] restart for each packed sequence. A sequence starts
+// wherever a position is not its predecessor's plus one, transformers' rule
+// (find_packed_sequence_indices), so that the same position ids give the same mask there and
+// here. within_sequences false: the positions only, attention across the packed sequences.
+SequenceLayout packed_layout(const at::Tensor& positions, c10::Device device,
+                             bool within_sequences = true);
+
+// Throws std::invalid_argument, naming `who`, unless `layout` suits the token ids `idx` [B, T]:
+// positions of idx's shape, each in [0, max_positions), and a mask of [B, 1, T, T].
+void check_layout(const SequenceLayout& layout, const at::Tensor& idx, int64_t max_positions,
+                  const std::string& who);
+
+// What differs from plain causal attention: scores multiplied by `scale` (0: divided by sqrt(hs);
+// Gemma 3), position t attending only to t - window < s <= t (0: every s <= t; Gemma 3), and only
+// to its own sequence where `same_sequence` ([B, 1, T, T], SequenceLayout) is defined.
 struct AttentionOptions {
   double scale = 0;
   int64_t window = 0;
+  at::Tensor same_sequence;
 };
 
 // q, k, v [B, nh, T, hs] -> [B, nh, T, hs]: position t attends to positions <= t, scores scaled

@@ -68,7 +68,8 @@ TORCH_MODULE(Conv1D);
 class GPT2AttentionImpl : public torch::nn::Module {
  public:
   explicit GPT2AttentionImpl(const GPT2Config& config);
-  at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
+  // [B, T, C] -> [B, T, C]; `layout`: packed sequences (fsdp/models/attention.h)
+  at::Tensor forward(const at::Tensor& x, const SequenceLayout& layout = {});
 
   Conv1D c_attn{nullptr};  // C -> 3C: queries, keys, values
   Conv1D c_proj{nullptr};  // C -> C
@@ -92,7 +93,7 @@ TORCH_MODULE(GPT2MLP);
 class GPT2BlockImpl : public torch::nn::Module {
  public:
   explicit GPT2BlockImpl(const GPT2Config& config);
-  at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
+  at::Tensor forward(const at::Tensor& x, const SequenceLayout& layout = {});  // [B, T, C]
 
   torch::nn::LayerNorm ln_1{nullptr};
   GPT2Attention attn{nullptr};
@@ -119,8 +120,9 @@ class GPT2Impl : public torch::nn::Module {
   // Builds the modules and initialises them with init_gpt2_weights(*this, 0).
   explicit GPT2Impl(GPT2Config config = {});
 
-  // idx [B, T] int64 token ids, T <= n_positions -> logits [B, T, vocab_size].
-  at::Tensor forward(const at::Tensor& idx);
+  // idx [B, T] int64 token ids, T <= n_positions -> logits [B, T, vocab_size]; `layout`: packed
+  // sequences, each with its own positions (fsdp/models/attention.h).
+  at::Tensor forward(const at::Tensor& idx, const SequenceLayout& layout = {});
 
   const GPT2Config& config() const { return config_; }
   const std::vector<GPT2Block>& blocks() const { return blocks_; }
@@ -139,6 +141,11 @@ TORCH_MODULE(GPT2);
 // they are and makes one tensor of their size and dtype, their gradient (an fp32 cast, log_softmax
 // and nll_loss held three fp32 copies at once).
 at::Tensor gpt2_loss(const at::Tensor& logits, const at::Tensor& targets);
+
+// The same cross entropy summed over the targets that count (not -100) instead of averaged: the
+// loss of a micro-batch whose normaliser is the count over a whole step (instruction data, whose
+// micro-batches and ranks hold different numbers of targets). 0 where no target counts.
+at::Tensor token_loss_sum(const at::Tensor& logits, const at::Tensor& targets);
 
 // Re-initialises every parameter from (seed, its full name) alone, as GPT-2 does: weights of
 // projections and embeddings ~ N(0, 0.02), the residual projections "c_proj.weight" ~

@@ -158,6 +158,11 @@ class LlamaRotaryEmbedding {
   // Rows [0, T) of the tables in `like`'s dtype and device: cos and sin, each [T, rotary_dim]; a
   // longrope model's long tables when T exceeds original_max_position_embeddings.
   std::pair<at::Tensor, at::Tensor> tables(int64_t T, const at::Tensor& like) const;
+  // The rows at `positions` [B, T] (CPU, int64), each [B, 1, T, rotary_dim] to broadcast over
+  // the heads; a longrope model's long tables when the largest position reaches past
+  // original_max_position_embeddings (transformers decides by max(position_ids) + 1 there).
+  std::pair<at::Tensor, at::Tensor> tables_at(const at::Tensor& positions,
+                                              const at::Tensor& like) const;
 
  private:
   at::Tensor cos_, sin_;            // [max_position_embeddings, rotary_dim], fp32, CPU
@@ -170,7 +175,8 @@ class LlamaRotaryEmbedding {
 class LlamaAttentionImpl : public torch::nn::Module {
  public:
   LlamaAttentionImpl(const LlamaConfig& config, std::shared_ptr<const LlamaRotaryEmbedding> rope);
-  at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
+  // [B, T, C] -> [B, T, C]; `layout`: packed sequences (fsdp/models/attention.h)
+  at::Tensor forward(const at::Tensor& x, const SequenceLayout& layout = {});
 
   torch::nn::Linear q_proj{nullptr};  // C -> nh * hs
   torch::nn::Linear k_proj{nullptr};  // C -> nkv * hs
@@ -212,7 +218,7 @@ class LlamaDecoderLayerImpl : public torch::nn::Module {
  public:
   LlamaDecoderLayerImpl(const LlamaConfig& config,
                         std::shared_ptr<const LlamaRotaryEmbedding> rope);
-  at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
+  at::Tensor forward(const at::Tensor& x, const SequenceLayout& layout = {});  // [B, T, C] -> [B, T, C]
 
   LlamaAttention self_attn{nullptr};
   LlamaMLP mlp{nullptr};
@@ -243,7 +249,8 @@ class LlamaImpl : public torch::nn::Module {
 
   // idx [B, T] int64 token ids, T <= max_position_embeddings -> logits [B, T, vocab_size], in
   // the parameters' dtype.
-  at::Tensor forward(const at::Tensor& idx);
+  // idx [B, T] -> logits [B, T, V]; `layout`: packed sequences (fsdp/models/attention.h).
+  at::Tensor forward(const at::Tensor& idx, const SequenceLayout& layout = {});
 
   const LlamaConfig& config() const { return config_; }
   const std::vector<LlamaDecoderLayer>& blocks() const { return blocks_; }

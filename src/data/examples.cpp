@@ -1,0 +1,455 @@
+// Instruction data (fsdp/data/examples.h): reading a JSONL file line by line with bounds, each
+// line's checks, its tokens and their flags by format, and the cache entry they are kept in.
+#include "fsdp/data/examples.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "data/cache_entry.h"
+#include "fsdp/data/chat_template.h"
+#include "fsdp/data/corpus.h"
+#include "fsdp/data/tokenizer.h"
+#include "util/json.h"
+
+namespace fsdp::data {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kExampleCacheFormat = "fsdp-examples 1";  // bump when the layout changes
+
+using Json = nlohmann::json;
+
+// ---- reading lines ---------------------------------------------------------------------------
+
+// The file's lines, each with its 1-based number; blank lines (only whitespace) are skipped. A line
+// longer than kMaxExampleLineBytes is refused before more of it is read.
+struct Line {
+  int64_t number = 0;
+  std::string text;
+};
+
+bool blank(const std::string& s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); });
+}
+
+std::string where(const std::string& path, int64_t line) {
+  return "'" + path + "' line " + std::to_string(line);
+}
+
+// Calls fn(line) for each non-blank line; stops when fn returns false.
+template <typename Fn>
+void for_each_line(const std::string& path, Fn fn) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("'" + path + "': cannot read: " + std::strerror(errno));
+  std::vector<char> buf(1 << 20);
+  Line line{1, {}};
+  auto finish = [&]() {
+    if (!line.text.empty() && line.text.back() == '\r') line.text.pop_back();
+    const bool go_on = blank(line.text) || fn(line);
+    line.text.clear();
+    ++line.number;
+    return go_on;
+  };
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const size_t got = static_cast<size_t>(in.gcount());
+    for (size_t i = 0; i < got;) {
+      const char* nl = static_cast<const char*>(std::memchr(buf.data() + i, '\n', got - i));
+      const size_t end = nl ? static_cast<size_t>(nl - buf.data()) : got;
+      if (static_cast<int64_t>(line.text.size() + (end - i)) > kMaxExampleLineBytes) {
+        throw std::runtime_error(where(path, line.number) + ": longer than " +
+                                 std::to_string(kMaxExampleLineBytes >> 20) +
+                                 " MiB (one example a line; is this a JSONL file?)");
+      }
+      line.text.append(buf.data() + i, end - i);
+      i = end;
+      if (nl) {
+        ++i;
+        if (!finish()) return;
+      }
+    }
+  }
+  if (in.bad()) throw std::runtime_error("'" + path + "': error reading it");
+  if (!line.text.empty()) finish();
+}
+
+Json parse_line(const Line& line, const std::string& path) {
+  try {
+    Json j = json_bounds::parse(line.text, where(path, line.number));
+    if (!j.is_object()) {
+      throw std::runtime_error(where(path, line.number) + ": a JSON " + j.type_name() +
+                               ", not an object (each line is one example: {\"messages\": ...}, "
+                               "{\"prompt\": ..., \"completion\": ...} or {\"text\": ...})");
+    }
+    return j;
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error(where(path, line.number) + ": not JSON (" + e.what() + ")");
+  }
+}
+
+// ---- one example -----------------------------------------------------------------------------
+
+struct Example {
+  std::vector<int32_t> ids;
+  std::vector<int32_t> flags;
+  bool boundary_mismatch = false;
+};
+
+std::string text_field(const Json& j, const std::string& key, const std::string& at) {
+  const auto it = j.find(key);
+  if (it == j.end()) throw std::runtime_error(at + ": no \"" + key + "\" field");
+  if (!it->is_string()) {
+    throw std::runtime_error(at + ": \"" + key + "\" is a JSON " + it->type_name() +
+                             ", not a string");
+  }
+  return it->get<std::string>();
+}
+
+// Flags for ids [0, n): the first starts the example; [from, to) are targets (never the first).
+std::vector<int32_t> flags_for(size_t n, const std::vector<std::pair<size_t, size_t>>& targets) {
+  std::vector<int32_t> flags(n, 0);
+  for (const auto& [from, to] : targets) {
+    for (size_t i = std::max<size_t>(from, 1); i < std::min(to, n); ++i) flags[i] = kTokenTarget;
+  }
+  if (n > 0) flags[0] = kTokenStarts;
+  return flags;
+}
+
+void append_eos(std::vector<int32_t>& ids, const Tokenizer& tok) {
+  if (tok.eos_id() && (ids.empty() || ids.back() != *tok.eos_id())) ids.push_back(*tok.eos_id());
+}
+
+Example text_example(const Json& j, const std::string& at, const Tokenizer& tok) {
+  Example e;
+  e.ids = tok.encode_with_special_tokens(text_field(j, "text", at));
+  append_eos(e.ids, tok);
+  e.flags = flags_for(e.ids.size(), {{0, e.ids.size()}});
+  return e;
+}
+
+// TRL's completion-only rule: the prompt's own token count marks where the answer starts.
+Example prompt_completion_example(const Json& j, const std::string& at, const Tokenizer& tok,
+                                  TrainOn train_on) {
+  const std::string prompt = text_field(j, "prompt", at);
+  const std::string completion = text_field(j, "completion", at);
+  const std::vector<int32_t> prompt_ids = tok.encode_with_special_tokens(prompt);
+  Example e;
+  e.ids = tok.encode_with_special_tokens(prompt + completion);
+  e.boundary_mismatch = e.ids.size() < prompt_ids.size() ||
+                        !std::equal(prompt_ids.begin(), prompt_ids.end(), e.ids.begin());
+  append_eos(e.ids, tok);
+  const size_t from = train_on == TrainOn::kAll ? 0 : std::min(prompt_ids.size(), e.ids.size());
+  e.flags = flags_for(e.ids.size(), {{from, e.ids.size()}});
+  return e;
+}
+
+std::vector<ChatMessage> messages_of(const Json& j, const std::string& at) {
+  const auto it = j.find("messages");
+  if (it == j.end()) throw std::runtime_error(at + ": no \"messages\" field");
+  if (!it->is_array()) {
+    throw std::runtime_error(at + ": \"messages\" is a JSON " + std::string(it->type_name()) +
+                             ", not a list of {\"role\", \"content\"} objects");
+  }
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& m = (*it)[i];
+    const std::string here = at + ": messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) {
+      throw std::runtime_error(here + " is a JSON " + std::string(m.type_name()) +
+                               ", not a {\"role\", \"content\"} object");
+    }
+    ChatMessage msg{text_field(m, "role", here), text_field(m, "content", here)};
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant") {
+      throw std::runtime_error(here + ": role '" + msg.role +
+                               "' is not one of system, user, assistant");
+    }
+    out.push_back(std::move(msg));
+  }
+  if (out.empty()) throw std::runtime_error(at + ": \"messages\" is empty");
+  return out;
+}
+
+// The rendering of messages[:n] is the start of the whole conversation's, or the turn boundaries
+// cannot be found by counting tokens: say which template does that and what to do instead.
+void check_prefix(const std::string& whole, const std::string& prefix, size_t n,
+                  const std::string& at) {
+  if (whole.compare(0, prefix.size(), prefix) != 0) {
+    throw std::runtime_error(
+        at + ": the chat template renders the first " + std::to_string(n) +
+        " messages differently from the whole conversation (it rewrites earlier turns, as "
+        "Qwen3's drops their reasoning), so the answers' tokens cannot be told apart; use "
+        "data.train_on last_assistant or all");
+  }
+}
+
+Example messages_example(const Json& j, const std::string& at, const Tokenizer& tok,
+                         const ChatTemplate& chat, TrainOn train_on) {
+  const std::vector<ChatMessage> messages = messages_of(j, at);
+  std::vector<size_t> answers;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i].role == "assistant") answers.push_back(i);
+  }
+  if (answers.empty() && train_on != TrainOn::kAll) {
+    throw std::runtime_error(at + ": no assistant message to train on (data.train_on " +
+                             std::string(to_string(train_on)) + ")");
+  }
+  Example e;
+  const std::string whole = chat.render(messages, /*add_generation_prompt=*/false);
+  e.ids = tok.encode(whole);
+  if (train_on == TrainOn::kAll) {
+    e.flags = flags_for(e.ids.size(), {{0, e.ids.size()}});
+    return e;
+  }
+  if (train_on == TrainOn::kLastAssistant) answers.erase(answers.begin(), answers.end() - 1);
+  std::vector<std::pair<size_t, size_t>> spans;
+  for (size_t i : answers) {
+    const std::vector<ChatMessage> before(messages.begin(), messages.begin() + i);
+    const std::vector<ChatMessage> through(messages.begin(), messages.begin() + i + 1);
+    const std::string asked = chat.render(before, /*add_generation_prompt=*/true);
+    const std::string answered =
+        i + 1 == messages.size() ? whole : chat.render(through, /*add_generation_prompt=*/false);
+    check_prefix(whole, asked, i, at);
+    check_prefix(whole, answered, i + 1, at);
+    const std::vector<int32_t> asked_ids = tok.encode(asked);
+    e.boundary_mismatch |= !std::equal(asked_ids.begin(), asked_ids.end(), e.ids.begin());
+    spans.emplace_back(asked_ids.size(), tok.encode(answered).size());
+  }
+  e.flags = flags_for(e.ids.size(), spans);
+  return e;
+}
+
+// ---- the whole file --------------------------------------------------------------------------
+
+struct Tokenized {
+  std::vector<Example> examples;  // in line order
+  int64_t mismatches = 0;
+};
+
+// Lines are read (and held) first, then tokenized by `threads` threads; each line's errors name it.
+Tokenized tokenize_lines(const std::string& path, const ExampleOptions& o, const Tokenizer& tok,
+                         const ChatTemplate* chat) {
+  std::vector<Line> lines;
+  for_each_line(path, [&](const Line& line) {
+    lines.push_back(line);
+    return true;
+  });
+  if (lines.empty()) throw std::runtime_error("'" + path + "': no examples (every line is blank)");
+  Tokenized out;
+  out.examples.resize(lines.size());
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  size_t error_line = lines.size();
+  std::mutex mu;
+  auto work = [&] {
+    for (size_t i; (i = next++) < lines.size();) {
+      try {
+        const std::string at = where(path, lines[i].number);
+        const Json j = parse_line(lines[i], path);
+        Example& e = out.examples[i];
+        switch (o.format) {
+          case DataFormat::kJsonlText: e = text_example(j, at, tok); break;
+          case DataFormat::kPromptCompletion:
+            e = prompt_completion_example(j, at, tok, o.train_on);
+            break;
+          default: e = messages_example(j, at, tok, *chat, o.train_on); break;
+        }
+        std::string().swap(lines[i].text);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (i < error_line) {  // the first bad line in the file, whichever thread finds it
+          error_line = i;
+          error = std::current_exception();
+        }
+      }
+    }
+  };
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const size_t n = std::min<size_t>(lines.size(), o.threads > 0 ? o.threads : hw);
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+  for (const Example& e : out.examples) out.mismatches += e.boundary_mismatch ? 1 : 0;
+  return out;
+}
+
+ExampleSplit write_split(const std::vector<Example>& examples, size_t begin, size_t end,
+                         const std::string& entry, const std::string& name) {
+  std::vector<int32_t> ids, flags;
+  ExampleSplit s;
+  for (size_t i = begin; i < end; ++i) {
+    ids.insert(ids.end(), examples[i].ids.begin(), examples[i].ids.end());
+    flags.insert(flags.end(), examples[i].flags.begin(), examples[i].flags.end());
+    s.targets += std::count(examples[i].flags.begin(), examples[i].flags.end(), kTokenTarget);
+  }
+  s.examples = static_cast<int64_t>(end - begin);
+  s.tokens = static_cast<int64_t>(ids.size());
+  s.tokens_path = entry + "/" + name + ".bin";
+  s.flags_path = entry + "/" + name + ".flags.bin";
+  write_token_file(s.tokens_path, ids);
+  write_token_file(s.flags_path, flags);
+  return s;
+}
+
+std::string cache_key(const std::string& path, const ExampleOptions& o) {
+  std::ostringstream k;
+  k << kExampleCacheFormat << "\nformat " << to_string(o.format) << "\ntrain_on "
+    << to_string(o.train_on) << "\nval_fraction " << o.val_fraction << "\ntokenizer "
+    << cache::hex64(tokenizer_fingerprint(o.tokenizer_dir)) << "\n";
+  const std::string jinja = o.tokenizer_dir + "/chat_template.jinja";
+  if (o.format == DataFormat::kMessages && fs::exists(jinja)) {
+    k << "chat_template.jinja " << cache::hex64(hash_file(jinja)) << "\n";
+  }
+  k << "file " << fs::path(path).filename().string() << " " << fs::file_size(path) << " "
+    << cache::hex64(hash_file(path)) << "\n";
+  return k.str();
+}
+
+size_t validation_examples(size_t n, double fraction, const std::string& path) {
+  if (fraction <= 0) return 0;
+  const size_t n_val = std::max<size_t>(1, static_cast<size_t>(std::llround(fraction * n)));
+  if (n_val >= n) {
+    throw std::invalid_argument("'" + path + "': val_fraction " + std::to_string(fraction) +
+                                " of its " + std::to_string(n) +
+                                " examples leaves none for training");
+  }
+  return n_val;
+}
+
+void build(const std::string& path, const ExampleOptions& o, const std::string& entry,
+           const std::string& key_text) {
+  const auto tok = load_tokenizer(o.tokenizer_dir);
+  std::optional<ChatTemplate> chat;
+  if (o.format == DataFormat::kMessages) chat = ChatTemplate::from_folder(o.tokenizer_dir);
+  Tokenized t = tokenize_lines(path, o, *tok, chat ? &*chat : nullptr);
+  const size_t n = t.examples.size(), n_val = validation_examples(n, o.val_fraction, path);
+  const ExampleSplit train = write_split(t.examples, 0, n - n_val, entry, "train");
+  const ExampleSplit val = write_split(t.examples, n - n_val, n, entry, "val");
+  std::ostringstream m;
+  m << "tokenizer_family " << tok->family() << " (" << o.tokenizer_dir << ")\n";
+  for (const auto& [name, s] : {std::pair<const char*, const ExampleSplit&>{"train", train},
+                                {"val", val}}) {
+    m << name << "_examples " << s.examples << "\n"
+      << name << "_tokens " << s.tokens << "\n"
+      << name << "_targets " << s.targets << "\n";
+  }
+  m << "boundary_mismatches " << t.mismatches << "\n# inputs\n" << key_text;
+  cache::write_text_atomic(entry + "/manifest.txt", m.str());
+  cache::fsync_path(entry, O_RDONLY | O_DIRECTORY);
+}
+
+ExampleSplit read_split(const std::string& entry, const std::string& name,
+                        const cache::Manifest& m, const std::string& mpath) {
+  ExampleSplit s;
+  s.examples = cache::manifest_int(m, name + "_examples", mpath);
+  s.tokens = cache::manifest_int(m, name + "_tokens", mpath);
+  s.targets = cache::manifest_int(m, name + "_targets", mpath);
+  s.tokens_path = entry + "/" + name + ".bin";
+  s.flags_path = entry + "/" + name + ".flags.bin";
+  for (const std::string& file : {s.tokens_path, s.flags_path}) {
+    const TokenFile f = TokenFile::open(file);
+    if (f.size() != s.tokens) {
+      throw std::runtime_error("examples cache: " + file + " holds " + std::to_string(f.size()) +
+                               " tokens but " + mpath + " says " + std::to_string(s.tokens) +
+                               "; delete " + entry + " to rebuild it");
+    }
+  }
+  return s;
+}
+
+const char* kFormatNames[] = {"auto", "text", "jsonl_text", "prompt_completion", "messages"};
+const char* kTrainOnNames[] = {"assistant", "last_assistant", "all"};
+
+}  // namespace
+
+const char* to_string(DataFormat format) { return kFormatNames[static_cast<int>(format)]; }
+const char* to_string(TrainOn train_on) { return kTrainOnNames[static_cast<int>(train_on)]; }
+
+DataFormat detect_format(const std::string& source, DataFormat requested) {
+  if (requested != DataFormat::kAuto) return requested;
+  std::error_code ec;
+  if (!fs::is_regular_file(source, ec)) return DataFormat::kText;
+  {
+    std::ifstream in(source, std::ios::binary);
+    char first = 0;
+    while (in.get(first) && std::isspace(static_cast<unsigned char>(first))) {
+    }
+    if (!in || first != '{') return DataFormat::kText;
+  }
+  DataFormat found = DataFormat::kText;
+  for_each_line(source, [&](const Line& line) {
+    const Json j = json_bounds::parse_or_discard(line.text);
+    if (!j.is_object()) return false;  // text that starts with a brace
+    if (j.contains("messages")) {
+      found = DataFormat::kMessages;
+    } else if (j.contains("prompt") && j.contains("completion")) {
+      found = DataFormat::kPromptCompletion;
+    } else if (j.contains("text")) {
+      found = DataFormat::kJsonlText;
+    } else {
+      std::string keys;
+      for (const auto& [k, v] : j.items()) keys += (keys.empty() ? "" : ", ") + k;
+      throw std::runtime_error(
+          where(source, line.number) +
+          ": a JSON object with none of the fields data.format can read (\"messages\"; "
+          "\"prompt\" and \"completion\"; \"text\"); it has: " +
+          (keys.empty() ? "none" : keys.substr(0, 200)) +
+          " (set data.format text to train on the file as plain text)");
+    }
+    return false;
+  });
+  return found;
+}
+
+ExampleCorpus prepare_examples(const std::string& source, const ExampleOptions& options) {
+  if (options.format == DataFormat::kAuto || options.format == DataFormat::kText) {
+    throw std::invalid_argument("prepare_examples: a JSONL format is needed, not " +
+                                std::string(to_string(options.format)));
+  }
+  if (!(options.val_fraction >= 0.0 && options.val_fraction < 1.0)) {
+    throw std::invalid_argument("ExampleOptions: val_fraction " +
+                                std::to_string(options.val_fraction) + " outside [0, 1)");
+  }
+  std::error_code ec;
+  if (!fs::is_regular_file(source, ec)) {
+    throw std::invalid_argument("'" + source + "': not a regular file (a JSONL data set is one)");
+  }
+  ExampleCorpus c;
+  fs::path p = fs::absolute(source).lexically_normal();
+  c.name = p.stem().string();
+  c.format = options.format;
+  c.train_on = options.train_on;
+  std::string safe;
+  for (char ch : c.name) safe += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+  const std::string key_text = cache_key(source, options);
+  const cache::Entry e = cache::with_entry(
+      options.cache_dir, safe.empty() ? "examples" : safe, key_text,
+      [&](const std::string& entry) { build(source, options, entry, key_text); },
+      [&](const std::string& entry) {
+        const std::string mpath = entry + "/manifest.txt";
+        const cache::Manifest m = cache::read_manifest(mpath);
+        c.train = read_split(entry, "train", m, mpath);
+        c.val = read_split(entry, "val", m, mpath);
+        c.boundary_mismatches = cache::manifest_int(m, "boundary_mismatches", mpath);
+      });
+  c.cache_entry = e.path;
+  c.built = e.built;
+  return c;
+}
+
+}  // namespace fsdp::data
