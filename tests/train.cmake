@@ -65,3 +65,21 @@ endif()
 fsdp_unit_test(test_hf test_hf.cpp)
 target_compile_definitions(test_hf PRIVATE FSDP_HF_FIXTURES="${PROJECT_SOURCE_DIR}/tests/data/hf"
                                            FSDP_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+
+# Instruction fine-tuning: JSONL examples, packing and the masked loss against transformers
+# (tests/data/hf/sft), and hostile JSONL files.
+fsdp_unit_test(test_sft test_sft.cpp)
+target_compile_definitions(test_sft PRIVATE FSDP_HF_FIXTURES="${PROJECT_SOURCE_DIR}/tests/data/hf")
+set_tests_properties(test_sft PROPERTIES LABELS quick)
+
+# Instruction fine-tuning under fsdp-run (tests/sft_e2e.sh): the first step's loss equal to
+# transformers' at world sizes 1 and 2, packed and padded.
+if(TARGET fsdp-train)
+  math(EXPR port "${FSDP_TEST_PORT} + 1")
+  math(EXPR next "${FSDP_TEST_PORT} + 20")
+  set(FSDP_TEST_PORT ${next} CACHE INTERNAL "")
+  fsdp_backend_test(BACKEND gloo NAME sft_e2e_gloo
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/sft_e2e.sh $<TARGET_FILE_DIR:fsdp-train> gloo
+                   ${port} ${PROJECT_SOURCE_DIR})
+  set_tests_properties(sft_e2e_gloo PROPERTIES TIMEOUT 600)
+endif()

@@ -32,6 +32,8 @@ from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normaliz
                         pre_tokenizers, processors, trainers)
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
+from sft_fixture import sft_fixture
+
 VOCAB_SIZE = 2000  # learned entries (byte-level) / whole model vocab (SentencePiece-style)
 MIN_FREQUENCY = 2
 
@@ -841,7 +843,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", default="assets/sotu")
     ap.add_argument("--out", default="tests/data/hf")
-    ap.add_argument("--only", choices=["tokenizers", "models"])
+    ap.add_argument("--only", choices=["tokenizers", "models", "sft"])
+    ap.add_argument("--chat-template",
+                    help="sft: a chat template (Jinja) for the conversation case")
     ap.add_argument("--model", action="append",
                     help="(re)make only this model fixture (repeatable); the others are kept")
     args = ap.parse_args()
@@ -851,6 +855,9 @@ def main():
     torch.set_num_threads(1)
     print(f"transformers {transformers.__version__}, tokenizers {tokenizers.__version__}, "
           f"torch {torch.__version__}, python {sys.version.split()[0]}")
+    if args.only == "sft":
+        sft_fixture(args.out, args.chat_template)
+        return
     if args.only != "models":
         docs = read_corpus(args.corpus)
         tokenizer_fixtures(docs, args.out)

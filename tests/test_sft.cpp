@@ -1,0 +1,270 @@
+// Instruction fine-tuning against transformers (tests/data/hf/sft, made by scripts/hf_fixtures.sh
+// --only sft): each example's token ids and targets, the rows first-fit packing makes, and the
+// loss over them, packed (positions restarting, attention inside each example) and one example a
+// row, equal to transformers' with labels -100 off the targets. Then the data layer's refusals of
+// hostile JSONL files, each naming the file and the line.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "factory/model_factory.h"
+#include "fsdp/checkpoint/full_state.h"
+#include "fsdp/comm.h"
+#include "fsdp/config/config.h"
+#include "fsdp/data/examples.h"
+#include "fsdp/data/packing.h"
+#include "fsdp/fully_shard.h"
+#include "fsdp/models/gpt2.h"
+#include "hf/folder.h"
+#include "train/run_data.h"
+
+namespace fsdp {
+namespace {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const fs::path kSft = fs::path(FSDP_HF_FIXTURES) / "sft";
+
+json reference() {
+  std::ifstream in(kSft / "reference.json");
+  return json::parse(in);
+}
+
+// A fresh cache per test, so that every test tokenizes.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/fsdp_sft.XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+data::ExampleOptions options_for(const fs::path& cache, data::DataFormat format) {
+  data::ExampleOptions o;
+  o.format = format;
+  o.tokenizer_dir = (kSft / "model").string();
+  o.cache_dir = cache.string();
+  o.val_fraction = 0;
+  return o;
+}
+
+std::vector<int32_t> concatenated(const json& examples, const char* field) {
+  std::vector<int32_t> out;
+  for (const auto& e : examples) {
+    for (const auto& v : e[field]) out.push_back(v.get<int32_t>());
+  }
+  return out;
+}
+
+// Every case of the fixture: its file, format and reference.
+struct Case {
+  std::string name;
+  data::DataFormat format;
+};
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (const auto& [name, unused] : reference()["cases"].items()) {
+    out.push_back({name, name == "messages" ? data::DataFormat::kMessages
+                                            : data::DataFormat::kPromptCompletion});
+  }
+  return out;
+}
+
+TEST(Sft, TokensAndTargetsAreTransformers) {
+  const json ref = reference();
+  for (const Case& k : cases()) {
+    SCOPED_TRACE(k.name);
+    TempDir cache;
+    const std::string file = (kSft / (k.name + ".jsonl")).string();
+    EXPECT_EQ(data::detect_format(file, data::DataFormat::kAuto), k.format);
+    const data::ExampleCorpus c = data::prepare_examples(file, options_for(cache.path, k.format));
+    const json& examples = ref["cases"][k.name]["examples"];
+    EXPECT_EQ(c.train.examples, static_cast<int64_t>(examples.size()));
+    EXPECT_EQ(data::TokenFile::open(c.train.tokens_path).tokens(), concatenated(examples, "ids"));
+    EXPECT_EQ(data::TokenFile::open(c.train.flags_path).tokens(),
+              concatenated(examples, "flags"));
+    EXPECT_EQ(c.val.examples, 0);
+  }
+}
+
+TEST(Sft, RowsAreFirstFit) {
+  const json ref = reference();
+  for (const Case& k : cases()) {
+    SCOPED_TRACE(k.name);
+    TempDir cache;
+    const data::ExampleCorpus c = data::prepare_examples(
+        (kSft / (k.name + ".jsonl")).string(), options_for(cache.path, k.format));
+    data::PackingOptions p;
+    p.seq_len = ref["seq_len"].get<int64_t>();
+    const data::PackedExamples rows(c.train, p);
+    const json& want = ref["cases"][k.name]["rows"];
+    ASSERT_EQ(rows.rows(), static_cast<int64_t>(want.size()));
+    const json& examples = ref["cases"][k.name]["examples"];
+    std::vector<int64_t> tokens(p.seq_len), targets(p.seq_len), positions(p.seq_len);
+    for (int64_t r = 0; r < rows.rows(); ++r) {
+      rows.fill(r, tokens.data(), targets.data(), positions.data());
+      int64_t at = 0;
+      for (const auto& e : want[r]) {
+        const json& ex = examples[e.get<size_t>()];
+        for (size_t j = 0; j < ex["ids"].size(); ++j, ++at) {
+          ASSERT_EQ(tokens[at], ex["ids"][j].get<int64_t>()) << "row " << r;
+          ASSERT_EQ(positions[at], static_cast<int64_t>(j));
+          const bool next_trained = j + 1 < ex["flags"].size() && ex["flags"][j + 1] == 1;
+          ASSERT_EQ(targets[at], next_trained ? ex["ids"][j + 1].get<int64_t>() : -100);
+        }
+      }
+      for (; at < p.seq_len; ++at) ASSERT_EQ(targets[at], -100);
+    }
+    EXPECT_EQ(rows.targets(), ref["cases"][k.name]["targets"].get<int64_t>());
+  }
+}
+
+// The folder's model, loaded whole into one process.
+CausalLM load_model(const TrainConfig& c) {
+  CausalLM lm = build_model(c);
+  auto sharded = fully_shard(
+      lm.module, make_local_comm(),
+      c.sharding_options().param_init([](const std::string&, at::Tensor& t) { t.zero_(); }));
+  FullStateLoadOptions options;
+  options.name_map(hf::weight_name_map(c.model.type));
+  load_full_safetensors(*sharded, c.model.pretrained, options);
+  return lm;
+}
+
+// The mean over every target of every row, as transformers' loss over the same rows takes it.
+// Tolerance: 1e-5 relative, the issue's bound; both sides are fp32 over 64-channel layers, where
+// summation order alone moves the fifth digit by about 1e-7.
+TEST(Sft, LossIsTransformersPackedAndPadded) {
+  const json ref = reference();
+  const TrainConfig c = load_config(
+      "", {{"model.pretrained", (kSft / "model").string()}, {"model.attention", "explicit"}}, {},
+      hf::read_folder_settings);
+  const CausalLM lm = load_model(c);
+  for (const Case& k : cases()) {
+    SCOPED_TRACE(k.name);
+    TempDir cache;
+    const data::ExampleCorpus x = data::prepare_examples(
+        (kSft / (k.name + ".jsonl")).string(), options_for(cache.path, k.format));
+    for (const bool pack : {true, false}) {
+      data::PackingOptions p;
+      p.seq_len = ref["seq_len"].get<int64_t>();
+      p.pack = pack;
+      const data::PackedExamples rows(x.train, p);
+      std::vector<int64_t> all(static_cast<size_t>(rows.rows()));
+      for (int64_t r = 0; r < rows.rows(); ++r) all[r] = r;
+      const data::Batch b = rows.batch(all);
+      at::NoGradGuard no_grad;
+      const double sum =
+          token_loss_sum(forward_batch(lm, b, c10::Device(c10::kCPU)), b.targets).item<double>();
+      const double count = b.targets.ne(-100).sum().item<double>();
+      const double want = ref["cases"][k.name][pack ? "loss_packed" : "loss_padded"];
+      EXPECT_NEAR(sum / count, want, 1e-5 * want) << (pack ? "packed" : "padded");
+    }
+  }
+}
+
+// ---- hostile files ---------------------------------------------------------------------------
+
+std::string error_of(const std::string& text, data::DataFormat format = data::DataFormat::kAuto) {
+  TempDir dir;
+  const fs::path file = dir.path / "bad.jsonl";
+  std::ofstream(file, std::ios::binary) << text;
+  try {
+    const data::DataFormat f = data::detect_format(file.string(), format);
+    if (f == data::DataFormat::kText) return "read as text";
+    data::prepare_examples(file.string(), options_for(dir.path / "cache", f));
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(SftErrors, BadLinesAreNamedByLine) {
+  const std::string pc = R"({"prompt": "a", "completion": "b"})";
+  EXPECT_NE(error_of(pc + "\n\n{\"prompt\": 1, \"completion\": \"b\"}\n")
+                .find("line 3: \"prompt\" is a JSON number, not a string"),
+            std::string::npos);
+  EXPECT_NE(error_of(pc + "\n{\"prompt\": \"a\"}\n").find("line 2: no \"completion\" field"),
+            std::string::npos);
+  EXPECT_NE(error_of(pc + "\nnot json\n").find("line 2: not JSON"), std::string::npos);
+  EXPECT_NE(error_of(pc + "\n[1, 2]\n").find("line 2: a JSON array, not an object"),
+            std::string::npos);
+  EXPECT_NE(error_of(pc + "\n" + std::string(200, '[') + "\n").find("line 2"), std::string::npos);
+  EXPECT_NE(error_of(R"({"messages": [{"role": "bot", "content": "x"}]})" "\n")
+                .find("line 1: messages[0]: role 'bot' is not one of system, user, assistant"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"messages": "hi"})" "\n").find("line 1: \"messages\" is a JSON string"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"messages": []})" "\n").find("line 1: \"messages\" is empty"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"input": "x", "output": "y"})" "\n")
+                .find("line 1: a JSON object with none of the fields"),
+            std::string::npos);
+  EXPECT_NE(error_of("\n \n", data::DataFormat::kPromptCompletion).find("no examples"),
+            std::string::npos);
+  // Text that happens to start with a brace stays text.
+  EXPECT_EQ(error_of("{not json} just prose\n"), "read as text");
+}
+
+TEST(SftErrors, ALineLongerThanTheBoundIsRefusedBeforeItIsRead) {
+  TempDir dir;
+  const fs::path file = dir.path / "long.jsonl";
+  {
+    std::ofstream out(file, std::ios::binary);
+    out << R"({"text": "a"})" << "\n{\"text\": \"";
+    const std::string block(1 << 20, 'x');
+    for (int64_t i = 0; i <= data::kMaxExampleLineBytes >> 20; ++i) out << block;
+  }
+  try {
+    data::prepare_examples(file.string(), options_for(dir.path / "cache", data::DataFormat::kJsonlText));
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("line 2: longer than 16 MiB"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(SftErrors, AnExampleLongerThanTheRowIsRefusedOrTruncated) {
+  TempDir dir;
+  const data::ExampleCorpus c = data::prepare_examples(
+      (kSft / "prompt_completion.jsonl").string(),
+      options_for(dir.path, data::DataFormat::kPromptCompletion));
+  data::PackingOptions p;
+  p.seq_len = 8;
+  try {
+    data::PackedExamples rows(c.train, p);
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("more than data.seq_len 8 (set data.truncate true"),
+              std::string::npos)
+        << e.what();
+  }
+  p.truncate = true;
+  const data::PackedExamples rows(c.train, p);
+  EXPECT_EQ(rows.rows(), rows.examples());  // each truncated to a full row
+  EXPECT_EQ(rows.truncated(), rows.examples());
+  EXPECT_EQ(rows.padding_fraction(), 0.0);
+}
+
+TEST(SftErrors, DamagedFlagsAreNamed) {
+  TempDir dir;
+  const data::ExampleCorpus c = data::prepare_examples(
+      (kSft / "prompt_completion.jsonl").string(),
+      options_for(dir.path, data::DataFormat::kPromptCompletion));
+  std::vector<int32_t> flags = data::TokenFile::open(c.train.flags_path).tokens();
+  flags[5] = 7;
+  data::write_token_file(c.train.flags_path, flags);
+  try {
+    data::PackedExamples rows(c.train, data::PackingOptions{});
+    FAIL() << "no error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("flag 7 at token 5"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace fsdp
