@@ -96,6 +96,18 @@ const Flag kFlags[] = {
      [](ArgsState& s, const std::string&, const std::string* v) {
        s.out.sample.prompts.push_back(*v);
      }},
+    {"--chat", "TEXT", false, kForSample,
+     "a user message answered through the model folder's chat template (repeatable: each its "
+     "own conversation); generation stops at the template's end of turn",
+     [] { return std::string("none"); },
+     [](ArgsState& s, const std::string&, const std::string* v) {
+       s.out.sample.chats.push_back(*v);
+     }},
+    {"--chat-file", "FILE", false, kForSample,
+     "a JSONL file of {\"messages\": [...]} conversations, each answered through the chat "
+     "template",
+     [] { return std::string("none"); },
+     [](ArgsState& s, const std::string&, const std::string* v) { s.out.sample.chat_file = *v; }},
     {"--max-new-tokens", "N", false, kForSample,
      "tokens generated per sample at most (generation stops at an EOS id)",
      [] { return std::string("the folder's generation_config.json, else 100"); },
@@ -363,7 +375,8 @@ std::string train_usage(TrainCommand command) {
                0)
         << "\n";
   } else {
-    out << "usage: fsdp-train sample [--checkpoint DIR] [--prompt TEXT]... [--max-new-tokens N]\n"
+    out << "usage: fsdp-train sample [--checkpoint DIR] [--prompt TEXT]... [--chat TEXT]...\n"
+           "                         [--chat-file FILE] [--max-new-tokens N]\n"
            "                         [--do-sample BOOL] [--temperature T] [--top-k K] [--top-p P]\n"
            "                         [--num-samples N] [--seed S]\n"
            "                         [--config FILE] [--KEY VALUE]...\n\n"

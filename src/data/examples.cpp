@@ -416,6 +416,15 @@ DataFormat detect_format(const std::string& source, DataFormat requested) {
   return found;
 }
 
+std::vector<std::vector<ChatMessage>> read_conversations(const std::string& path) {
+  std::vector<std::vector<ChatMessage>> out;
+  for_each_line(path, [&](const Line& line) {
+    out.push_back(messages_of(parse_line(line, path), where(path, line.number)));
+    return true;
+  });
+  return out;
+}
+
 ExampleCorpus prepare_examples(const std::string& source, const ExampleOptions& options) {
   if (options.format == DataFormat::kAuto || options.format == DataFormat::kText) {
     throw std::invalid_argument("prepare_examples: a JSONL format is needed, not " +

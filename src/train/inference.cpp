@@ -15,6 +15,8 @@
 #include "factory/model_factory.h"
 #include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/checkpoint/full_state.h"
+#include "fsdp/data/chat_template.h"
+#include "fsdp/data/examples.h"
 #include "fsdp/data/tokenizer.h"
 #include "fsdp/fully_shard.h"
 #include "fsdp/train/trainer.h"
@@ -264,6 +266,80 @@ std::string decode_known(const data::Tokenizer& tokenizer, const std::vector<int
   return tokenizer.decode(known);
 }
 
+// What sample continues: a label for the output and the ids.
+struct SampleInput {
+  std::string label;
+  std::vector<int64_t> ids;
+};
+
+// The special token a chat template puts right after an assistant's content (Llama 3's
+// <|eot_id|>, ChatML's <|im_end|>, Gemma's <end_of_turn>, Phi's <|end|>, Mistral's </s>), found by
+// rendering a one-turn conversation; none when the template puts none there.
+std::optional<std::pair<std::string, int32_t>> end_of_turn(const data::ChatTemplate& chat,
+                                                            const data::Tokenizer& tokenizer) {
+  const std::string mark = "fsdp-answer-7f3a";
+  std::string text;
+  try {
+    text = chat.render({{"user", "Hello"}, {"assistant", mark}}, false);
+  } catch (const std::runtime_error&) {
+    return std::nullopt;
+  }
+  const size_t at = text.find(mark);
+  if (at == std::string::npos) return std::nullopt;
+  const std::string_view rest = std::string_view(text).substr(at + mark.size());
+  std::optional<std::pair<std::string, int32_t>> best;
+  for (const auto& [content, id] : tokenizer.special_tokens()) {
+    if (!content.empty() && rest.substr(0, content.size()) == content &&
+        (!best || content.size() > best->first.size())) {
+      best = {content, id};
+    }
+  }
+  return best;
+}
+
+std::vector<int64_t> widened(const std::vector<int32_t>& ids) {
+  return std::vector<int64_t>(ids.begin(), ids.end());
+}
+
+// --prompt texts, then --chat messages and --chat-file conversations through the template (the
+// decoding then also stops at its end of turn, noted); one empty prompt when none is given.
+std::vector<SampleInput> sample_inputs(const SampleOptions& o, const TrainConfig& c,
+                                       const data::Tokenizer& tokenizer, Decoding& decoding,
+                                       std::vector<std::string>& notes) {
+  std::vector<SampleInput> in;
+  for (const std::string& p : o.prompts) {
+    in.push_back({"prompt", encode_prompt(tokenizer, p, c.data.tokenizer_dir)});
+  }
+  std::vector<std::vector<data::ChatMessage>> chats;
+  for (const std::string& text : o.chats) chats.push_back({{"user", text}});
+  if (!o.chat_file.empty()) {
+    try {
+      for (auto& conversation : data::read_conversations(o.chat_file)) {
+        chats.push_back(std::move(conversation));
+      }
+    } catch (const std::runtime_error& e) {
+      throw std::invalid_argument(std::string("sample: --chat-file ") + e.what());
+    }
+  }
+  if (!chats.empty()) {
+    const data::ChatTemplate chat = data::ChatTemplate::from_folder(c.data.tokenizer_dir);
+    for (const auto& conversation : chats) {
+      // apply_chat_template(tokenize=True): the template writes its own BOS.
+      const std::string text = chat.render(conversation, /*add_generation_prompt=*/true);
+      in.push_back({"chat", widened(tokenizer.encode(text))});
+    }
+    if (const auto eot = end_of_turn(chat, tokenizer)) {
+      if (std::find(decoding.eos.begin(), decoding.eos.end(), eot->second) == decoding.eos.end()) {
+        decoding.eos.push_back(eot->second);
+        notes.push_back("stopping at the chat template's end of turn " + eot->first + " (" +
+                        std::to_string(eot->second) + ") too");
+      }
+    }
+  }
+  if (in.empty()) in.push_back({"prompt", encode_prompt(tokenizer, "", c.data.tokenizer_dir)});
+  return in;
+}
+
 }  // namespace
 
 std::vector<std::string> sample(const TrainConfig& config, const SampleOptions& options,
@@ -273,22 +349,23 @@ std::vector<std::string> sample(const TrainConfig& config, const SampleOptions& 
   const CausalLM& lm = m.lm;
   const auto tokenizer = data::load_tokenizer(m.config.data.tokenizer_dir);
   check_vocabulary_fits(m.config, *tokenizer);
-  const Decoding decoding = resolve_decoding(options, m.config, *tokenizer, m.notes);
+  Decoding decoding = resolve_decoding(options, m.config, *tokenizer, m.notes);
+  const std::vector<SampleInput> inputs =
+      sample_inputs(options, m.config, *tokenizer, decoding, m.notes);
   if (world->rank() == 0) {
     for (const auto& note : m.notes) out << "sample: " << note << "\n";
     out << "sample: " << describe(decoding) << "\n";
   }
-  const std::vector<std::string> prompts =
-      options.prompts.empty() ? std::vector<std::string>{""} : options.prompts;
   std::vector<std::string> texts;
-  for (size_t p = 0; p < prompts.size(); ++p) {
-    const auto prompt = encode_prompt(*tokenizer, prompts[p], m.config.data.tokenizer_dir);
+  for (size_t p = 0; p < inputs.size(); ++p) {
     for (int64_t s = 0; s < options.num_samples; ++s) {
-      const auto ids = generate(lm, prompt, decoding, static_cast<uint64_t>(options.seed + s),
-                                *world, m.sharded->device());
+      const auto ids = generate(lm, inputs[p].ids, decoding,
+                                static_cast<uint64_t>(options.seed + s), *world,
+                                m.sharded->device());
       texts.push_back(decode_known(*tokenizer, ids));
       if (world->rank() == 0) {
-        out << "--- " << (prompts.size() > 1 ? "prompt " + std::to_string(p + 1) + ", " : "")
+        out << "--- "
+            << (inputs.size() > 1 ? inputs[p].label + " " + std::to_string(p + 1) + ", " : "")
             << "sample " << s + 1 << " of " << options.num_samples << " (" << m.source << ")\n"
             << texts.back() << "\n";
       }

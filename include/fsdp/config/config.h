@@ -422,6 +422,13 @@ struct SampleOptions {
   // tokenizer(prompt) does: with the post-processor's special tokens (Llama 3's BOS). None: one
   // empty prompt, which starts a document (BOS, or GPT-2's <|endoftext|>).
   std::vector<std::string> prompts;
+  // Conversations answered through the tokenizer folder's chat template, rendered with the
+  // generation prompt as apply_chat_template(add_generation_prompt=True) does and encoded without
+  // added special tokens; generation also stops at the template's end-of-turn token. `chats`:
+  // one user message each (--chat, repeatable); `chat_file`: a JSONL file of {"messages": [...]}
+  // lines (--chat-file). Prompts, chats and the file's conversations are answered in that order.
+  std::vector<std::string> chats;
+  std::string chat_file;
   // How to pick each token. Unset: as the model folder's generation_config.json says
   // (transformers' defaults for what it leaves out: greedy, temperature 1, top_k 50, top_p 1),
   // or, for a model without one, nanoGPT's: sampling at temperature 0.8 among the 200 likeliest.

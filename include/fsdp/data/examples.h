@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "fsdp/data/chat_template.h"
 #include "fsdp/data/token_file.h"
 
 namespace fsdp::data {
@@ -87,6 +88,10 @@ struct ExampleCorpus {
 // anything else (a folder, "sotu", a token file, text). Throws std::runtime_error for a JSON
 // object with none of those fields, naming the file and the fields it has.
 DataFormat detect_format(const std::string& source, DataFormat requested);
+
+// The conversations of a JSONL file of {"messages": [...]} lines, checked as training data is
+// (roles system, user, assistant; string contents); throws std::runtime_error naming the line.
+std::vector<std::vector<ChatMessage>> read_conversations(const std::string& path);
 
 // Tokenizes `source` (a JSONL file in options.format, not kAuto or kText) into the cache, or finds
 // it there. Throws as described above.
