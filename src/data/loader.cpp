@@ -32,13 +32,13 @@ void check_options(const LoaderOptions& o) {
 // The global batch in rows, checked against the stream's size. `what`: "<where> holds N windows of
 // seq_len + 1 = K tokens", say.
 int64_t checked_global_batch(int64_t rows, const LoaderOptions& o, const std::string& who,
-                             const std::string& what) {
+                             const std::string& what, const std::string& unit = "windows") {
   const int64_t g = o.batch_size * o.world_size;
   if (rows < g)
     throw std::invalid_argument(
         who + ": " + what + "; one global batch needs batch_size x world_size = " +
         std::to_string(o.batch_size) + " x " + std::to_string(o.world_size) + " = " +
-        std::to_string(g) + " of them (use a smaller batch or sequence, or more data)");
+        std::to_string(g) + " " + unit + " (use a smaller batch or sequence, or more data)");
   return g;
 }
 
@@ -136,10 +136,10 @@ std::string TokenWindows::describe() const {
 }
 
 RowOrder::RowOrder(int64_t rows, const LoaderOptions& options, const std::string& who,
-                   const std::string& what)
+                   const std::string& what, const std::string& unit)
     : options_((check_options(options), options)),
       rows_(rows),
-      global_batch_(checked_global_batch(rows, options, who, what)),
+      global_batch_(checked_global_batch(rows, options, who, what, unit)),
       who_(who) {}
 
 LoaderState RowOrder::advanced() const {

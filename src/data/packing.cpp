@@ -184,7 +184,7 @@ std::string rows_held(const PackedExamples& r) {
 
 ExampleLoader::ExampleLoader(const ExampleSplit& split, const PackingOptions& packing,
                              const LoaderOptions& options)
-    : rows_(split, packing), order_(rows_.rows(), options, "ExampleLoader", rows_held(rows_)) {}
+    : rows_(split, packing), order_(rows_.rows(), options, "ExampleLoader", rows_held(rows_), "rows") {}
 
 Batch ExampleLoader::next_batch() {
   Batch b = rows_.batch(order_.next_rows());
@@ -195,7 +195,7 @@ Batch ExampleLoader::next_batch() {
 ExampleEvalLoader::ExampleEvalLoader(const ExampleSplit& split, const PackingOptions& packing,
                                      const LoaderOptions& options, int64_t max_batches)
     : rows_(split, packing), options_(options) {
-  const RowOrder order(rows_.rows(), options, "ExampleEvalLoader", rows_held(rows_));
+  const RowOrder order(rows_.rows(), options, "ExampleEvalLoader", rows_held(rows_), "rows");
   num_batches_ = rows_.rows() / order.global_batch();
   if (max_batches > 0) num_batches_ = std::min(num_batches_, max_batches);
 }

@@ -121,12 +121,12 @@ class TokenWindows {
 
 // The training order over n rows (windows, or packed rows of examples), as described above: epoch
 // e visits the rows in WindowPermutation(n, seed, e)'s order, G = B * world at a step, rank r the
-// B rows [r * B, (r + 1) * B) of them. Throws std::invalid_argument (naming `who` and `what`)
-// when n < G.
+// B rows [r * B, (r + 1) * B) of them. Throws std::invalid_argument (naming `who`, `what` the
+// stream holds, and G in `unit`s) when n < G.
 class RowOrder {
  public:
   RowOrder(int64_t rows, const LoaderOptions& options, const std::string& who,
-           const std::string& what);
+           const std::string& what, const std::string& unit = "windows");
   std::vector<int64_t> next_rows() const;  // this rank's rows of the next batch
   void advance();                          // past the next batch
   LoaderState state() const { return state_; }
