@@ -623,13 +623,14 @@ class Parser {
     return parse_compare();
   }
 
+  // a < b < c: one node, its operands in kids and its operators in kw, evaluated as Python does.
   NodePtr parse_compare() {
     auto left = parse_math1();
+    NodePtr n;
     for (;;) {
       const int line = cur().line;
       std::string op;
-      if (cur().type == Tok::kOp &&
-          (is_op("==") || is_op("!=") || is_op("<") || is_op("<=") || is_op(">") || is_op(">="))) {
+      if (is_op("==") || is_op("!=") || is_op("<") || is_op("<=") || is_op(">") || is_op(">=")) {
         op = next().text;
       } else if (accept_name("in")) {
         op = "in";
@@ -638,12 +639,14 @@ class Parser {
         next();
         op = "not in";
       } else {
-        return left;
+        return n ? checked(std::move(n)) : std::move(left);
       }
-      // Chained comparisons (a < b < c) are rare in templates; each pair stands alone here.
-      if (left->kind == NodeKind::kCompare)
-        fail("chained comparisons (a < b < c) are not supported");
-      left = binary(NodeKind::kCompare, op, std::move(left), parse_math1(), line);
+      if (!n) {
+        n = node(NodeKind::kCompare, line);
+        n->kids.push_back(std::move(left));
+      }
+      n->kw.push_back(op);
+      n->kids.push_back(parse_math1());
     }
   }
 

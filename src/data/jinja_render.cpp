@@ -259,26 +259,35 @@ bool contains(Renderer& r, const Value& container, const Value& item, int line) 
   }
 }
 
-Value compare(Renderer& r, const Node& n) {
-  const Value a = eval(r, *n.kids[0]), b = eval(r, *n.kids[1]);
-  const std::string& op = n.name;
-  if (op == "==") return Value::boolean(py_equal(a, b));
-  if (op == "!=") return Value::boolean(!py_equal(a, b));
-  if (op == "in") return Value::boolean(contains(r, b, a, n.line));
-  if (op == "not in") return Value::boolean(!contains(r, b, a, n.line));
+bool compare_pair(Renderer& r, const std::string& op, const Value& a, const Value& b, int line) {
+  if (op == "==") return py_equal(a, b);
+  if (op == "!=") return !py_equal(a, b);
+  if (op == "in") return contains(r, b, a, line);
+  if (op == "not in") return !contains(r, b, a, line);
   bool ok;
   const int c = py_compare(a, b, ok);
   if (!ok) {
-    if (a.is_undefined()) undefined_error(r, a, n.line);
-    if (b.is_undefined()) undefined_error(r, b, n.line);
-    fail(r, n.line,
+    if (a.is_undefined()) undefined_error(r, a, line);
+    if (b.is_undefined()) undefined_error(r, b, line);
+    fail(r, line,
          "'" + op + "' not supported between instances of '" + type_name(a) + "' and '" +
              type_name(b) + "'");
   }
-  if (op == "<") return Value::boolean(c < 0);
-  if (op == "<=") return Value::boolean(c <= 0);
-  if (op == ">") return Value::boolean(c > 0);
-  return Value::boolean(c >= 0);
+  if (op == "<") return c < 0;
+  if (op == "<=") return c <= 0;
+  if (op == ">") return c > 0;
+  return c >= 0;
+}
+
+// a < b < c is (a < b) and (b < c), b evaluated once; false at the first pair that fails.
+Value compare(Renderer& r, const Node& n) {
+  Value left = eval(r, *n.kids[0]);
+  for (size_t k = 0; k < n.kw.size(); ++k) {
+    Value right = eval(r, *n.kids[k + 1]);
+    if (!compare_pair(r, n.kw[k], left, right, n.line)) return Value::boolean(false);
+    left = std::move(right);
+  }
+  return Value::boolean(true);
 }
 
 // ---- access ----
