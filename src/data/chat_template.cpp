@@ -164,6 +164,30 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
   }
 }
 
+namespace {
+
+size_t common_prefix(const std::string& a, const std::string& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
+// Where the assistant message that `turn` ends with stops in `full`: the end of `turn`, or, when
+// the template closes a conversation with text of its own (Phi-3's eos_token without the
+// generation prompt), where the two part, provided `full` ends with that same closing text. npos
+// when `turn` is not a prefix of `full` in this sense.
+size_t turn_end(const std::string& prompt, const std::string& turn, const std::string& full) {
+  if (turn.compare(0, prompt.size(), prompt) != 0) return std::string::npos;
+  const size_t n = common_prefix(turn, full);
+  if (n == turn.size()) return n;
+  const std::string closing = turn.substr(n);
+  const bool closes = n > prompt.size() && full.size() >= closing.size() &&
+                      full.compare(full.size() - closing.size(), closing.size(), closing) == 0;
+  return closes ? n : std::string::npos;
+}
+
+}  // namespace
+
 ChatRendering ChatTemplate::render_with_spans(const std::vector<ChatMessage>& messages,
                                               const ChatVariables& extra) const {
   ChatRendering out;
@@ -173,16 +197,15 @@ ChatRendering ChatTemplate::render_with_spans(const std::vector<ChatMessage>& me
     const std::vector<ChatMessage> before(messages.begin(), messages.begin() + long(i));
     const std::vector<ChatMessage> upto(messages.begin(), messages.begin() + long(i) + 1);
     const std::string prompt = render(before, true, extra), turn = render(upto, false, extra);
-    const bool stable =
-        turn.compare(0, prompt.size(), prompt) == 0 && out.text.compare(0, turn.size(), turn) == 0;
-    if (!stable)
+    const size_t end = turn_end(prompt, turn, out.text);
+    if (end == std::string::npos)
       throw plain_error(impl_->origin +
-                        ": not prefix-stable, so assistant spans cannot be found "
-                        "by rendering prefixes: the rendering of messages 0.." +
-                        std::to_string(i) + " (assistant message " + std::to_string(i) +
-                        ") is not a prefix of the "
-                        "whole conversation's, or the prompt before it not a prefix of it");
-    out.assistant_spans.emplace_back(prompt.size(), turn.size());
+                        ": not prefix-stable, so assistant spans cannot be found by rendering "
+                        "prefixes: the conversation up to assistant message " +
+                        std::to_string(i) +
+                        " does not render as the start of the whole conversation (or the prompt "
+                        "before that message not as the start of it)");
+    out.assistant_spans.emplace_back(prompt.size(), end);
   }
   return out;
 }

@@ -47,15 +47,15 @@ void charge(Renderer& r, uint64_t steps, int line) {
 void check_size(Renderer& r, size_t bytes, int line) {
   if (bytes > r.t.limits.max_output_bytes)
     fail(r, line,
-         "a string of " + std::to_string(bytes) + " bytes, more than the cap of " +
-             std::to_string(r.t.limits.max_output_bytes) + " on the output");
+         "a string of " + std::to_string(bytes) + " bytes, past the cap on the output (" +
+             std::to_string(r.t.limits.max_output_bytes) + " bytes, for any string too)");
 }
 
 void check_items(Renderer& r, size_t n, int line) {
   if (n > r.t.limits.max_items)
     fail(r, line,
-         "a list or dict of " + std::to_string(n) + " items, more than the cap of " +
-             std::to_string(r.t.limits.max_items));
+         "a list or dict of " + std::to_string(n) + " items, past the cap on items (" +
+             std::to_string(r.t.limits.max_items) + ")");
 }
 
 const Limits& limits_of(const Renderer& r) { return r.t.limits; }

@@ -103,9 +103,12 @@ class ChatTemplate {
 
   // render(messages, false), with where each assistant message is in it, found as TRL does: the
   // assistant message i spans from the end of render(messages[:i], true) to the end of
-  // render(messages[:i+1], false). Each of those renderings must be a prefix of the next and of
-  // the whole; a template for which one is not (Qwen3 drops the reasoning of earlier turns, say)
-  // is a ChatTemplateError saying so and naming the message.
+  // render(messages[:i+1], false). The first must be a prefix of the second, and the second of
+  // the whole rendering, except for text the template writes only to close a conversation (Phi-3
+  // and Phi-4-mini end with eos_token when add_generation_prompt is false), which the whole
+  // rendering must end with too: the span then stops before it. A template for which this does
+  // not hold (Qwen3 writes an empty <think></think> into the last assistant turn only, and drops
+  // the reasoning of earlier turns) is a ChatTemplateError saying so and naming the message.
   ChatRendering render_with_spans(const std::vector<ChatMessage>& messages,
                                   const ChatVariables& extra = {}) const;
 
