@@ -356,6 +356,8 @@ TEST(Jinja, FiltersTestsAndMethods) {
             "Hello World Hello HÉLLO aXcaXc aYcabc");
   EXPECT_EQ(render("{{ {'k': [1.5, none, true, 'é\\n\"']}|tojson }} {{ [1, 2]|tojson(indent=2) }}"),
             "{\"k\": [1.5, null, true, \"é\\n\\\"\"]} [\n  1,\n  2\n]");
+  EXPECT_EQ(render("{{ [1]|tojson(false, 1) }}"),
+            "[\n 1\n]");  // transformers' order: ensure_ascii, indent
   EXPECT_EQ(render("{{ ms|map(attribute='role')|join(' ') }}|{{ ms|selectattr('role', 'equalto', "
                    "'user')|list|length }}"
                    "|{{ ms|rejectattr('role', 'eq', 'user')|map(attribute='c')|list }}",
@@ -397,6 +399,16 @@ TEST(Jinja, RefusesWhatItDoesNotHoldNamingTheLine) {
             std::string::npos);
   EXPECT_NE(error_of("{{ f(*args) }}").find("*args"), std::string::npos);
   EXPECT_NE(error_of("{% break %}").find("outside"), std::string::npos);
+  // Found by comparing fuzzer inputs with jinja2: a NUL byte is no whitespace inside a tag, `+`
+  // only closes a block, `{% endmacro %}` takes no name, filters and tests take so many arguments.
+  EXPECT_EQ(error_of(std::string("{{ 1\0 }}", 8)), "t line 1: unexpected character '\0' in a tag");
+  EXPECT_EQ(error_of("{{ 1 +}}"), "t line 1: unexpected `}}` in an expression");
+  EXPECT_NE(error_of("{% macro m() %}{% endmacro m %}").find("expected `%}`"), std::string::npos);
+  EXPECT_EQ(error_of("{{ [1]|join(',', 'a', 'b') }}"),
+            "t line 1: filter 'join' takes at most 2 positional argument(s), 3 given");
+  EXPECT_EQ(error_of("{{ 1 is none(2) }}"),
+            "t line 1: test 'none' takes at most 0 positional argument(s), 1 given");
+  EXPECT_NE(error_of("{{ 2 ** 5e3 }}").find("out of range"), std::string::npos);
   EXPECT_EQ(error_of("{{ 'a' %}"), "t line 1: a tag is never closed with `}}`");
   EXPECT_EQ(error_of("{{ 'a' + }}"), "t line 1: unexpected `}}` in an expression");
 }

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <ctime>
 #include <map>
+#include <set>
 
 #include "data/jinja_internal.h"
 #include "data/utf8.h"
@@ -387,12 +388,13 @@ Value f_trim(Renderer& r, const Value& v, Args& a, int line) {
 }
 
 Value f_tojson(Renderer& r, const Value& v, Args& a, int line) {
-  const Value indent = arg(a, 0, "indent", Value::none());
-  if (truthy(arg(a, 2, "sort_keys", Value::boolean(false))))
+  // transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
+  const Value indent = arg(a, 1, "indent", Value::none());
+  if (truthy(arg(a, 3, "sort_keys", Value::boolean(false))))
     fail(r, line, "tojson(sort_keys=true) is not supported");
-  if (arg(a, 3, "separators", Value::none()).kind != Kind::kNone)
+  if (arg(a, 2, "separators", Value::none()).kind != Kind::kNone)
     fail(r, line, "tojson(separators=...) is not supported");
-  if (truthy(arg(a, 1, "ensure_ascii", Value::boolean(false))))
+  if (truthy(arg(a, 0, "ensure_ascii", Value::boolean(false))))
     fail(r, line, "tojson(ensure_ascii=true) is not supported");
   const int64_t n = indent.kind == Kind::kNone ? -1 : need_int(r, indent, "tojson's indent", line);
   if (n > 64) fail(r, line, "tojson's indent is capped at 64");
@@ -1044,15 +1046,48 @@ std::vector<std::pair<std::string, Value>> builtin_globals() {
           {"dict", make_callable("dict", g_dict)}};
 }
 
+namespace {
+
+// How many positional arguments a filter or test takes beside its subject, as jinja2's (and
+// transformers' tojson) signatures say; -1: any (the ones that pass them on). More is an error,
+// as it is in Python.
+int max_positional(const std::string& name, bool filter) {
+  static const std::map<std::string, int> kFilters = {
+      {"center", 1},  {"d", 2},           {"default", 2},     {"dictsort", 3}, {"float", 1},
+      {"indent", 3},  {"int", 2},         {"join", 2},        {"map", -1},     {"max", 2},
+      {"min", 2},     {"reject", -1},     {"rejectattr", -1}, {"replace", 3},  {"round", 2},
+      {"select", -1}, {"selectattr", -1}, {"sort", 3},        {"sum", 2},      {"tojson", 4},
+      {"trim", 1},    {"unique", 2}};
+  static const std::set<std::string> kOneArgTests = {"divisibleby", "eq", "equalto",  "==",    "ne",
+                                                     "!=",          "lt", "lessthan", "le",    "gt",
+                                                     "greaterthan", "ge", "in",       "sameas"};
+  if (!filter) return kOneArgTests.count(name) ? 1 : 0;
+  auto it = kFilters.find(name);
+  return it == kFilters.end() ? 0 : it->second;
+}
+
+void check_arity(Renderer& r, const std::string& name, bool filter, const Args& args, int line) {
+  const int most = max_positional(name, filter);
+  if (most >= 0 && args.pos.size() > size_t(most))
+    fail(r, line,
+         std::string(filter ? "filter" : "test") + " '" + name + "' takes at most " +
+             std::to_string(most) + " positional argument(s), " + std::to_string(args.pos.size()) +
+             " given");
+}
+
+}  // namespace
+
 Value apply_filter(Renderer& r, const std::string& name, const Value& v, Args& args, int line) {
   Builtin f = find_filter(name);
   if (!f) fail(r, line, "no filter named '" + name + "'");
+  check_arity(r, name, true, args, line);
   return f(r, v, args, line);
 }
 
 bool apply_test(Renderer& r, const std::string& name, const Value& v, Args& args, int line) {
   Builtin t = find_test(name);
   if (!t) fail(r, line, "no test named '" + name + "'");
+  check_arity(r, name, false, args, line);
   return truthy(t(r, v, args, line));
 }
 

@@ -52,6 +52,30 @@ std::string normalise(const std::string& src) {
   return s;
 }
 
+// Whitespace inside tags (strchr would also find the NUL terminator, taking a NUL byte for it).
+bool is_tag_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+// Python's str.rstrip() and regex \s* (Unicode whitespace), which jinja2 strips with.
+size_t py_rstrip_end(const std::string& s) {
+  size_t end = 0;
+  for (size_t i = 0; i < s.size();) {
+    const Utf8Char c = decode_utf8(s, i);
+    i = c.end;
+    if (c.cp < 0 || !is_py_space(uint32_t(c.cp))) end = i;
+  }
+  return end;
+}
+size_t py_space_end(const std::string& s, size_t p) {
+  while (p < s.size()) {
+    const Utf8Char c = decode_utf8(s, p);
+    if (c.cp < 0 || !is_py_space(uint32_t(c.cp))) break;
+    p = c.end;
+  }
+  return p;
+}
+
 class Lexer {
  public:
   Lexer(const std::string& src, const std::string& origin) : s_(normalise(src)), origin_(origin) {}
@@ -79,7 +103,7 @@ class Lexer {
     if (start < s_.size()) {
       const char kind = s_[start + 1], sign = start + 2 < s_.size() ? s_[start + 2] : '\0';
       if (sign == '-') {
-        text.erase(text.find_last_not_of(" \t\n\r\f\v") + 1);
+        text.erase(py_rstrip_end(text));
       } else if (sign != '+' && kind != '{') {
         const size_t l_pos = text.rfind('\n') + 1;  // 0 when there is no newline
         if ((l_pos > 0 || line_starting) &&
@@ -101,9 +125,7 @@ class Lexer {
   // After a block or comment: `-` strips all whitespace, `+` nothing, else one newline goes.
   void after_tag_end(char sign, bool block) {
     if (sign == '-') {
-      size_t p = pos_;
-      while (p < s_.size() && std::strchr(" \t\n\r\f\v", s_[p])) ++p;
-      advance_to(p);
+      advance_to(py_space_end(s_, pos_));
     } else if (block && sign != '+' && pos_ < s_.size() && s_[pos_] == '\n') {
       advance_to(pos_ + 1);
     }
@@ -122,9 +144,10 @@ class Lexer {
     const bool block = close == "%}";
     if (block) check_raw();
     for (;;) {
-      while (pos_ < s_.size() && std::strchr(" \t\n\r\f\v", s_[pos_])) advance_to(pos_ + 1);
+      while (pos_ < s_.size() && is_tag_space(s_[pos_])) advance_to(pos_ + 1);
       if (pos_ >= s_.size()) fail("a tag is never closed with `" + close + "`");
       for (char sign : {'-', '+', '\0'}) {
+        if (sign == '+' && !block) continue;  // `+` keeps whitespace before a block's end only
         const std::string end = sign ? std::string(1, sign) + close : close;
         if (s_.compare(pos_, end.size(), end) != 0) continue;
         out_.push_back({block ? Tok::kBlockEnd : Tok::kVarEnd, "", line_});
@@ -138,7 +161,7 @@ class Lexer {
   // `{% raw %}` would need its own lexing; no chat template uses it.
   void check_raw() {
     size_t p = pos_;
-    while (p < s_.size() && std::strchr(" \t\n", s_[p])) ++p;
+    while (p < s_.size() && is_tag_space(s_[p])) ++p;
     if (s_.compare(p, 3, "raw") == 0 &&
         (p + 3 >= s_.size() || !std::isalnum((unsigned char)s_[p + 3])))
       fail("`{% raw %}` is not supported");
@@ -518,7 +541,6 @@ class Parser {
     end_tag();
     std::string end;
     n->body = parse_body({"endmacro"}, end);
-    if (cur().type == Tok::kName) next();  // {% endmacro name %}
     end_tag();
     return n;
   }

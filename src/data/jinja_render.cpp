@@ -181,7 +181,15 @@ Value power(Renderer& r, const Value& a, const Value& b, int line) {
     }
     return int_result(r, overflow, acc, line);
   }
-  if (is_num(a) && is_num(b)) return Value::real(std::pow(num_of(a), num_of(b)));
+  if (is_num(a) && is_num(b)) {
+    const double x = num_of(a), y = num_of(b), z = std::pow(x, y);
+    if (std::isinf(z) && std::isfinite(x) && std::isfinite(y)) {
+      fail(r, line,
+           x == 0 ? "0.0 cannot be raised to a negative power"
+                  : "(34, 'Numerical result out of range') in **");
+    }
+    return Value::real(z);
+  }
   bad_operands(r, "**", a, b, line);
 }
 
