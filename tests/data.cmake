@@ -22,3 +22,11 @@ target_compile_definitions(test_hf_tokenizer PRIVATE
                            FSDP_HF_TOKENIZERS_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data/hf/tokenizers"
                            FSDP_ASSETS_DIR="${PROJECT_SOURCE_DIR}/assets/gpt2"
                            FSDP_SOTU_DIR="${PROJECT_SOURCE_DIR}/assets/sotu")
+
+# Chat templates and the Jinja engine: the goldens of tests/data/chat (transformers' renderings,
+# scripts/chat_fixtures.sh) need assets/chat_templates from scripts/fetch_assets.sh and skip
+# without it; the engine's own tests need nothing.
+fsdp_unit_test(test_chat_template test_chat_template.cpp)
+target_compile_definitions(test_chat_template PRIVATE
+                           FSDP_CHAT_TEMPLATES_DIR="${PROJECT_SOURCE_DIR}/assets/chat_templates"
+                           FSDP_TEST_DATA_DIR="${CMAKE_CURRENT_SOURCE_DIR}/data")

@@ -1,0 +1,220 @@
+// ChatTemplate (fsdp/data/chat_template.h): where a tokenizer folder keeps its chat template and
+// special tokens (transformers 5's rules), the variables transformers' render_jinja_template passes
+// to the template, and assistant spans found by rendering prefixes. The language itself is the
+// Jinja engine's (data/jinja.h).
+#include "fsdp/data/chat_template.h"
+
+#include <filesystem>
+
+#include "data/jinja.h"
+#include "util/json.h"
+
+namespace fsdp::data {
+
+struct ChatTemplateImpl {
+  std::string source, origin;
+  std::map<std::string, std::string> special_tokens;
+  jinja::Template tmpl;
+};
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The named special tokens transformers passes to templates (SPECIAL_TOKENS_ATTRIBUTES).
+const char* const kSpecialTokens[] = {"bos_token", "eos_token", "unk_token", "sep_token",
+                                      "pad_token", "cls_token", "mask_token"};
+
+ChatTemplateError convert(const jinja::Error& e) {
+  return ChatTemplateError(e.what(), e.message(), e.line(), e.raised());
+}
+
+ChatTemplateError plain_error(const std::string& what) {
+  return ChatTemplateError(what, what, 0, false);
+}
+
+bool exists(const std::string& path) {
+  std::error_code ec;
+  return fs::exists(fs::symlink_status(path, ec));
+}
+
+nlohmann::json read_json(const std::string& path, size_t cap) {
+  try {
+    return json_bounds::parse(json_bounds::read_file(path, cap, "a tokenizer file"), path);
+  } catch (const nlohmann::json::exception& e) {
+    throw plain_error(path + ": not valid JSON: " + e.what());
+  } catch (const std::runtime_error& e) {
+    throw plain_error(e.what());
+  }
+}
+
+// Named special tokens of a tokenizer_config.json or special_tokens_map.json: strings, or
+// AddedToken objects {"content": ...}; null and other shapes are skipped as unset.
+void read_special_tokens(const nlohmann::json& j, std::map<std::string, std::string>& out) {
+  if (!j.is_object()) return;
+  for (const char* name : kSpecialTokens) {
+    if (out.count(name) || !j.contains(name)) continue;
+    const nlohmann::json& v = j[name];
+    if (v.is_string()) {
+      out[name] = v.get<std::string>();
+    } else if (v.is_object() && v.contains("content") && v["content"].is_string()) {
+      out[name] = v["content"].get<std::string>();
+    }
+  }
+}
+
+// tokenizer_config.json's chat_template: a string, or the list entry named "default".
+std::string template_in_config(const nlohmann::json& config, const std::string& path) {
+  const nlohmann::json& t = config["chat_template"];
+  if (t.is_string()) return t.get<std::string>();
+  if (!t.is_array())
+    throw plain_error(path + ": chat_template is " + json_bounds::excerpt(t) +
+                      ", neither a string nor a list of {\"name\", \"template\"}");
+  std::string names;
+  for (const nlohmann::json& e : t) {
+    if (!e.is_object() || !e.contains("name") || !e["name"].is_string()) continue;
+    const std::string name = e["name"].get<std::string>();
+    if (name == "default" && e.contains("template") && e["template"].is_string())
+      return e["template"].get<std::string>();
+    names += (names.empty() ? "" : ", ") + name;
+  }
+  throw plain_error(path + ": chat_template lists no template named \"default\" (it has: " +
+                    (names.empty() ? "none" : names) + ")");
+}
+
+jinja::Value message_value(const ChatMessage& m) {
+  return jinja::Value::dict(
+      {{"role", jinja::Value::string(m.role)}, {"content", jinja::Value::string(m.content)}});
+}
+
+jinja::Value chat_value(const ChatValue& v) {
+  switch (v.type()) {
+    case ChatValue::Type::kString:
+      return jinja::Value::string(v.str());
+    case ChatValue::Type::kBool:
+      return jinja::Value::boolean(v.boolean());
+    case ChatValue::Type::kInt:
+      return jinja::Value::integer(v.integer());
+    default:
+      return jinja::Value::real(v.real());
+  }
+}
+
+}  // namespace
+
+ChatTemplate ChatTemplate::from_string(const std::string& source,
+                                       std::map<std::string, std::string> special_tokens,
+                                       std::string origin) {
+  try {
+    jinja::Template t = jinja::Template::parse(source, origin);
+    return ChatTemplate(std::make_shared<const ChatTemplateImpl>(
+        ChatTemplateImpl{source, std::move(origin), std::move(special_tokens), std::move(t)}));
+  } catch (const jinja::Error& e) {
+    throw convert(e);
+  }
+}
+
+ChatTemplate ChatTemplate::from_folder(const std::string& dir) {
+  const std::string d = fs::path(dir).lexically_normal().string();
+  const std::string jinja_path = d + "/chat_template.jinja",
+                    config_path = d + "/tokenizer_config.json",
+                    map_path = d + "/special_tokens_map.json";
+  nlohmann::json config;
+  if (exists(config_path)) config = read_json(config_path, json_bounds::kMaxTokenizerConfigBytes);
+  std::map<std::string, std::string> tokens;
+  read_special_tokens(config, tokens);
+  if (exists(map_path))
+    read_special_tokens(read_json(map_path, json_bounds::kMaxSmallJsonBytes), tokens);
+  if (exists(jinja_path)) {  // transformers 5: the separate file wins
+    std::string source;
+    try {
+      source = json_bounds::read_file(jinja_path, jinja::Limits{}.max_source_bytes,
+                                      "a chat_template.jinja");
+    } catch (const std::runtime_error& e) {
+      throw plain_error(e.what());
+    }
+    return from_string(source, std::move(tokens), jinja_path);
+  }
+  if (config.is_object() && config.contains("chat_template") && !config["chat_template"].is_null())
+    return from_string(template_in_config(config, config_path), std::move(tokens),
+                       config_path + " (chat_template)");
+  throw plain_error("tokenizer folder " + dir + ": no chat template (neither " + jinja_path +
+                    " nor a \"chat_template\" in " + config_path +
+                    (exists(config_path) ? "" : ", which does not exist") + ")");
+}
+
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
+                                 bool add_generation_prompt, const ChatVariables& extra) const {
+  std::vector<jinja::Value> ms;
+  ms.reserve(messages.size());
+  for (const ChatMessage& m : messages) ms.push_back(message_value(m));
+  // As render_jinja_template passes them: the special tokens, then the caller's keywords (which
+  // win), and messages, tools, documents and add_generation_prompt.
+  std::map<std::string, jinja::Value> vars;
+  for (const auto& [name, token] : impl_->special_tokens) vars[name] = jinja::Value::string(token);
+  for (const auto& [name, v] : extra) vars[name] = chat_value(v);
+  vars["messages"] = jinja::Value::list(std::move(ms));
+  vars["tools"] = jinja::Value::none();
+  vars["documents"] = jinja::Value::none();
+  vars["add_generation_prompt"] = jinja::Value::boolean(add_generation_prompt);
+  try {
+    return impl_->tmpl.render({vars.begin(), vars.end()});
+  } catch (const jinja::Error& e) {
+    throw convert(e);
+  }
+}
+
+namespace {
+
+size_t common_prefix(const std::string& a, const std::string& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
+// Where the assistant message that `turn` ends with stops in `full`: the end of `turn`, or, when
+// the template closes a conversation with text of its own (Phi-3's eos_token without the
+// generation prompt), where the two part, provided `full` ends with that same closing text. npos
+// when `turn` is not a prefix of `full` in this sense.
+size_t turn_end(const std::string& prompt, const std::string& turn, const std::string& full) {
+  if (turn.compare(0, prompt.size(), prompt) != 0) return std::string::npos;
+  const size_t n = common_prefix(turn, full);
+  if (n == turn.size()) return n;
+  const std::string closing = turn.substr(n);
+  const bool closes = n > prompt.size() && full.size() >= closing.size() &&
+                      full.compare(full.size() - closing.size(), closing.size(), closing) == 0;
+  return closes ? n : std::string::npos;
+}
+
+}  // namespace
+
+ChatRendering ChatTemplate::render_with_spans(const std::vector<ChatMessage>& messages,
+                                              const ChatVariables& extra) const {
+  ChatRendering out;
+  out.text = render(messages, false, extra);
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i].role != "assistant") continue;
+    const std::vector<ChatMessage> before(messages.begin(), messages.begin() + long(i));
+    const std::vector<ChatMessage> upto(messages.begin(), messages.begin() + long(i) + 1);
+    const std::string prompt = render(before, true, extra), turn = render(upto, false, extra);
+    const size_t end = turn_end(prompt, turn, out.text);
+    if (end == std::string::npos)
+      throw plain_error(impl_->origin +
+                        ": not prefix-stable, so assistant spans cannot be found by rendering "
+                        "prefixes: the conversation up to assistant message " +
+                        std::to_string(i) +
+                        " does not render as the start of the whole conversation (or the prompt "
+                        "before that message not as the start of it)");
+    out.assistant_spans.emplace_back(prompt.size(), end);
+  }
+  return out;
+}
+
+bool ChatTemplate::has_generation_tags() const { return impl_->tmpl.has_generation(); }
+const std::string& ChatTemplate::source() const { return impl_->source; }
+const std::string& ChatTemplate::origin() const { return impl_->origin; }
+const std::map<std::string, std::string>& ChatTemplate::special_tokens() const {
+  return impl_->special_tokens;
+}
+
+}  // namespace fsdp::data
