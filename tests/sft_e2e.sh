@@ -22,7 +22,7 @@ fail() {
   failures=$((failures + 1))
 }
 
-COMMON=(--model.pretrained "$FIX/model" --model.attention explicit --data.seq_len 64
+COMMON=(--model.pretrained "$FIX/model" --model.attention explicit
   --data.val_split 0 --data.cache_dir "$WORK/cache" --optim.max_steps 1 --optim.warmup_steps 0
   --train.log_every 1 --train.eval_every 0 --train.checkpoint_every 0 --train.num_threads 1)
 
@@ -62,7 +62,7 @@ for data in prompt_completion messages; do
   n=$(rows "$data")
   packed=$(ref "$data" loss_packed)
   padded=$(ref "$data" loss_padded)
-  D=(--data.dataset "$FIX/$data.jsonl")
+  D=(--data.dataset "$FIX/$data.jsonl" --data.seq_len "$(ref "$data" seq_len)")
   check "$data np1 accum2" "$(first_loss "$data-1" 1 $((n / 2)) 2 "${D[@]}" | tail -1)" "$packed"
   check "$data np2 accum2" "$(first_loss "$data-2a" 2 $((n / 4)) 2 "${D[@]}" | tail -1)" "$packed"
   check "$data np2" "$(first_loss "$data-2" 2 $((n / 2)) 1 "${D[@]}" | tail -1)" "$packed"
@@ -76,7 +76,7 @@ done
 
 # Bad input: a conversation file whose line 2 is not JSON is refused by file and line.
 printf '%s\n%s\n' '{"prompt": "a", "completion": "b"}' '{"prompt": "a", ' >"$WORK/bad.jsonl"
-out=$("$BIN/fsdp-train" "${COMMON[@]}" --data.dataset "$WORK/bad.jsonl" 2>&1)
+out=$("$BIN/fsdp-train" "${COMMON[@]}" --data.dataset "$WORK/bad.jsonl" --data.seq_len 64 2>&1)
 [[ $? != 0 && $out == *"data.dataset: '$WORK/bad.jsonl' line 2: not JSON"* ]] ||
   fail "a bad line: $out"
 

@@ -99,7 +99,7 @@ TEST(Sft, RowsAreFirstFit) {
     const data::ExampleCorpus c = data::prepare_examples(
         (kSft / (k.name + ".jsonl")).string(), options_for(cache.path, k.format));
     data::PackingOptions p;
-    p.seq_len = ref["seq_len"].get<int64_t>();
+    p.seq_len = ref["cases"][k.name]["seq_len"].get<int64_t>();
     const data::PackedExamples rows(c.train, p);
     const json& want = ref["cases"][k.name]["rows"];
     ASSERT_EQ(rows.rows(), static_cast<int64_t>(want.size()));
@@ -151,7 +151,7 @@ TEST(Sft, LossIsTransformersPackedAndPadded) {
         (kSft / (k.name + ".jsonl")).string(), options_for(cache.path, k.format));
     for (const bool pack : {true, false}) {
       data::PackingOptions p;
-      p.seq_len = ref["seq_len"].get<int64_t>();
+      p.seq_len = ref["cases"][k.name]["seq_len"].get<int64_t>();
       p.pack = pack;
       const data::PackedExamples rows(x.train, p);
       std::vector<int64_t> all(static_cast<size_t>(rows.rows()));

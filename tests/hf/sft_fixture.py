@@ -24,7 +24,7 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-SEQ_LEN = 64
+SEQ_LEN = {"prompt_completion": 64, "messages": 256}  # Llama 3's system header alone is ~40
 WORDS = ("the of and to in a is that for it as was with be by on not he this are or his from at "
          "which nation people war peace congress union year government").split()
 UNICODE = ["naïve café", "日本語のテキスト", "emoji 🎉 here", "Ωμέγα"]
@@ -129,6 +129,7 @@ def make_case(model, tok, make, rng, seq_len):
         count += 1
     packed, targets = loss_over(model, examples, rows, seq_len)
     padded, _ = loss_over(model, examples, [[i] for i in range(len(examples))], seq_len)
+    assert all(len(e["ids"]) <= seq_len for e in examples), "an example longer than a row"
     return lines, {"examples": examples, "rows": rows, "loss_packed": packed,
                    "loss_padded": padded, "targets": targets}
 
@@ -142,7 +143,12 @@ def sft_fixture(out, chat_template=None):
         "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]})
     if chat_template:
         with open(chat_template, encoding="utf-8") as f:
-            tok.chat_template = f.read()
+            template = f.read()
+        # Llama 3's template writes today's date (strftime_now) unless date_string is set: fixed
+        # here, so that the reference holds on any day.
+        if "strftime_now" in template:
+            template = '{%- set date_string = "26 Jul 2024" -%}\n' + template
+        tok.chat_template = template
     torch.manual_seed(1717)
     config = transformers.AutoConfig.for_model(
         "llama", vocab_size=2048, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -153,15 +159,19 @@ def sft_fixture(out, chat_template=None):
     model_dir = os.path.join(folder, "model")
     model.save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
+    eot = tok.convert_tokens_to_ids("<|eot_id|>")
+    transformers.GenerationConfig(do_sample=False, eos_token_id=[tok.eos_token_id, eot],
+                                  bos_token_id=tok.bos_token_id).save_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
                                                  attn_implementation="eager").eval()
-    ref = {"seq_len": SEQ_LEN, "transformers_version": transformers.__version__,
+    ref = {"transformers_version": transformers.__version__,
            "torch_version": torch.__version__, "cases": {}}
     cases = [("prompt_completion", prompt_completion)]
     if chat_template:
         cases.append(("messages", conversations))
     for name, make in cases:
-        lines, case = make_case(model, tok, make, 7, SEQ_LEN)
+        lines, case = make_case(model, tok, make, 7, SEQ_LEN[name])
+        case["seq_len"] = SEQ_LEN[name]
         with open(os.path.join(folder, name + ".jsonl"), "w", encoding="utf-8") as f:
             for line in lines:
                 f.write(json.dumps(line, ensure_ascii=False) + "\n")
