@@ -239,6 +239,8 @@ TEST(SftErrors, AnExampleLongerThanTheRowIsRefusedOrTruncated) {
     data::PackedExamples rows(c.train, p);
     FAIL() << "no error";
   } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("prompt_completion.jsonl' line 1 has "), std::string::npos)
+        << e.what();
     EXPECT_NE(std::string(e.what()).find("more than data.seq_len 8 (set data.truncate true"),
               std::string::npos)
         << e.what();

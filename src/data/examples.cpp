@@ -29,7 +29,7 @@ namespace fsdp::data {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr const char* kExampleCacheFormat = "fsdp-examples 1";  // bump when the layout changes
+constexpr const char* kExampleCacheFormat = "fsdp-examples 2";  // bump when the layout changes
 
 using Json = nlohmann::json;
 
@@ -104,6 +104,7 @@ Json parse_line(const Line& line, const std::string& path) {
 // ---- one example -----------------------------------------------------------------------------
 
 struct Example {
+  int64_t line = 0;
   std::vector<int32_t> ids;
   std::vector<int32_t> flags;
   bool boundary_mismatch = false;
@@ -267,6 +268,7 @@ Tokenized tokenize_lines(const std::string& path, const ExampleOptions& o, const
             break;
           default: e = messages_example(j, at, tok, *chat, o.train_on); break;
         }
+        e.line = lines[i].number;
         std::string().swap(lines[i].text);
       } catch (...) {
         std::lock_guard<std::mutex> lock(mu);
@@ -290,9 +292,10 @@ Tokenized tokenize_lines(const std::string& path, const ExampleOptions& o, const
 
 ExampleSplit write_split(const std::vector<Example>& examples, size_t begin, size_t end,
                          const std::string& entry, const std::string& name) {
-  std::vector<int32_t> ids, flags;
+  std::vector<int32_t> ids, flags, lines;
   ExampleSplit s;
   for (size_t i = begin; i < end; ++i) {
+    lines.push_back(static_cast<int32_t>(std::min<int64_t>(examples[i].line, INT32_MAX)));
     ids.insert(ids.end(), examples[i].ids.begin(), examples[i].ids.end());
     flags.insert(flags.end(), examples[i].flags.begin(), examples[i].flags.end());
     s.targets += std::count(examples[i].flags.begin(), examples[i].flags.end(), kTokenTarget);
@@ -301,8 +304,10 @@ ExampleSplit write_split(const std::vector<Example>& examples, size_t begin, siz
   s.tokens = static_cast<int64_t>(ids.size());
   s.tokens_path = entry + "/" + name + ".bin";
   s.flags_path = entry + "/" + name + ".flags.bin";
+  s.lines_path = entry + "/" + name + ".lines.bin";
   write_token_file(s.tokens_path, ids);
   write_token_file(s.flags_path, flags);
+  write_token_file(s.lines_path, lines);
   return s;
 }
 
@@ -361,6 +366,12 @@ ExampleSplit read_split(const std::string& entry, const std::string& name,
   s.targets = cache::manifest_int(m, name + "_targets", mpath);
   s.tokens_path = entry + "/" + name + ".bin";
   s.flags_path = entry + "/" + name + ".flags.bin";
+  s.lines_path = entry + "/" + name + ".lines.bin";
+  if (TokenFile::open(s.lines_path).size() != s.examples) {
+    throw std::runtime_error("examples cache: " + s.lines_path + " does not hold " +
+                             std::to_string(s.examples) + " line numbers; delete " + entry +
+                             " to rebuild it");
+  }
   for (const std::string& file : {s.tokens_path, s.flags_path}) {
     const TokenFile f = TokenFile::open(file);
     if (f.size() != s.tokens) {
@@ -454,6 +465,7 @@ ExampleCorpus prepare_examples(const std::string& source, const ExampleOptions& 
         const cache::Manifest m = cache::read_manifest(mpath);
         c.train = read_split(entry, "train", m, mpath);
         c.val = read_split(entry, "val", m, mpath);
+        c.train.source = c.val.source = source;
         c.boundary_mismatches = cache::manifest_int(m, "boundary_mismatches", mpath);
       });
   c.cache_entry = e.path;

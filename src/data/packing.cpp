@@ -93,8 +93,8 @@ void PackedExamples::pack() {
     if (lengths_[i] <= T) continue;
     if (!options_.truncate) {
       throw std::invalid_argument(
-          "example " + std::to_string(i + 1) + " of " + split_.tokens_path + " has " +
-          std::to_string(lengths_[i]) + " tokens, more than data.seq_len " + std::to_string(T) +
+          describe_example(i) + " has " + std::to_string(lengths_[i]) +
+          " tokens, more than data.seq_len " + std::to_string(T) +
           " (set data.truncate true to keep the first " + std::to_string(T) +
           " of such examples, or raise data.seq_len)");
     }
@@ -127,6 +127,21 @@ void PackedExamples::pack() {
     flags_file_.read(starts_[i], lengths_[i], flags.data());
     targets_ += std::count(flags.begin(), flags.end(), kTokenTarget);
   }
+}
+
+// "'chat.jsonl' line 17" where the split knows its lines, else the example's index.
+std::string PackedExamples::describe_example(int64_t i) const {
+  try {
+    const TokenFile lines = TokenFile::open(split_.lines_path);
+    if (lines.size() == examples()) {
+      int64_t line = 0;
+      lines.read(i, 1, &line);
+      return "'" + split_.source + "' line " + std::to_string(line);
+    }
+  } catch (const std::exception&) {
+    // an example set without line numbers: its index says which
+  }
+  return "example " + std::to_string(i + 1) + " of " + split_.tokens_path;
 }
 
 double PackedExamples::padding_fraction() const {
@@ -176,15 +191,16 @@ Batch PackedExamples::batch(const std::vector<int64_t>& ids) const {
 }
 
 namespace {
-std::string rows_held(const PackedExamples& r) {
-  return std::to_string(r.examples()) + " examples make " + std::to_string(r.rows()) +
+std::string rows_held(const PackedExamples& r, const ExampleSplit& split) {
+  return "'" + split.source + "': " + std::to_string(r.examples()) + " examples make " +
+         std::to_string(r.rows()) +
          " rows of data.seq_len " + std::to_string(r.options().seq_len) + " tokens";
 }
 }  // namespace
 
 ExampleLoader::ExampleLoader(const ExampleSplit& split, const PackingOptions& packing,
                              const LoaderOptions& options)
-    : rows_(split, packing), order_(rows_.rows(), options, "ExampleLoader", rows_held(rows_), "rows") {}
+    : rows_(split, packing), order_(rows_.rows(), options, "ExampleLoader", rows_held(rows_, split), "rows") {}
 
 Batch ExampleLoader::next_batch() {
   Batch b = rows_.batch(order_.next_rows());
@@ -195,7 +211,7 @@ Batch ExampleLoader::next_batch() {
 ExampleEvalLoader::ExampleEvalLoader(const ExampleSplit& split, const PackingOptions& packing,
                                      const LoaderOptions& options, int64_t max_batches)
     : rows_(split, packing), options_(options) {
-  const RowOrder order(rows_.rows(), options, "ExampleEvalLoader", rows_held(rows_), "rows");
+  const RowOrder order(rows_.rows(), options, "ExampleEvalLoader", rows_held(rows_, split), "rows");
   num_batches_ = rows_.rows() / order.global_batch();
   if (max_batches > 0) num_batches_ = std::min(num_batches_, max_batches);
 }

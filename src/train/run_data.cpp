@@ -181,7 +181,8 @@ std::unique_ptr<data::BatchSource> train_source(const TrainConfig& c, const RunD
     return loader;
   } catch (const std::invalid_argument& e) {
     // The loader names the tokenized file in the cache; the user knows the name they gave.
-    throw std::invalid_argument("data.dataset '" + c.data.dataset + "': " + e.what());
+    throw std::invalid_argument(d.examples ? std::string("data.dataset: ") + e.what()
+                                           : "data.dataset '" + c.data.dataset + "': " + e.what());
   }
 }
 

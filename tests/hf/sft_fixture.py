@@ -152,7 +152,7 @@ def sft_fixture(out, chat_template=None):
     torch.manual_seed(1717)
     config = transformers.AutoConfig.for_model(
         "llama", vocab_size=2048, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
         initializer_range=0.1, tie_word_embeddings=False, rope_theta=500000.0,
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()

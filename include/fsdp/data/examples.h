@@ -16,7 +16,7 @@
 // Storage: like a text corpus (fsdp/data/corpus.h), in a cache entry keyed by the file's bytes,
 // the format, TrainOn, the tokenizer's files and the split: train.bin and val.bin hold the tokens
 // (fsdp/data/token_file.h), train.flags.bin and val.flags.bin one flag per token (kTokenTarget,
-// kTokenStarts), the manifest last. Validation is the last val_fraction of the examples.
+// kTokenStarts), train.lines.bin and val.lines.bin each example's line number, the manifest last. Validation is the last val_fraction of the examples.
 //
 // Hostile files: a line longer than kMaxExampleLineBytes, nested deeper than JSON's bound, not an
 // object, missing its fields, with a field of the wrong type, an unknown role or a conversation
@@ -65,9 +65,11 @@ struct ExampleOptions {
   int threads = 0;             // tokenizing threads; 0: one per hardware thread
 };
 
-// One split's files: the tokens, their flags, and what they hold.
+// One split's files: the tokens, their flags, each example's line in the source file (for
+// messages about an example), and what they hold.
 struct ExampleSplit {
-  std::string tokens_path, flags_path;
+  std::string tokens_path, flags_path, lines_path;
+  std::string source;  // the JSONL file the examples came from
   int64_t examples = 0, tokens = 0, targets = 0;
 };
 

@@ -67,6 +67,7 @@ class PackedExamples {
  private:
   void find_examples();
   void pack();
+  std::string describe_example(int64_t i) const;
   PackingOptions options_;
   ExampleSplit split_;
   TokenFile tokens_file_, flags_file_;
