@@ -21,6 +21,7 @@ for m in llama3.2 qwen2.5 qwen3 smollm2 mistral phi3.5 phi4-mini gemma3; do
   [[ $m == qwen3 ]] && train_on=last_assistant  # its template rewrites earlier turns
   build/bin/fsdp-run --nproc-per-node 2 build/bin/fsdp-train --model.pretrained "$W/in/$m" \
     --data.dataset "$W/in/$m/chat.jsonl" --data.train_on "$train_on" --data.seq_len 256 \
+    --data.truncate true \
     --data.cache_dir "$W/cache" --train.micro_batch_size 2 --optim.max_steps 10 \
     --optim.warmup_steps 2 --optim.lr 1e-3 --train.eval_every 5 --train.checkpoint_every 10 \
     --train.checkpoint_dir "$W/ckpt/$m" --train.export_dir "$W/out/$m" \

@@ -74,6 +74,48 @@ for data in prompt_completion messages; do
     fail "$data: data.train_on all gave $all, the answers-only loss $packed"
 done
 
+# A short SFT run of the conversations: 6 steps straight, and 3 then resumed for 3 at 2 ranks,
+# bitwise the same (the packed rows' order is a loader state like the windows'); then the export
+# answers `sample --chat` through the template, stopping at the EOS ids of its
+# generation_config.json (the fixture's EOS and <|eot_id|>, as Llama 3.2 Instruct's lists them).
+RUN=(--data.dataset "$FIX/messages.jsonl" --data.seq_len 256 --data.val_split 0.25
+  --train.micro_batch_size 2 --optim.max_steps 6 --optim.warmup_steps 1 --optim.lr 3e-3
+  --train.eval_every 3 --train.eval_batches 1 --train.checkpoint_every 3)
+run() {
+  PORT=$((PORT + 1))
+  timeout 300 "$BIN/fsdp-run" --nproc-per-node 2 --backend "$BACKEND" --master-port "$PORT" \
+    "$BIN/fsdp-train" "${COMMON[@]}" "${RUN[@]}" "$@" 2>&1
+}
+out=$(run --train.checkpoint_dir "$WORK/straight/ckpt" --train.export_dir "$WORK/tuned" \
+  --train.metrics_file "$WORK/straight/metrics.jsonl") ||
+  fail "the straight SFT run: $(tail -5 <<<"$out")"
+grep -q "^eval .*val loss" <<<"$out" || fail "the SFT run evaluated nothing"
+mkdir -p "$WORK/resumed/ckpt"
+cp -r "$WORK/straight/ckpt/step_00000003" "$WORK/resumed/ckpt/"
+echo step_00000003 >"$WORK/resumed/ckpt/latest"
+out=$(run --train.checkpoint_dir "$WORK/resumed/ckpt" --train.resume auto \
+  --train.metrics_file "$WORK/resumed/metrics.jsonl") || fail "the resumed SFT run: $(tail -5 <<<"$out")"
+steps() { python3 -c 'import json,sys; [print(j["step"], repr(j["loss"])) for j in map(json.loads, open(sys.argv[1])) if j["step"] > 3]' "$1"; }
+if [[ -n $(steps "$WORK/straight/metrics.jsonl") &&
+  $(steps "$WORK/straight/metrics.jsonl") == "$(steps "$WORK/resumed/metrics.jsonl")" ]]; then
+  echo "ok: SFT resumed at step 3 logs steps 4-6 bitwise as the straight run"
+else
+  fail "resumed SFT differs: $(steps "$WORK/straight/metrics.jsonl") against $(steps "$WORK/resumed/metrics.jsonl")"
+fi
+out=$("$BIN/fsdp-train" sample --model.pretrained "$WORK/tuned" --chat "Who spoke?" \
+  --temperature 0 --max-new-tokens 8 2>&1)
+[[ $? == 0 && $out == *"<|start_header_id|>assistant<|end_header_id|>"* &&
+  $out == *"stopping at EOS 2002, 2005 ("*"/tuned/generation_config.json)"* ]] ||
+  fail "sample --chat (the fixture's EOS 2002 and <|eot_id|> 2005 expected): $out"
+
+# Without a generation_config.json the template's end of turn still stops generation, and the log
+# says so.
+cp -r "$WORK/tuned" "$WORK/bare" && rm "$WORK/bare/generation_config.json"
+out=$("$BIN/fsdp-train" sample --model.pretrained "$WORK/bare" --chat "Who spoke?" \
+  --temperature 0 --max-new-tokens 8 2>&1)
+[[ $? == 0 && $out == *"stopping at the chat template's end of turn <|eot_id|> (2005) too"* ]] ||
+  fail "sample --chat without generation_config.json: $out"
+
 # Bad input: a conversation file whose line 2 is not JSON is refused by file and line.
 printf '%s\n%s\n' '{"prompt": "a", "completion": "b"}' '{"prompt": "a", ' >"$WORK/bad.jsonl"
 out=$("$BIN/fsdp-train" "${COMMON[@]}" --data.dataset "$WORK/bad.jsonl" --data.seq_len 64 2>&1)
