@@ -184,50 +184,67 @@ std::vector<ChatMessage> messages_of(const Json& j, const std::string& at) {
   return out;
 }
 
-// The rendering of messages[:n] is the start of the whole conversation's, or the turn boundaries
-// cannot be found by counting tokens: say which template does that and what to do instead.
-void check_prefix(const std::string& whole, const std::string& prefix, size_t n,
-                  const std::string& at) {
-  if (whole.compare(0, prefix.size(), prefix) != 0) {
-    throw std::runtime_error(
-        at + ": the chat template renders the first " + std::to_string(n) +
-        " messages differently from the whole conversation (it rewrites earlier turns, as "
-        "Qwen3's drops their reasoning), so the answers' tokens cannot be told apart; use "
-        "data.train_on last_assistant or all");
+// The byte ranges of the assistant turns to train on in `whole`, the conversation's rendering:
+// each from the end of the rendering of the messages before it with the generation prompt to
+// where its own rendering ends (ChatTemplate::render_with_spans). With kLastAssistant and an
+// answer last, only that answer, whose end is the text's: a template that rewrites earlier turns
+// (Qwen3 drops their reasoning) still has it.
+std::vector<std::pair<size_t, size_t>> answer_spans(const std::vector<ChatMessage>& messages,
+                                                    const std::string& whole,
+                                                    const ChatTemplate& chat, TrainOn train_on,
+                                                    const std::string& at) {
+  const bool last_only = train_on == TrainOn::kLastAssistant;
+  if (last_only && messages.back().role == "assistant") {
+    const std::vector<ChatMessage> before(messages.begin(), messages.end() - 1);
+    const std::string asked = chat.render(before, /*add_generation_prompt=*/true);
+    if (whole.compare(0, asked.size(), asked) != 0) {
+      throw std::runtime_error(at + ": the chat template renders the conversation before its "
+                                    "last answer, with the generation prompt, as something other "
+                                    "than the start of the whole; its answer cannot be found");
+    }
+    return {{asked.size(), whole.size()}};
   }
+  std::vector<std::pair<size_t, size_t>> spans;
+  try {
+    spans = chat.render_with_spans(messages).assistant_spans;
+  } catch (const ChatTemplateError& e) {
+    throw std::runtime_error(at + ": " + e.what() +
+                             "; use data.train_on last_assistant (with the answer last) or all");
+  }
+  if (last_only) spans.erase(spans.begin(), spans.end() - 1);
+  return spans;
 }
 
 Example messages_example(const Json& j, const std::string& at, const Tokenizer& tok,
                          const ChatTemplate& chat, TrainOn train_on) {
   const std::vector<ChatMessage> messages = messages_of(j, at);
-  std::vector<size_t> answers;
-  for (size_t i = 0; i < messages.size(); ++i) {
-    if (messages[i].role == "assistant") answers.push_back(i);
-  }
-  if (answers.empty() && train_on != TrainOn::kAll) {
+  const bool answered = std::any_of(messages.begin(), messages.end(),
+                                    [](const ChatMessage& m) { return m.role == "assistant"; });
+  if (!answered && train_on != TrainOn::kAll) {
     throw std::runtime_error(at + ": no assistant message to train on (data.train_on " +
                              std::string(to_string(train_on)) + ")");
   }
   Example e;
-  const std::string whole = chat.render(messages, /*add_generation_prompt=*/false);
+  std::string whole;
+  try {
+    whole = chat.render(messages, /*add_generation_prompt=*/false);
+  } catch (const ChatTemplateError& err) {
+    throw std::runtime_error(at + ": " + err.what());
+  }
   e.ids = tok.encode(whole);
   if (train_on == TrainOn::kAll) {
     e.flags = flags_for(e.ids.size(), {{0, e.ids.size()}});
     return e;
   }
-  if (train_on == TrainOn::kLastAssistant) answers.erase(answers.begin(), answers.end() - 1);
+  // Token boundaries are the token counts of the text's prefixes, TRL's rule; a prefix whose
+  // tokens are not the start of the whole's (a merge across the boundary) is counted for the log.
   std::vector<std::pair<size_t, size_t>> spans;
-  for (size_t i : answers) {
-    const std::vector<ChatMessage> before(messages.begin(), messages.begin() + i);
-    const std::vector<ChatMessage> through(messages.begin(), messages.begin() + i + 1);
-    const std::string asked = chat.render(before, /*add_generation_prompt=*/true);
-    const std::string answered =
-        i + 1 == messages.size() ? whole : chat.render(through, /*add_generation_prompt=*/false);
-    check_prefix(whole, asked, i, at);
-    check_prefix(whole, answered, i + 1, at);
-    const std::vector<int32_t> asked_ids = tok.encode(asked);
-    e.boundary_mismatch |= !std::equal(asked_ids.begin(), asked_ids.end(), e.ids.begin());
-    spans.emplace_back(asked_ids.size(), tok.encode(answered).size());
+  for (const auto& [from, to] : answer_spans(messages, whole, chat, train_on, at)) {
+    const std::vector<int32_t> asked = tok.encode(std::string_view(whole).substr(0, from));
+    e.boundary_mismatch |= !std::equal(asked.begin(), asked.end(), e.ids.begin());
+    const size_t end = to == whole.size() ? e.ids.size()
+                                          : tok.encode(std::string_view(whole).substr(0, to)).size();
+    spans.emplace_back(asked.size(), end);
   }
   e.flags = flags_for(e.ids.size(), spans);
   return e;
