@@ -9,7 +9,10 @@ Gemma's templates take none or fold it in; the goldens of test_chat_template cov
 check OUT: after fsdp-train fine-tuned each folder on them (2 ranks) and exported it,
 `generate(apply_chat_template(question, add_generation_prompt=True))` of the exported folder,
 greedy, equals the text `fsdp-train sample --chat question --temperature 0` printed; the same ids
-decode to the same text, so equal texts are equal tokens here (no id decodes to nothing).
+decode to the same text, so equal texts are equal tokens here (no id decodes to nothing). For the
+longrope models (Phi) generate() runs without its KV cache: with it, transformers rotates the
+cached keys with the short factors past original_max_position_embeddings, which its own
+cache-free forward does not (the argmax loop equals ours there).
 """
 import json
 import os
@@ -91,15 +94,23 @@ def check(out):
         ids = tok.apply_chat_template([{"role": "user", "content": QUESTION}],
                                       add_generation_prompt=True, return_tensors="pt",
                                       return_dict=True)
+        # generate()'s KV cache keeps the keys rotated with longrope's short factors once a
+        # generation crosses original_max_position_embeddings, where the argmax loop (and sample)
+        # recomputes with the long ones: for longrope models generate() runs without the cache.
+        longrope = (getattr(model.config, "rope_parameters", None) or {}).get("rope_type") == "longrope"
         with torch.no_grad():
-            gen = model.generate(**ids, do_sample=False, max_new_tokens=NEW_TOKENS)[0]
+            gen = model.generate(**ids, do_sample=False, max_new_tokens=NEW_TOKENS,
+                                 use_cache=not longrope)[0]
         printed = open(os.path.join(out, "out", family + ".sample.txt"), encoding="utf-8").read()
-        ours = printed.split("\n--- sample 1 of 1", 1)[-1].split("\n", 1)[-1].rstrip("\n")
+        # The text follows the "--- sample 1 of 1 (...)" line and ends with one newline of ours.
+        ours = printed.split("\n--- sample 1 of 1", 1)[-1].split("\n", 1)[-1]
+        ours = ours[:-1] if ours.endswith("\n") else ours
         theirs = tok.decode(gen)
         ok = ours == theirs
         failures += not ok
         new = len(gen) - ids["input_ids"].shape[1]
         report["models"][family] = dict(sample_equals_generate=ok, generate=theirs, sample=ours,
+                                        generate_use_cache=not longrope,
                                         new_tokens=new, stopped=int(gen[-1]))
         print("%-10s %s  %d new tokens, last %d%s" % (family, "ok  " if ok else "FAIL", new,
                                                         int(gen[-1]),
