@@ -368,6 +368,7 @@ Value m_refused(Renderer& r, const Value& v, Args&, int line) {
 // ---- filters ----
 
 Value f_length(Renderer& r, const Value& v, Args&, int line) {
+  if (is_iterator(v)) fail(r, line, "object of type '" + type_name(v) + "' has no len()");
   switch (v.kind) {
     case Kind::kString:
       return Value::integer(int64_t(char_count(v.text)));
@@ -444,6 +445,7 @@ Value f_first(Renderer& r, const Value& v, Args&, int line) {
   return xs.empty() ? Value::undefined("No first item, sequence was empty.") : xs.front();
 }
 Value f_last(Renderer& r, const Value& v, Args&, int line) {
+  if (is_iterator(v)) fail(r, line, "'" + type_name(v) + "' object is not reversible");
   const std::vector<Value> xs = iterate(r, v, line);
   return xs.empty() ? Value::undefined("No last item, sequence was empty.") : xs.back();
 }
@@ -475,9 +477,10 @@ Value f_reverse(Renderer& r, const Value& v, Args&, int line) {
     std::reverse(cps.begin(), cps.end());
     return Value::string(encode(cps));
   }
+  if (is_iterator(v)) fail(r, line, "'" + type_name(v) + "' object is not reversible");
   std::vector<Value> xs = iterate(r, v, line);
   std::reverse(xs.begin(), xs.end());
-  return make_list(std::move(xs));
+  return make_iterator(std::move(xs), "list_reverseiterator");
 }
 
 Value f_list(Renderer& r, const Value& v, Args&, int line) {
@@ -485,9 +488,9 @@ Value f_list(Renderer& r, const Value& v, Args&, int line) {
 }
 
 Value f_items(Renderer& r, const Value& v, Args& a, int line) {
-  if (v.is_undefined()) return make_list({});
+  if (v.is_undefined()) return make_iterator({});
   if (v.kind != Kind::kDict) fail(r, line, "the items filter needs a mapping, not " + type_name(v));
-  return m_items(r, v, a, line);
+  return make_iterator(m_items(r, v, a, line).obj->items);
 }
 
 // The rest of the arguments after the first `skip` positional ones (for select, map).
@@ -512,7 +515,7 @@ Value f_map(Renderer& r, const Value& v, Args& a, int line) {
       out.push_back(apply_filter(r, py_str(a.pos[0]), x, more, line));
     }
   }
-  return make_list(std::move(out));
+  return make_iterator(std::move(out));
 }
 
 // select / reject (test on the item) and selectattr / rejectattr (test on an attribute; no test:
@@ -532,7 +535,7 @@ Value select_impl(Renderer& r, const Value& v, Args& a, int line, bool attr, boo
     }
     if (ok == keep) out.push_back(x);
   }
-  return make_list(std::move(out));
+  return make_iterator(std::move(out));
 }
 Value f_select(Renderer& r, const Value& v, Args& a, int line) {
   return select_impl(r, v, a, line, false, true);
@@ -652,7 +655,7 @@ Value f_unique(Renderer& r, const Value& v, Args&, int line) {
     auto same = [&](const Value& y) { return py_equal(x, y); };
     if (std::none_of(out.begin(), out.end(), same)) out.push_back(x);
   }
-  return make_list(std::move(out));
+  return make_iterator(std::move(out));
 }
 
 std::vector<Value> sorted(Renderer& r, std::vector<Value> xs, int line,

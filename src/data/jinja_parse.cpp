@@ -434,7 +434,7 @@ class Parser {
 
   NodePtr parse_if() {
     auto n = node(NodeKind::kIf, next().line);
-    n->kids.push_back(parse_expression());
+    n->kids.push_back(parse_expression(false));  // jinja2: no `x if c` in an if's test
     end_tag();
     std::string end;
     n->body = parse_body({"elif", "else", "endif"}, end);
