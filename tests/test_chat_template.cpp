@@ -392,6 +392,10 @@ TEST(Jinja, FiltersThatReturnIteratorsBehaveAsThem) {
   EXPECT_NE(error_of("{{ [1]|select|length }}").find("has no len()"), std::string::npos);
   EXPECT_NE(error_of("{{ [1]|select|last }}").find("not reversible"), std::string::npos);
   EXPECT_EQ(render("{{ [1]|select }}"), "<generator object>");
+  // attribute= is a dotted path, as jinja2's make_attrgetter reads it.
+  EXPECT_EQ(render("{{ [{'f': {'n': 'a'}}, {'f': {'n': 'b'}}]|map(attribute='f.n')|join(',') }}"
+                   "{{ [[1, 2], [3, 4]]|map(attribute='1')|list }}"),
+            "a,b[2, 4]");
   EXPECT_NE(error_of("{% if 1 if 2 %}{% endif %}").find("expected `%}`"), std::string::npos);
 }
 

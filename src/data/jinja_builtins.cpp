@@ -226,6 +226,25 @@ std::string format(Renderer& r, const std::string& f, const Args& a, int line) {
   return out;
 }
 
+// The `attribute=` of map, selectattr, join, sort and sum, as jinja2's make_attrgetter reads it:
+// a dotted path ("a.b.0"), each part a key (digits: an index), an integer as an index.
+Value attr_path(Renderer& r, const Value& x, const Value& attr, int line) {
+  if (attr.kind == Kind::kInt) return get_item(r, x, attr, line);
+  const std::string path = py_str(attr);
+  Value v = x;
+  size_t at = 0;
+  for (;;) {
+    const size_t dot = path.find('.', at);
+    const std::string part =
+        path.substr(at, dot == std::string::npos ? std::string::npos : dot - at);
+    const bool digits = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
+    v = digits && part.size() < 18 ? get_item(r, v, Value::integer(std::stoll(part)), line)
+                                   : get_item(r, v, Value::string(part), line);
+    if (dot == std::string::npos) return v;
+    at = dot + 1;
+  }
+}
+
 // ---- str methods ----
 
 Value m_strip(Renderer& r, const Value& s, Args& a, int line) {
@@ -456,7 +475,7 @@ Value f_join(Renderer& r, const Value& v, Args& a, int line) {
   std::string out;
   bool first = true;
   for (const Value& x : iterate(r, v, line)) {
-    const Value item = attr.is_undefined() ? x : get_attr(r, x, py_str(attr), line);
+    const Value item = attr.is_undefined() ? x : attr_path(r, x, attr, line);
     out += (first ? "" : d) + py_str(item);
     first = false;
     check_size(r, out.size(), line);
@@ -507,7 +526,7 @@ Value f_map(Renderer& r, const Value& v, Args& a, int line) {
   for (const Value& x : iterate(r, v, line)) {
     charge(r, 1, line);
     if (!attr.is_undefined()) {
-      Value y = get_attr(r, x, py_str(attr), line);
+      Value y = attr_path(r, x, attr, line);
       out.push_back(y.is_undefined() ? arg(a, SIZE_MAX, "default", y) : y);
     } else {
       if (a.pos.empty()) fail(r, line, "map() needs a filter name or attribute=");
@@ -525,7 +544,7 @@ Value select_impl(Renderer& r, const Value& v, Args& a, int line, bool attr, boo
   const size_t test_at = attr ? 1 : 0;
   for (const Value& x : iterate(r, v, line)) {
     charge(r, 1, line);
-    const Value subject = attr ? get_attr(r, x, py_str(arg(a, 0, "attribute")), line) : x;
+    const Value subject = attr ? attr_path(r, x, arg(a, 0, "attribute"), line) : x;
     bool ok;
     if (a.pos.size() > test_at) {
       Args more = rest(a, test_at + 1);
@@ -686,7 +705,7 @@ Value f_dictsort(Renderer& r, const Value& v, Args& a, int line) {
 Value f_sort(Renderer& r, const Value& v, Args& a, int line) {
   const Value attr = arg(a, 2, "attribute");
   std::vector<Value> xs = sorted(r, iterate(r, v, line), line, [&](const Value& x) {
-    return attr.is_undefined() ? x : get_attr(r, x, py_str(attr), line);
+    return attr.is_undefined() ? x : attr_path(r, x, attr, line);
   });
   if (truthy(arg(a, 0, "reverse", Value::boolean(false)))) std::reverse(xs.begin(), xs.end());
   return make_list(std::move(xs));
@@ -720,7 +739,7 @@ Value f_sum(Renderer& r, const Value& v, Args& a, int line) {
   Value acc = arg(a, 1, "start", Value::integer(0));
   const Value attr = arg(a, 0, "attribute");
   for (const Value& x : iterate(r, v, line)) {
-    const Value y = attr.is_undefined() ? x : get_attr(r, x, py_str(attr), line);
+    const Value y = attr.is_undefined() ? x : attr_path(r, x, attr, line);
     bool ok = (y.kind == Kind::kInt || y.kind == Kind::kBool || y.kind == Kind::kFloat) &&
               (acc.kind == Kind::kInt || acc.kind == Kind::kFloat);
     if (!ok) fail(r, line, "sum needs numbers, not " + type_name(y));
