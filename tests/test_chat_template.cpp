@@ -382,6 +382,23 @@ TEST(Jinja, FiltersTestsAndMethods) {
       "1 and x 7 [1, 4, 7]");
 }
 
+// jinja2's map, select, selectattr, items, unique and reverse return iterators: true even when
+// empty (a template testing `{% if xs|selectattr(...) %}` takes that branch), without a length.
+TEST(Jinja, FiltersThatReturnIteratorsBehaveAsThem) {
+  EXPECT_EQ(
+      render("{% if []|select %}t{% else %}f{% endif %}{% if not undefined_x|items %}n{% endif %}"
+             "{{ [1, 2]|reverse|join }}{{ [1, 2]|map('string')|first }}{{ [2, 1]|unique|list }}"),
+      "t211[2, 1]");
+  EXPECT_NE(error_of("{{ [1]|select|length }}").find("has no len()"), std::string::npos);
+  EXPECT_NE(error_of("{{ [1]|select|last }}").find("not reversible"), std::string::npos);
+  EXPECT_EQ(render("{{ [1]|select }}"), "<generator object>");
+  // attribute= is a dotted path, as jinja2's make_attrgetter reads it.
+  EXPECT_EQ(render("{{ [{'f': {'n': 'a'}}, {'f': {'n': 'b'}}]|map(attribute='f.n')|join(',') }}"
+                   "{{ [[1, 2], [3, 4]]|map(attribute='1')|list }}"),
+            "a,b[2, 4]");
+  EXPECT_NE(error_of("{% if 1 if 2 %}{% endif %}").find("expected `%}`"), std::string::npos);
+}
+
 TEST(Jinja, RefusesWhatItDoesNotHoldNamingTheLine) {
   EXPECT_EQ(error_of("line 1\n{{ x }}\n{% include 'other' %}"),
             "t line 3: `{% include %}` is not supported");

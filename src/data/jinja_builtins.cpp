@@ -226,6 +226,25 @@ std::string format(Renderer& r, const std::string& f, const Args& a, int line) {
   return out;
 }
 
+// The `attribute=` of map, selectattr, join, sort and sum, as jinja2's make_attrgetter reads it:
+// a dotted path ("a.b.0"), each part a key (digits: an index), an integer as an index.
+Value attr_path(Renderer& r, const Value& x, const Value& attr, int line) {
+  if (attr.kind == Kind::kInt) return get_item(r, x, attr, line);
+  const std::string path = py_str(attr);
+  Value v = x;
+  size_t at = 0;
+  for (;;) {
+    const size_t dot = path.find('.', at);
+    const std::string part =
+        path.substr(at, dot == std::string::npos ? std::string::npos : dot - at);
+    const bool digits = !part.empty() && part.find_first_not_of("0123456789") == std::string::npos;
+    v = digits && part.size() < 18 ? get_item(r, v, Value::integer(std::stoll(part)), line)
+                                   : get_item(r, v, Value::string(part), line);
+    if (dot == std::string::npos) return v;
+    at = dot + 1;
+  }
+}
+
 // ---- str methods ----
 
 Value m_strip(Renderer& r, const Value& s, Args& a, int line) {
@@ -368,6 +387,7 @@ Value m_refused(Renderer& r, const Value& v, Args&, int line) {
 // ---- filters ----
 
 Value f_length(Renderer& r, const Value& v, Args&, int line) {
+  if (is_iterator(v)) fail(r, line, "object of type '" + type_name(v) + "' has no len()");
   switch (v.kind) {
     case Kind::kString:
       return Value::integer(int64_t(char_count(v.text)));
@@ -444,6 +464,7 @@ Value f_first(Renderer& r, const Value& v, Args&, int line) {
   return xs.empty() ? Value::undefined("No first item, sequence was empty.") : xs.front();
 }
 Value f_last(Renderer& r, const Value& v, Args&, int line) {
+  if (is_iterator(v)) fail(r, line, "'" + type_name(v) + "' object is not reversible");
   const std::vector<Value> xs = iterate(r, v, line);
   return xs.empty() ? Value::undefined("No last item, sequence was empty.") : xs.back();
 }
@@ -454,7 +475,7 @@ Value f_join(Renderer& r, const Value& v, Args& a, int line) {
   std::string out;
   bool first = true;
   for (const Value& x : iterate(r, v, line)) {
-    const Value item = attr.is_undefined() ? x : get_attr(r, x, py_str(attr), line);
+    const Value item = attr.is_undefined() ? x : attr_path(r, x, attr, line);
     out += (first ? "" : d) + py_str(item);
     first = false;
     check_size(r, out.size(), line);
@@ -475,9 +496,10 @@ Value f_reverse(Renderer& r, const Value& v, Args&, int line) {
     std::reverse(cps.begin(), cps.end());
     return Value::string(encode(cps));
   }
+  if (is_iterator(v)) fail(r, line, "'" + type_name(v) + "' object is not reversible");
   std::vector<Value> xs = iterate(r, v, line);
   std::reverse(xs.begin(), xs.end());
-  return make_list(std::move(xs));
+  return make_iterator(std::move(xs), "list_reverseiterator");
 }
 
 Value f_list(Renderer& r, const Value& v, Args&, int line) {
@@ -485,9 +507,9 @@ Value f_list(Renderer& r, const Value& v, Args&, int line) {
 }
 
 Value f_items(Renderer& r, const Value& v, Args& a, int line) {
-  if (v.is_undefined()) return make_list({});
+  if (v.is_undefined()) return make_iterator({});
   if (v.kind != Kind::kDict) fail(r, line, "the items filter needs a mapping, not " + type_name(v));
-  return m_items(r, v, a, line);
+  return make_iterator(m_items(r, v, a, line).obj->items);
 }
 
 // The rest of the arguments after the first `skip` positional ones (for select, map).
@@ -504,7 +526,7 @@ Value f_map(Renderer& r, const Value& v, Args& a, int line) {
   for (const Value& x : iterate(r, v, line)) {
     charge(r, 1, line);
     if (!attr.is_undefined()) {
-      Value y = get_attr(r, x, py_str(attr), line);
+      Value y = attr_path(r, x, attr, line);
       out.push_back(y.is_undefined() ? arg(a, SIZE_MAX, "default", y) : y);
     } else {
       if (a.pos.empty()) fail(r, line, "map() needs a filter name or attribute=");
@@ -512,7 +534,7 @@ Value f_map(Renderer& r, const Value& v, Args& a, int line) {
       out.push_back(apply_filter(r, py_str(a.pos[0]), x, more, line));
     }
   }
-  return make_list(std::move(out));
+  return make_iterator(std::move(out));
 }
 
 // select / reject (test on the item) and selectattr / rejectattr (test on an attribute; no test:
@@ -522,7 +544,7 @@ Value select_impl(Renderer& r, const Value& v, Args& a, int line, bool attr, boo
   const size_t test_at = attr ? 1 : 0;
   for (const Value& x : iterate(r, v, line)) {
     charge(r, 1, line);
-    const Value subject = attr ? get_attr(r, x, py_str(arg(a, 0, "attribute")), line) : x;
+    const Value subject = attr ? attr_path(r, x, arg(a, 0, "attribute"), line) : x;
     bool ok;
     if (a.pos.size() > test_at) {
       Args more = rest(a, test_at + 1);
@@ -532,7 +554,7 @@ Value select_impl(Renderer& r, const Value& v, Args& a, int line, bool attr, boo
     }
     if (ok == keep) out.push_back(x);
   }
-  return make_list(std::move(out));
+  return make_iterator(std::move(out));
 }
 Value f_select(Renderer& r, const Value& v, Args& a, int line) {
   return select_impl(r, v, a, line, false, true);
@@ -652,7 +674,7 @@ Value f_unique(Renderer& r, const Value& v, Args&, int line) {
     auto same = [&](const Value& y) { return py_equal(x, y); };
     if (std::none_of(out.begin(), out.end(), same)) out.push_back(x);
   }
-  return make_list(std::move(out));
+  return make_iterator(std::move(out));
 }
 
 std::vector<Value> sorted(Renderer& r, std::vector<Value> xs, int line,
@@ -683,7 +705,7 @@ Value f_dictsort(Renderer& r, const Value& v, Args& a, int line) {
 Value f_sort(Renderer& r, const Value& v, Args& a, int line) {
   const Value attr = arg(a, 2, "attribute");
   std::vector<Value> xs = sorted(r, iterate(r, v, line), line, [&](const Value& x) {
-    return attr.is_undefined() ? x : get_attr(r, x, py_str(attr), line);
+    return attr.is_undefined() ? x : attr_path(r, x, attr, line);
   });
   if (truthy(arg(a, 0, "reverse", Value::boolean(false)))) std::reverse(xs.begin(), xs.end());
   return make_list(std::move(xs));
@@ -717,7 +739,7 @@ Value f_sum(Renderer& r, const Value& v, Args& a, int line) {
   Value acc = arg(a, 1, "start", Value::integer(0));
   const Value attr = arg(a, 0, "attribute");
   for (const Value& x : iterate(r, v, line)) {
-    const Value y = attr.is_undefined() ? x : get_attr(r, x, py_str(attr), line);
+    const Value y = attr.is_undefined() ? x : attr_path(r, x, attr, line);
     bool ok = (y.kind == Kind::kInt || y.kind == Kind::kBool || y.kind == Kind::kFloat) &&
               (acc.kind == Kind::kInt || acc.kind == Kind::kFloat);
     if (!ok) fail(r, line, "sum needs numbers, not " + type_name(y));

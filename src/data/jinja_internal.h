@@ -30,7 +30,10 @@ struct Args {
 struct Object {
   int depth = 1;
   bool holds_namespace = false;
-  bool tuple = false;                                     // a list that repr() writes as (a, b)
+  bool tuple = false;  // a list that repr() writes as (a, b)
+  // An iterator, as the generators jinja2's map, select, items, unique and reverse return: true
+  // even when empty, iterable, without len() or [] (`name`: its Python type).
+  bool lazy = false;
   std::vector<Value> items;                               // kList
   std::vector<std::pair<Value, Value>> entries;           // kDict, kNamespace: insertion order
   std::string name;                                       // kCallable: for messages
@@ -40,6 +43,8 @@ struct Object {
 // Builds a list or dict value, computing depth and holds_namespace.
 Value make_list(std::vector<Value> items, bool tuple = false);
 Value make_dict(std::vector<std::pair<Value, Value>> entries);
+Value make_iterator(std::vector<Value> items, std::string type = "generator");
+bool is_iterator(const Value& v);
 Value make_callable(std::string name, std::function<Value(Renderer&, Args&, int)> fn);
 int depth_of(const Value& v);
 

@@ -140,13 +140,17 @@ class Lexer {
   }
 
   // Tokens of an expression or statement, up to `close` (with its whitespace sign).
+  // As jinja2's lexer balances brackets, `}}` inside open brackets is two braces, not the end
+  // ({{ {'a': {'b': 1}} }}).
   void lex_tag(const std::string& close) {
     const bool block = close == "%}";
     if (block) check_raw();
+    int open = 0;
     for (;;) {
       while (pos_ < s_.size() && is_tag_space(s_[pos_])) advance_to(pos_ + 1);
       if (pos_ >= s_.size()) fail("a tag is never closed with `" + close + "`");
       for (char sign : {'-', '+', '\0'}) {
+        if (open > 0) break;
         if (sign == '+' && !block) continue;  // `+` keeps whitespace before a block's end only
         const std::string end = sign ? std::string(1, sign) + close : close;
         if (s_.compare(pos_, end.size(), end) != 0) continue;
@@ -155,6 +159,9 @@ class Lexer {
         return after_tag_end(sign, block);
       }
       lex_token();
+      const std::string& op = out_.back().type == Tok::kOp ? out_.back().text : "";
+      if (op == "(" || op == "[" || op == "{") ++open;
+      if ((op == ")" || op == "]" || op == "}") && open > 0) --open;
     }
   }
 
@@ -434,7 +441,7 @@ class Parser {
 
   NodePtr parse_if() {
     auto n = node(NodeKind::kIf, next().line);
-    n->kids.push_back(parse_expression());
+    n->kids.push_back(parse_expression(false));  // jinja2: no `x if c` in an if's test
     end_tag();
     std::string end;
     n->body = parse_body({"elif", "else", "endif"}, end);

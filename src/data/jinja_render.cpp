@@ -160,7 +160,8 @@ Value add(Renderer& r, const Value& a, const Value& b, int line) {
     charge(r, (a.text.size() + b.text.size()) / 64, line);
     return Value::string(a.text + b.text);
   }
-  if (a.kind == Kind::kList && b.kind == Kind::kList && a.obj->tuple == b.obj->tuple) {
+  if (a.kind == Kind::kList && b.kind == Kind::kList && a.obj->tuple == b.obj->tuple &&
+      !is_iterator(a) && !is_iterator(b)) {
     std::vector<Value> xs = a.obj->items;
     check_items(r, xs.size() + b.obj->items.size(), line);
     charge(r, xs.size() + b.obj->items.size(), line);
@@ -224,9 +225,9 @@ Value binary(Renderer& r, const std::string& op, const Value& a, const Value& b,
     return divide(r, op, a, b, line);
   }
   if (op == "*") {
-    if ((a.kind == Kind::kString || a.kind == Kind::kList) && is_int(b))
+    if ((a.kind == Kind::kString || (a.kind == Kind::kList && !is_iterator(a))) && is_int(b))
       return repeat(r, a, int_of(b), line);
-    if ((b.kind == Kind::kString || b.kind == Kind::kList) && is_int(a))
+    if ((b.kind == Kind::kString || (b.kind == Kind::kList && !is_iterator(b))) && is_int(a))
       return repeat(r, b, int_of(a), line);
     if (is_int(a) && is_int(b)) {
       const bool overflow = __builtin_mul_overflow(int_of(a), int_of(b), &v);
@@ -337,7 +338,7 @@ Value slice(Renderer& r, const Node& n) {
       s.append(v.text, at[i], (i + 1 < at.size() ? at[i + 1] : v.text.size()) - at[i]);
     return Value::string(std::move(s));
   }
-  if (v.kind == Kind::kList) {
+  if (v.kind == Kind::kList && !is_iterator(v)) {
     std::vector<Value> xs;
     for (size_t i : slice_indices(r, n, int64_t(v.obj->items.size())))
       xs.push_back(v.obj->items[i]);
@@ -726,7 +727,8 @@ Value get_item(Renderer& r, const Value& v, const Value& key, int line) {
   if (v.is_undefined()) undefined_error(r, v, line);
   if (v.kind == Kind::kDict || v.kind == Kind::kNamespace) {
     if (const Value* x = dict_find(*v.obj, key)) return *x;
-  } else if ((v.kind == Kind::kList || v.kind == Kind::kString) && is_int(key)) {
+  } else if (((v.kind == Kind::kList && !is_iterator(v)) || v.kind == Kind::kString) &&
+             is_int(key)) {
     const bool str = v.kind == Kind::kString;
     const std::vector<size_t> at = str ? char_offsets(v.text) : std::vector<size_t>{};
     const int64_t len = int64_t(str ? at.size() : v.obj->items.size());

@@ -90,6 +90,15 @@ Value make_list(std::vector<Value> items, bool tuple) {
   return v;
 }
 
+Value make_iterator(std::vector<Value> items, std::string type) {
+  Value v = make_list(std::move(items));
+  v.obj->lazy = true;
+  v.obj->name = std::move(type);
+  return v;
+}
+
+bool is_iterator(const Value& v) { return v.kind == Kind::kList && v.obj->lazy; }
+
 Value make_dict(std::vector<std::pair<Value, Value>> entries) {
   auto o = std::make_shared<Object>();
   for (auto& [k, x] : entries) {
@@ -127,7 +136,7 @@ bool truthy(const Value& v) {
     case Kind::kString:
       return !v.text.empty();
     case Kind::kList:
-      return !v.obj->items.empty();
+      return v.obj->lazy || !v.obj->items.empty();
     case Kind::kDict:
       return !v.obj->entries.empty();
     default:
@@ -150,7 +159,7 @@ std::string type_name(const Value& v) {
     case Kind::kString:
       return "str";
     case Kind::kList:
-      return v.obj->tuple ? "tuple" : "list";
+      return v.obj->lazy ? v.obj->name : v.obj->tuple ? "tuple" : "list";
     case Kind::kDict:
       return "dict";
     case Kind::kNamespace:
@@ -187,6 +196,7 @@ bool py_equal(const Value& a, const Value& b, int depth) {
     case Kind::kString:
       return a.text == b.text;
     case Kind::kList: {
+      if (a.obj->lazy || b.obj->lazy) return a.obj == b.obj;
       const auto &x = a.obj->items, &y = b.obj->items;
       if (x.size() != y.size() || a.obj->tuple != b.obj->tuple) return false;
       for (size_t i = 0; i < x.size(); ++i)
@@ -218,7 +228,8 @@ int py_compare(const Value& a, const Value& b, bool& ok, int depth) {
     const int c = a.text.compare(b.text);  // UTF-8 byte order is code point order
     return c < 0 ? -1 : c > 0;
   }
-  if (a.kind == Kind::kList && b.kind == Kind::kList && depth < kMaxRecursion) {
+  if (a.kind == Kind::kList && b.kind == Kind::kList && !a.obj->lazy && !b.obj->lazy &&
+      depth < kMaxRecursion) {
     const auto &x = a.obj->items, &y = b.obj->items;
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
       if (py_equal(x[i], y[i], depth + 1)) continue;
@@ -321,6 +332,7 @@ std::string py_repr(const Value& v, int depth) {
     case Kind::kString:
       return str_repr(v.text);
     case Kind::kList: {
+      if (v.obj->lazy) return "<" + v.obj->name + " object>";
       const auto& xs = v.obj->items;
       std::string out = v.obj->tuple ? "(" : "[";
       for (size_t i = 0; i < xs.size(); ++i) out += (i ? ", " : "") + py_repr(xs[i], depth + 1);
@@ -433,6 +445,7 @@ std::string to_json(const Value& v, int indent, bool& ok, int depth) {
     case Kind::kString:
       return json_string(v.text);
     case Kind::kList: {
+      if (v.obj->lazy) return ok = false, "";
       const auto& xs = v.obj->items;
       if (xs.empty()) return "[]";
       std::string out = "[";
