@@ -20,8 +20,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const jinja::Template t = jinja::Template::parse(text, "fuzz", limits);
     const auto message = [](const char* role, const char* content) {
-      return jinja::Value::dict({{"role", jinja::Value::string(role)},
-                                 {"content", jinja::Value::string(content)}});
+      return jinja::Value::dict(
+          {{"role", jinja::Value::string(role)}, {"content", jinja::Value::string(content)}});
     };
     const jinja::Value messages =
         jinja::Value::list({message("system", "Be brief."), message("user", "Hi <|im_end|> é"),

@@ -86,8 +86,7 @@ TEST(Sft, TokensAndTargetsAreTransformers) {
     const json& examples = ref["cases"][k.name]["examples"];
     EXPECT_EQ(c.train.examples, static_cast<int64_t>(examples.size()));
     EXPECT_EQ(data::TokenFile::open(c.train.tokens_path).tokens(), concatenated(examples, "ids"));
-    EXPECT_EQ(data::TokenFile::open(c.train.flags_path).tokens(),
-              concatenated(examples, "flags"));
+    EXPECT_EQ(data::TokenFile::open(c.train.flags_path).tokens(), concatenated(examples, "flags"));
     EXPECT_EQ(c.val.examples, 0);
   }
 }
@@ -97,8 +96,8 @@ TEST(Sft, RowsAreFirstFit) {
   for (const Case& k : cases()) {
     SCOPED_TRACE(k.name);
     TempDir cache;
-    const data::ExampleCorpus c = data::prepare_examples(
-        (kSft / (k.name + ".jsonl")).string(), options_for(cache.path, k.format));
+    const data::ExampleCorpus c = data::prepare_examples((kSft / (k.name + ".jsonl")).string(),
+                                                         options_for(cache.path, k.format));
     data::PackingOptions p;
     p.seq_len = ref["cases"][k.name]["seq_len"].get<int64_t>();
     const data::PackedExamples rows(c.train, p);
@@ -148,8 +147,8 @@ TEST(Sft, LossIsTransformersPackedAndPadded) {
   for (const Case& k : cases()) {
     SCOPED_TRACE(k.name);
     TempDir cache;
-    const data::ExampleCorpus x = data::prepare_examples(
-        (kSft / (k.name + ".jsonl")).string(), options_for(cache.path, k.format));
+    const data::ExampleCorpus x = data::prepare_examples((kSft / (k.name + ".jsonl")).string(),
+                                                         options_for(cache.path, k.format));
     for (const bool pack : {true, false}) {
       data::PackingOptions p;
       p.seq_len = ref["cases"][k.name]["seq_len"].get<int64_t>();
@@ -184,7 +183,8 @@ TEST(Sft, PackedRowsGiveEachSequenceItsOwnLogits) {
   }
   const at::Tensor positions = torch::tensor(pos, torch::kLong).view({1, T});
   std::vector<AttentionKernel> kernels = {AttentionKernel::kExplicit};
-  if (attention_kernel_available(AttentionKernel::kFused)) kernels.push_back(AttentionKernel::kFused);
+  if (attention_kernel_available(AttentionKernel::kFused))
+    kernels.push_back(AttentionKernel::kFused);
   auto check = [&](const std::function<at::Tensor(const at::Tensor&, const SequenceLayout&)>& f,
                    const std::string& what) {
     at::NoGradGuard no_grad;
@@ -249,14 +249,20 @@ TEST(SftErrors, BadLinesAreNamedByLine) {
   EXPECT_NE(error_of(pc + "\n[1, 2]\n").find("line 2: a JSON array, not an object"),
             std::string::npos);
   EXPECT_NE(error_of(pc + "\n" + std::string(200, '[') + "\n").find("line 2"), std::string::npos);
-  EXPECT_NE(error_of(R"({"messages": [{"role": "bot", "content": "x"}]})" "\n")
+  EXPECT_NE(error_of(R"({"messages": [{"role": "bot", "content": "x"}]})"
+                     "\n")
                 .find("line 1: messages[0]: role 'bot' is not one of system, user, assistant"),
             std::string::npos);
-  EXPECT_NE(error_of(R"({"messages": "hi"})" "\n").find("line 1: \"messages\" is a JSON string"),
+  EXPECT_NE(error_of(R"({"messages": "hi"})"
+                     "\n")
+                .find("line 1: \"messages\" is a JSON string"),
             std::string::npos);
-  EXPECT_NE(error_of(R"({"messages": []})" "\n").find("line 1: \"messages\" is empty"),
+  EXPECT_NE(error_of(R"({"messages": []})"
+                     "\n")
+                .find("line 1: \"messages\" is empty"),
             std::string::npos);
-  EXPECT_NE(error_of(R"({"input": "x", "output": "y"})" "\n")
+  EXPECT_NE(error_of(R"({"input": "x", "output": "y"})"
+                     "\n")
                 .find("line 1: a JSON object with none of the fields"),
             std::string::npos);
   EXPECT_NE(error_of("\n \n", data::DataFormat::kPromptCompletion).find("no examples"),
@@ -270,12 +276,14 @@ TEST(SftErrors, ALineLongerThanTheBoundIsRefusedBeforeItIsRead) {
   const fs::path file = dir.path / "long.jsonl";
   {
     std::ofstream out(file, std::ios::binary);
-    out << R"({"text": "a"})" << "\n{\"text\": \"";
+    out << R"({"text": "a"})"
+        << "\n{\"text\": \"";
     const std::string block(1 << 20, 'x');
     for (int64_t i = 0; i <= data::kMaxExampleLineBytes >> 20; ++i) out << block;
   }
   try {
-    data::prepare_examples(file.string(), options_for(dir.path / "cache", data::DataFormat::kJsonlText));
+    data::prepare_examples(file.string(),
+                           options_for(dir.path / "cache", data::DataFormat::kJsonlText));
     FAIL() << "no error";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("line 2: longer than 16 MiB"), std::string::npos)
@@ -285,9 +293,9 @@ TEST(SftErrors, ALineLongerThanTheBoundIsRefusedBeforeItIsRead) {
 
 TEST(SftErrors, AnExampleLongerThanTheRowIsRefusedOrTruncated) {
   TempDir dir;
-  const data::ExampleCorpus c = data::prepare_examples(
-      (kSft / "prompt_completion.jsonl").string(),
-      options_for(dir.path, data::DataFormat::kPromptCompletion));
+  const data::ExampleCorpus c =
+      data::prepare_examples((kSft / "prompt_completion.jsonl").string(),
+                             options_for(dir.path, data::DataFormat::kPromptCompletion));
   data::PackingOptions p;
   p.seq_len = 8;
   try {
@@ -309,9 +317,9 @@ TEST(SftErrors, AnExampleLongerThanTheRowIsRefusedOrTruncated) {
 
 TEST(SftErrors, DamagedFlagsAreNamed) {
   TempDir dir;
-  const data::ExampleCorpus c = data::prepare_examples(
-      (kSft / "prompt_completion.jsonl").string(),
-      options_for(dir.path, data::DataFormat::kPromptCompletion));
+  const data::ExampleCorpus c =
+      data::prepare_examples((kSft / "prompt_completion.jsonl").string(),
+                             options_for(dir.path, data::DataFormat::kPromptCompletion));
   std::vector<int32_t> flags = data::TokenFile::open(c.train.flags_path).tokens();
   flags[5] = 7;
   data::write_token_file(c.train.flags_path, flags);

@@ -58,16 +58,16 @@ void write_text_atomic(const std::string& path, const std::string& text) {
 }
 
 FileLock::FileLock(const std::string& path) {
-    try {
-      fd_ = files::open_own_file(path);  // never through a link
-    } catch (const std::runtime_error& e) {
-      throw std::runtime_error(std::string("corpus: the cache's lock file: ") + e.what());
-    }
-    while (::flock(fd_, LOCK_EX) != 0) {
-      if (errno == EINTR) continue;
-      ::close(fd_);
-      throw std::runtime_error("corpus: cannot lock " + path + ": " + std::strerror(errno));
-    }
+  try {
+    fd_ = files::open_own_file(path);  // never through a link
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("corpus: the cache's lock file: ") + e.what());
+  }
+  while (::flock(fd_, LOCK_EX) != 0) {
+    if (errno == EINTR) continue;
+    ::close(fd_);
+    throw std::runtime_error("corpus: cannot lock " + path + ": " + std::strerror(errno));
+  }
 }
 
 FileLock::~FileLock() { ::close(fd_); }  // closing releases the lock
@@ -102,7 +102,8 @@ int64_t manifest_int(const Manifest& m, const std::string& key, const std::strin
   errno = 0;
   const long long v = std::strtoll(it->second.c_str(), &end, 10);
   if (errno != 0 || end == it->second.c_str() || *end != '\0')
-    throw std::runtime_error("corpus cache: " + path + ": '" + key + "' is not an integer; delete "
+    throw std::runtime_error("corpus cache: " + path + ": '" + key +
+                             "' is not an integer; delete "
                              "its folder to rebuild it");
   return v;
 }
@@ -125,6 +126,5 @@ Entry with_entry(const std::string& cache_dir, const std::string& name, const st
   read(e.path);  // under the lock: no other process rebuilds the entry meanwhile
   return e;
 }
-
 
 }  // namespace fsdp::data::cache

@@ -27,8 +27,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "fsdp/data/tokenizer.h"
 #include "data/cache_entry.h"
+#include "fsdp/data/tokenizer.h"
 #include "util/files.h"
 
 namespace fsdp::data {

@@ -43,7 +43,8 @@ struct Line {
 };
 
 bool blank(const std::string& s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); });
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return std::isspace(static_cast<unsigned char>(c)); });
 }
 
 std::string where(const std::string& path, int64_t line) {
@@ -198,9 +199,10 @@ std::vector<std::pair<size_t, size_t>> answer_spans(const std::vector<ChatMessag
     const std::vector<ChatMessage> before(messages.begin(), messages.end() - 1);
     const std::string asked = chat.render(before, /*add_generation_prompt=*/true);
     if (whole.compare(0, asked.size(), asked) != 0) {
-      throw std::runtime_error(at + ": the chat template renders the conversation before its "
-                                    "last answer, with the generation prompt, as something other "
-                                    "than the start of the whole; its answer cannot be found");
+      throw std::runtime_error(at +
+                               ": the chat template renders the conversation before its "
+                               "last answer, with the generation prompt, as something other "
+                               "than the start of the whole; its answer cannot be found");
     }
     return {{asked.size(), whole.size()}};
   }
@@ -242,8 +244,9 @@ Example messages_example(const Json& j, const std::string& at, const Tokenizer& 
   for (const auto& [from, to] : answer_spans(messages, whole, chat, train_on, at)) {
     const std::vector<int32_t> asked = tok.encode(std::string_view(whole).substr(0, from));
     e.boundary_mismatch |= !std::equal(asked.begin(), asked.end(), e.ids.begin());
-    const size_t end = to == whole.size() ? e.ids.size()
-                                          : tok.encode(std::string_view(whole).substr(0, to)).size();
+    const size_t end = to == whole.size()
+                           ? e.ids.size()
+                           : tok.encode(std::string_view(whole).substr(0, to)).size();
     spans.emplace_back(asked.size(), end);
   }
   e.flags = flags_for(e.ids.size(), spans);
@@ -279,11 +282,15 @@ Tokenized tokenize_lines(const std::string& path, const ExampleOptions& o, const
         const Json j = parse_line(lines[i], path);
         Example& e = out.examples[i];
         switch (o.format) {
-          case DataFormat::kJsonlText: e = text_example(j, at, tok); break;
+          case DataFormat::kJsonlText:
+            e = text_example(j, at, tok);
+            break;
           case DataFormat::kPromptCompletion:
             e = prompt_completion_example(j, at, tok, o.train_on);
             break;
-          default: e = messages_example(j, at, tok, *chat, o.train_on); break;
+          default:
+            e = messages_example(j, at, tok, *chat, o.train_on);
+            break;
         }
         e.line = lines[i].number;
         std::string().swap(lines[i].text);
@@ -364,8 +371,8 @@ void build(const std::string& path, const ExampleOptions& o, const std::string& 
   const ExampleSplit val = write_split(t.examples, n - n_val, n, entry, "val");
   std::ostringstream m;
   m << "tokenizer_family " << tok->family() << " (" << o.tokenizer_dir << ")\n";
-  for (const auto& [name, s] : {std::pair<const char*, const ExampleSplit&>{"train", train},
-                                {"val", val}}) {
+  for (const auto& [name, s] :
+       {std::pair<const char*, const ExampleSplit&>{"train", train}, {"val", val}}) {
     m << name << "_examples " << s.examples << "\n"
       << name << "_tokens " << s.tokens << "\n"
       << name << "_targets " << s.targets << "\n";
@@ -375,8 +382,8 @@ void build(const std::string& path, const ExampleOptions& o, const std::string& 
   cache::fsync_path(entry, O_RDONLY | O_DIRECTORY);
 }
 
-ExampleSplit read_split(const std::string& entry, const std::string& name,
-                        const cache::Manifest& m, const std::string& mpath) {
+ExampleSplit read_split(const std::string& entry, const std::string& name, const cache::Manifest& m,
+                        const std::string& mpath) {
   ExampleSplit s;
   s.examples = cache::manifest_int(m, name + "_examples", mpath);
   s.tokens = cache::manifest_int(m, name + "_tokens", mpath);

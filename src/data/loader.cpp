@@ -43,8 +43,8 @@ int64_t checked_global_batch(int64_t rows, const LoaderOptions& o, const std::st
 }
 
 std::string windows_held(const TokenWindows& w, const LoaderOptions& o) {
-  return w.describe() + " holds " + std::to_string(w.size()) + " windows of seq_len + 1 = " +
-         std::to_string(o.seq_len + 1) + " tokens";
+  return w.describe() + " holds " + std::to_string(w.size()) +
+         " windows of seq_len + 1 = " + std::to_string(o.seq_len + 1) + " tokens";
 }
 
 Batch as_inputs_and_targets(const at::Tensor& b) {

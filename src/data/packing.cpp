@@ -25,9 +25,11 @@ class FirstFit {
   // The slot chosen for `need`, its room reduced by `need`.
   int64_t place(int64_t need) {
     size_t node = 1;
-    while (node < static_cast<size_t>(size_)) node = tree_[2 * node] >= need ? 2 * node : 2 * node + 1;
+    while (node < static_cast<size_t>(size_))
+      node = tree_[2 * node] >= need ? 2 * node : 2 * node + 1;
     tree_[node] -= need;
-    for (size_t up = node / 2; up >= 1; up /= 2) tree_[up] = std::max(tree_[2 * up], tree_[2 * up + 1]);
+    for (size_t up = node / 2; up >= 1; up /= 2)
+      tree_[up] = std::max(tree_[2 * up], tree_[2 * up + 1]);
     return static_cast<int64_t>(node) - size_;
   }
 
@@ -92,11 +94,10 @@ void PackedExamples::pack() {
   for (int64_t i = 0; i < n; ++i) {
     if (lengths_[i] <= T) continue;
     if (!options_.truncate) {
-      throw std::invalid_argument(
-          describe_example(i) + " has " + std::to_string(lengths_[i]) +
-          " tokens, more than data.seq_len " + std::to_string(T) +
-          " (set data.truncate true to keep the first " + std::to_string(T) +
-          " of such examples, or raise data.seq_len)");
+      throw std::invalid_argument(describe_example(i) + " has " + std::to_string(lengths_[i]) +
+                                  " tokens, more than data.seq_len " + std::to_string(T) +
+                                  " (set data.truncate true to keep the first " +
+                                  std::to_string(T) + " of such examples, or raise data.seq_len)");
     }
     lengths_[i] = T;
     ++truncated_;
@@ -193,14 +194,15 @@ Batch PackedExamples::batch(const std::vector<int64_t>& ids) const {
 namespace {
 std::string rows_held(const PackedExamples& r, const ExampleSplit& split) {
   return "'" + split.source + "': " + std::to_string(r.examples()) + " examples make " +
-         std::to_string(r.rows()) +
-         " rows of data.seq_len " + std::to_string(r.options().seq_len) + " tokens";
+         std::to_string(r.rows()) + " rows of data.seq_len " + std::to_string(r.options().seq_len) +
+         " tokens";
 }
 }  // namespace
 
 ExampleLoader::ExampleLoader(const ExampleSplit& split, const PackingOptions& packing,
                              const LoaderOptions& options)
-    : rows_(split, packing), order_(rows_.rows(), options, "ExampleLoader", rows_held(rows_, split), "rows") {}
+    : rows_(split, packing),
+      order_(rows_.rows(), options, "ExampleLoader", rows_held(rows_, split), "rows") {}
 
 Batch ExampleLoader::next_batch() {
   Batch b = rows_.batch(order_.next_rows());

@@ -6,8 +6,8 @@
 
 #include <cmath>
 #include <limits>
-#include <string>
 #include <stdexcept>
+#include <string>
 
 #include "compat.h"
 
@@ -61,9 +61,8 @@ SequenceLayout packed_layout(const at::Tensor& positions, c10::Device device,
   at::Tensor starts = at::zeros_like(layout.positions);
   if (T > 1) {
     starts.narrow(1, 1, T - 1)
-        .copy_(layout.positions.narrow(1, 1, T - 1)
-                   .sub(layout.positions.narrow(1, 0, T - 1))
-                   .ne(1));
+        .copy_(
+            layout.positions.narrow(1, 1, T - 1).sub(layout.positions.narrow(1, 0, T - 1)).ne(1));
   }
   const at::Tensor sequence = starts.cumsum(1).to(device);  // [B, T]
   layout.same_sequence = sequence.unsqueeze(2).eq(sequence.unsqueeze(1)).unsqueeze(1);
@@ -79,7 +78,8 @@ void check_layout(const SequenceLayout& layout, const at::Tensor& idx, int64_t m
       throw std::invalid_argument(who + ": positions must be int64 of the ids' shape [" +
                                   std::to_string(B) + ", " + std::to_string(T) + "]");
     }
-    if (p.numel() > 0 && (p.min().item<int64_t>() < 0 || p.max().item<int64_t>() >= max_positions)) {
+    if (p.numel() > 0 &&
+        (p.min().item<int64_t>() < 0 || p.max().item<int64_t>() >= max_positions)) {
       throw std::invalid_argument(who + ": positions outside [0, " + std::to_string(max_positions) +
                                   "), the context length");
     }

@@ -171,8 +171,8 @@ at::Tensor GPT2Impl::forward(const at::Tensor& idx, const SequenceLayout& layout
   }
   check_layout(layout, idx, config_.n_positions, "GPT2::forward");
   auto& tr = *transformer_;
-  const at::Tensor pos = layout.positions.defined() ? layout.positions.to(idx.device())
-                                                    : at::arange(T, idx.options());
+  const at::Tensor pos =
+      layout.positions.defined() ? layout.positions.to(idx.device()) : at::arange(T, idx.options());
   at::Tensor x = tr.wte->forward(idx) + tr.wpe->forward(pos);  // [B, T, C]
   for (auto& block : blocks_) {
     x = fsdp::forward(block, x, layout);  // the runtime's interception point

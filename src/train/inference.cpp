@@ -276,7 +276,7 @@ struct SampleInput {
 // <|eot_id|>, ChatML's <|im_end|>, Gemma's <end_of_turn>, Phi's <|end|>, Mistral's </s>), found by
 // rendering a one-turn conversation; none when the template puts none there.
 std::optional<std::pair<std::string, int32_t>> end_of_turn(const data::ChatTemplate& chat,
-                                                            const data::Tokenizer& tokenizer) {
+                                                           const data::Tokenizer& tokenizer) {
   const std::string mark = "fsdp-answer-7f3a";
   std::string text;
   try {
@@ -359,9 +359,9 @@ std::vector<std::string> sample(const TrainConfig& config, const SampleOptions& 
   std::vector<std::string> texts;
   for (size_t p = 0; p < inputs.size(); ++p) {
     for (int64_t s = 0; s < options.num_samples; ++s) {
-      const auto ids = generate(lm, inputs[p].ids, decoding,
-                                static_cast<uint64_t>(options.seed + s), *world,
-                                m.sharded->device());
+      const auto ids =
+          generate(lm, inputs[p].ids, decoding, static_cast<uint64_t>(options.seed + s), *world,
+                   m.sharded->device());
       texts.push_back(decode_known(*tokenizer, ids));
       if (world->rank() == 0) {
         out << "--- "

@@ -77,13 +77,15 @@ RunData prepare_examples(const TrainConfig& c, data::DataFormat format, RunLog& 
   check_vocabulary_fits(c, *data::load_tokenizer(c.data.tokenizer_dir));
   check_tokens(c, d);
   const data::ExampleCorpus& x = *d.examples;
-  const bool everything = format == data::DataFormat::kJsonlText || c.data.train_on == data::TrainOn::kAll;
+  const bool everything =
+      format == data::DataFormat::kJsonlText || c.data.train_on == data::TrainOn::kAll;
   log.info("data: '" + c.data.dataset + "' read as " + data::to_string(format) +
            (c.data.format == data::DataFormat::kAuto ? " (from its first line; data.format)" : "") +
            ": " + std::to_string(x.train.examples) + " training examples, " +
            std::to_string(x.train.tokens) + " tokens, " + std::to_string(x.train.targets) +
            " of them trained on (" +
-           (everything ? "every token" : std::string("data.train_on ") + data::to_string(c.data.train_on)) +
+           (everything ? "every token"
+                       : std::string("data.train_on ") + data::to_string(c.data.train_on)) +
            "); " + std::to_string(x.val.examples) + " validation examples" +
            (x.built ? ", tokenized now" : ", from the cache"));
   if (x.boundary_mismatches > 0) {
@@ -193,9 +195,8 @@ std::unique_ptr<data::EvalSource> eval_source(const TrainConfig& c, const RunDat
                                               c.train.eval_batches);
   }
   try {
-    return std::make_unique<data::ExampleEvalLoader>(d.examples->val, packing_options(c),
-                                                     loader_options(c, world),
-                                                     c.train.eval_batches);
+    return std::make_unique<data::ExampleEvalLoader>(
+        d.examples->val, packing_options(c), loader_options(c, world), c.train.eval_batches);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument("data.val_split: the validation examples of '" + c.data.dataset +
                                 "': " + e.what());

@@ -16,7 +16,8 @@
 // Storage: like a text corpus (fsdp/data/corpus.h), in a cache entry keyed by the file's bytes,
 // the format, TrainOn, the tokenizer's files and the split: train.bin and val.bin hold the tokens
 // (fsdp/data/token_file.h), train.flags.bin and val.flags.bin one flag per token (kTokenTarget,
-// kTokenStarts), train.lines.bin and val.lines.bin each example's line number, the manifest last. Validation is the last val_fraction of the examples.
+// kTokenStarts), train.lines.bin and val.lines.bin each example's line number, the manifest last.
+// Validation is the last val_fraction of the examples.
 //
 // Hostile files: a line longer than kMaxExampleLineBytes, nested deeper than JSON's bound, not an
 // object, missing its fields, with a field of the wrong type, an unknown role or a conversation

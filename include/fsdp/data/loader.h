@@ -164,7 +164,7 @@ class TrainLoader : public BatchSource {
   // outside [0, num_windows()].
   void set_state(const LoaderState& state) override { order_.set_state(state); }
 
-  int64_t num_windows() const { return windows_.size(); }        // W
+  int64_t num_windows() const { return windows_.size(); }         // W
   int64_t global_batch() const { return order_.global_batch(); }  // G = B * world
   int64_t steps_per_epoch() const { return windows_.size() / global_batch(); }
   const TokenWindows& windows() const { return windows_; }

@@ -38,8 +38,8 @@ struct PackingOptions {
   // false: examples see the earlier examples of their row, positions run 0..T-1 (no mask: faster,
   // not the same model as training them apart).
   bool attend_within = true;
-  bool truncate = false;  // an example longer than T keeps its first T tokens; false: refused
-  int32_t pad_id = 0;     // the token id padding takes
+  bool truncate = false;   // an example longer than T keeps its first T tokens; false: refused
+  int32_t pad_id = 0;      // the token id padding takes
   int64_t vocab_size = 0;  // > 0: a token id >= vocab_size is an error naming file and position
 };
 

@@ -218,7 +218,8 @@ class LlamaDecoderLayerImpl : public torch::nn::Module {
  public:
   LlamaDecoderLayerImpl(const LlamaConfig& config,
                         std::shared_ptr<const LlamaRotaryEmbedding> rope);
-  at::Tensor forward(const at::Tensor& x, const SequenceLayout& layout = {});  // [B, T, C] -> [B, T, C]
+  at::Tensor forward(const at::Tensor& x,
+                     const SequenceLayout& layout = {});  // [B, T, C] -> [B, T, C]
 
   LlamaAttention self_attn{nullptr};
   LlamaMLP mlp{nullptr};
