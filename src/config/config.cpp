@@ -369,11 +369,11 @@ bool operator==(const TrainLoopConfig& a, const TrainLoopConfig& b) {
   return std::tie(a.micro_batch_size, a.gradient_accumulation_steps, a.seed, a.eval_every,
                   a.eval_batches, a.log_every, a.checkpoint_dir, a.checkpoint_every,
                   a.checkpoint_keep_last, a.resume, a.metrics_file, a.num_threads,
-                  a.process_group_timeout, a.device, a.export_dir) ==
+                  a.process_group_timeout, a.device, a.export_dir, a.fused_loss) ==
          std::tie(b.micro_batch_size, b.gradient_accumulation_steps, b.seed, b.eval_every,
                   b.eval_batches, b.log_every, b.checkpoint_dir, b.checkpoint_every,
                   b.checkpoint_keep_last, b.resume, b.metrics_file, b.num_threads,
-                  b.process_group_timeout, b.device, b.export_dir);
+                  b.process_group_timeout, b.device, b.export_dir, b.fused_loss);
 }
 
 const char* to_string(TrainDevice device) { return device == TrainDevice::kCuda ? "cuda" : "cpu"; }

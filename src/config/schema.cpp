@@ -638,6 +638,9 @@ std::vector<Option> train_section() {
                      "or a checkpoint's path"),
       string_setting("train.metrics_file", FIELD(train.metrics_file),
                      "append one JSON object per logged step here (JSONL); empty: none"),
+      bool_setting("train.fused_loss", FIELD(train.fused_loss),
+                   "the head and the cross entropy fused, chunked over tokens: the logits are "
+                   "never whole"),
       string_setting(
           "train.export_dir", FIELD(train.export_dir),
           "at the end, the last checkpoint as a Hugging Face model folder here "

@@ -27,11 +27,16 @@ CausalLM build_gpt2(const TrainConfig& config) {
   c.attention = m.attention;
   c.deferred = true;
   GPT2 model(c);
-  return {model.ptr(), [model](const at::Tensor& idx) mutable { return fsdp::forward(model, idx); },
-          c.n_positions, gpt2_param_init(c, static_cast<uint64_t>(config.train.seed)),
-          [model](const at::Tensor& idx, const SequenceLayout& layout) mutable {
-            return fsdp::forward(model, idx, layout);
-          }};
+  return {
+      model.ptr(),
+      [model](const at::Tensor& idx) mutable { return fsdp::forward(model, idx); },
+      c.n_positions,
+      gpt2_param_init(c, static_cast<uint64_t>(config.train.seed)),
+      [model](const at::Tensor& idx, const SequenceLayout& layout) mutable {
+        return fsdp::forward(model, idx, layout);
+      },
+      [model](const at::Tensor& idx, const SequenceLayout& layout,
+              const LossTargets& loss) mutable { return fsdp::forward(model, idx, layout, loss); }};
 }
 
 RopeScaling rope_scaling(const ModelConfig& m) {
@@ -83,12 +88,16 @@ CausalLM build_llama(const TrainConfig& config) {
   c.nope_layers = m.nope_layers;
   c.deferred = true;
   Llama model(c);
-  return {model.ptr(), [model](const at::Tensor& idx) mutable { return fsdp::forward(model, idx); },
-          c.max_position_embeddings,
-          llama_param_init(static_cast<uint64_t>(config.train.seed), m.norm_offset),
-          [model](const at::Tensor& idx, const SequenceLayout& layout) mutable {
-            return fsdp::forward(model, idx, layout);
-          }};
+  return {
+      model.ptr(),
+      [model](const at::Tensor& idx) mutable { return fsdp::forward(model, idx); },
+      c.max_position_embeddings,
+      llama_param_init(static_cast<uint64_t>(config.train.seed), m.norm_offset),
+      [model](const at::Tensor& idx, const SequenceLayout& layout) mutable {
+        return fsdp::forward(model, idx, layout);
+      },
+      [model](const at::Tensor& idx, const SequenceLayout& layout,
+              const LossTargets& loss) mutable { return fsdp::forward(model, idx, layout, loss); }};
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include "fsdp/config/config.h"
 #include "fsdp/models/attention.h"
+#include "fsdp/models/fused_loss.h"
 #include "fsdp/options.h"
 
 namespace torch {
@@ -34,6 +35,9 @@ struct CausalLM {
   // forward for packed rows: each sequence at its own positions, attending within itself
   // (fsdp/models/attention.h's packed_layout).
   std::function<at::Tensor(const at::Tensor&, const SequenceLayout&)> forward_packed;
+  // The loss of idx [B, T] against targets through the fused head and cross entropy
+  // (fsdp/models/fused_loss.h): the logits never whole. `layout` may be empty.
+  std::function<at::Tensor(const at::Tensor&, const SequenceLayout&, const LossTargets&)> loss;
 };
 
 // Builds the model `config.model` describes with context config.context_length(), its parameters

@@ -18,6 +18,7 @@
 
 #include "fsdp/hooks.h"
 #include "fsdp/init.h"
+#include "fsdp/models/fused_loss.h"
 
 namespace fsdp {
 
@@ -157,7 +158,7 @@ GPT2Impl::GPT2Impl(GPT2Config config) : config_(config) {
   if (!config_.deferred) init_gpt2_weights(*this, 0);
 }
 
-at::Tensor GPT2Impl::forward(const at::Tensor& idx, const SequenceLayout& layout) {
+at::Tensor GPT2Impl::hidden_states(const at::Tensor& idx, const SequenceLayout& layout) {
   if (idx.dim() != 2 || idx.scalar_type() != at::kLong) {
     throw std::invalid_argument("GPT2::forward expects token ids [B, T] of type int64, got " +
                                 std::to_string(idx.dim()) + "-D " +
@@ -177,8 +178,19 @@ at::Tensor GPT2Impl::forward(const at::Tensor& idx, const SequenceLayout& layout
   for (auto& block : blocks_) {
     x = fsdp::forward(block, x, layout);  // the runtime's interception point
   }
-  x = tr.ln_f->forward(x);
-  return at::matmul(x, tr.wte->weight.t());  // [B, T, V], tied to the token embeddings
+  return tr.ln_f->forward(x);
+}
+
+at::Tensor GPT2Impl::forward(const at::Tensor& idx, const SequenceLayout& layout) {
+  // [B, T, V], tied to the token embeddings
+  return at::matmul(hidden_states(idx, layout), transformer_->wte->weight.t());
+}
+
+at::Tensor GPT2Impl::forward(const at::Tensor& idx, const SequenceLayout& layout,
+                             const LossTargets& loss) {
+  const at::Tensor x = hidden_states(idx, layout);
+  return linear_cross_entropy(x.reshape({-1, x.size(-1)}), transformer_->wte->weight,
+                              loss.targets.reshape({-1}), loss.mean);
 }
 
 namespace {

@@ -25,6 +25,7 @@
 
 #include "fsdp/hooks.h"
 #include "fsdp/init.h"
+#include "fsdp/models/fused_loss.h"
 #include "fsdp/models/gpt2.h"  // parameter_seed, gpt2_loss
 
 namespace fsdp {
@@ -439,7 +440,7 @@ LlamaImpl::LlamaImpl(LlamaConfig config) : config_(config) {
   }
 }
 
-at::Tensor LlamaImpl::forward(const at::Tensor& idx, const SequenceLayout& layout) {
+at::Tensor LlamaImpl::hidden_states(const at::Tensor& idx, const SequenceLayout& layout) {
   if (idx.dim() != 2 || idx.scalar_type() != at::kLong) {
     throw std::invalid_argument("Llama::forward expects token ids [B, T] of type int64, got " +
                                 std::to_string(idx.dim()) + "-D " +
@@ -459,9 +460,22 @@ at::Tensor LlamaImpl::forward(const at::Tensor& idx, const SequenceLayout& layou
   for (auto& block : blocks_) {
     x = fsdp::forward(block, x, layout);  // the runtime's interception point
   }
-  x = model_->norm->forward(x);
-  if (config_.tie_embeddings) return at::matmul(x, model_->embed_tokens->weight.t());
-  return lm_head_->forward(x);  // [B, T, V]
+  return model_->norm->forward(x);
+}
+
+const at::Tensor& LlamaImpl::head_weight() const {
+  return config_.tie_embeddings ? model_->embed_tokens->weight : lm_head_->weight;
+}
+
+at::Tensor LlamaImpl::forward(const at::Tensor& idx, const SequenceLayout& layout) {
+  return at::matmul(hidden_states(idx, layout), head_weight().t());  // [B, T, V]
+}
+
+at::Tensor LlamaImpl::forward(const at::Tensor& idx, const SequenceLayout& layout,
+                              const LossTargets& loss) {
+  const at::Tensor x = hidden_states(idx, layout);
+  return linear_cross_entropy(x.reshape({-1, x.size(-1)}), head_weight(),
+                              loss.targets.reshape({-1}), loss.mean);
 }
 
 at::Tensor causal_lm_loss(const at::Tensor& logits, const at::Tensor& targets) {

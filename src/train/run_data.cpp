@@ -220,27 +220,42 @@ double average_over_ranks(double value, Comm& world) {
   return v;
 }
 
+namespace {
+at::Tensor on_device(const at::Tensor& t, c10::Device device, bool non_blocking) {
+  return device.is_cpu() ? t : t.pin_memory().to(device, non_blocking);
+}
+}  // namespace
+
 at::Tensor forward_batch(const CausalLM& lm, const data::Batch& b, c10::Device device,
                          bool non_blocking) {
-  auto to_device = [&](const at::Tensor& t) {
-    return device.is_cpu() ? t : t.pin_memory().to(device, non_blocking);
-  };
-  if (!b.positions.defined()) return lm.forward(to_device(b.inputs));
-  return lm.forward_packed(to_device(b.inputs), packed_layout(b.positions, device));
+  if (!b.positions.defined()) return lm.forward(on_device(b.inputs, device, non_blocking));
+  return lm.forward_packed(on_device(b.inputs, device, non_blocking),
+                           packed_layout(b.positions, device));
+}
+
+at::Tensor batch_loss(const CausalLM& lm, const data::Batch& b, c10::Device device, bool mean,
+                      bool fused, bool non_blocking) {
+  const at::Tensor targets = on_device(b.targets, device, non_blocking);
+  if (fused) {
+    const SequenceLayout layout =
+        b.positions.defined() ? packed_layout(b.positions, device) : SequenceLayout{};
+    return lm.loss(on_device(b.inputs, device, non_blocking), layout, LossTargets{targets, mean});
+  }
+  const at::Tensor logits = forward_batch(lm, b, device, non_blocking);
+  return mean ? gpt2_loss(logits, targets) : token_loss_sum(logits, targets);
 }
 
 // Sums of the loss and of the targets over every rank's batches; their ratio is the mean over
 // all targets, as one process over the whole validation set would take it.
-double evaluate(const CausalLM& lm, const data::EvalSource& source, Comm& world,
-                c10::Device device) {
+double evaluate(const CausalLM& lm, const data::EvalSource& source, Comm& world, c10::Device device,
+                bool fused) {
   at::NoGradGuard no_grad;
   float sum = 0;
   int64_t count = 0;
   for (int64_t i = 0; i < source.num_batches(); ++i) {
     const data::Batch b = source.eval_batch(i);
-    const at::Tensor targets = b.targets.to(device);
-    sum += token_loss_sum(forward_batch(lm, b, device), targets).item<float>();
-    count += targets.ne(-100).sum().item<int64_t>();
+    sum += batch_loss(lm, b, device, /*mean=*/false, fused).item<float>();
+    count += b.targets.ne(-100).sum().item<int64_t>();
   }
   world.all_reduce(&sum, 1, DType::kFloat32, ReduceOp::kSum);
   world.all_reduce(&count, 1, DType::kInt64, ReduceOp::kSum);

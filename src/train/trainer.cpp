@@ -423,10 +423,8 @@ StepGradients train_step(const TrainConfig& c, const CausalLM& lm, FullyShardedM
   for (int64_t micro = 0; micro < accum; ++micro) {
     model.set_requires_gradient_sync(micro + 1 == accum);
     const data::Batch& b = batches[static_cast<size_t>(micro)];
-    const at::Tensor logits = forward_batch(lm, b, device, /*non_blocking=*/true);
-    const at::Tensor targets =
-        device.is_cpu() ? b.targets : b.targets.pin_memory().to(device, /*non_blocking=*/true);
-    at::Tensor loss = r.masked ? token_loss_sum(logits, targets) : gpt2_loss(logits, targets);
+    at::Tensor loss = batch_loss(lm, b, device, /*mean=*/!r.masked, c.train.fused_loss,
+                                 /*non_blocking=*/true);
     at::Tensor share = loss * weight;
     (scaler ? scaler->scale(share) : share).backward();
     losses.push_back(loss.detach());
@@ -565,7 +563,7 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
   int64_t last_log_step = summary.start_step;
   auto maybe_eval = [&](int64_t step) {
     if (!eval_loader) return;
-    const double v = evaluate(lm, *eval_loader, *world, model->device());
+    const double v = evaluate(lm, *eval_loader, *world, model->device(), c.train.fused_loss);
     log.eval(step, v);
     if (summary.first_val_loss < 0) summary.first_val_loss = v;
     summary.last_val_loss = v;

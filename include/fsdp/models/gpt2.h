@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "fsdp/models/attention.h"
+#include "fsdp/models/fused_loss.h"
 #include "fsdp/options.h"
 
 namespace fsdp {
@@ -123,12 +124,16 @@ class GPT2Impl : public torch::nn::Module {
   // idx [B, T] int64 token ids, T <= n_positions -> logits [B, T, vocab_size]; `layout`: packed
   // sequences, each with its own positions (fsdp/models/attention.h).
   at::Tensor forward(const at::Tensor& idx, const SequenceLayout& layout = {});
+  // The loss against loss.targets, the head and the cross entropy fused so that the logits are
+  // never whole (fsdp/models/fused_loss.h).
+  at::Tensor forward(const at::Tensor& idx, const SequenceLayout& layout, const LossTargets& loss);
 
   const GPT2Config& config() const { return config_; }
   const std::vector<GPT2Block>& blocks() const { return blocks_; }
   GPT2Transformer& transformer() { return transformer_; }
 
  private:
+  at::Tensor hidden_states(const at::Tensor& idx, const SequenceLayout& layout);  // ln_f's output
   GPT2Config config_;
   GPT2Transformer transformer_{nullptr};
   std::vector<GPT2Block> blocks_;  // the same modules as transformer_->h, typed

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "fsdp/models/attention.h"
+#include "fsdp/models/fused_loss.h"
 #include "fsdp/options.h"
 
 namespace fsdp {
@@ -252,6 +253,9 @@ class LlamaImpl : public torch::nn::Module {
   // the parameters' dtype.
   // idx [B, T] -> logits [B, T, V]; `layout`: packed sequences (fsdp/models/attention.h).
   at::Tensor forward(const at::Tensor& idx, const SequenceLayout& layout = {});
+  // The loss against loss.targets, the head and the cross entropy fused so that the logits are
+  // never whole (fsdp/models/fused_loss.h).
+  at::Tensor forward(const at::Tensor& idx, const SequenceLayout& layout, const LossTargets& loss);
 
   const LlamaConfig& config() const { return config_; }
   const std::vector<LlamaDecoderLayer>& blocks() const { return blocks_; }
@@ -260,6 +264,9 @@ class LlamaImpl : public torch::nn::Module {
   torch::nn::Linear& lm_head() { return lm_head_; }
 
  private:
+  // The final norm's output [B, T, C]; the head's weight [V, C] (lm_head's, or the embedding's).
+  at::Tensor hidden_states(const at::Tensor& idx, const SequenceLayout& layout);
+  const at::Tensor& head_weight() const;
   LlamaConfig config_;
   LlamaModel model_{nullptr};
   torch::nn::Linear lm_head_{nullptr};

@@ -1,0 +1,38 @@
+// The language-model head and its cross entropy in one step that never holds the whole logits:
+// for a chunk of rows at a time, logits = hidden x weight^T, then their log-sum-exp and the
+// target's logit; in backward the chunk's logits again, softmax minus one-hot, straight into the
+// gradients of the hidden states and of the weight. At a 128,256-token vocabulary and 16,384 rows
+// (batch 8 x 2048) the unfused path holds 2.1 G logits (8.4 GB in fp32) and their gradient; this
+// one holds `chunk_rows` x V at a time, twice (the chunk's logits and their fp32 gradient).
+//
+// The numbers are the unfused path's (the head's matmul, then gpt2_loss): logits in the inputs'
+// dtype, the loss's arithmetic in fp32, the logits' gradient rounded to the inputs' dtype once
+// before the two matmuls of backward; the weight's gradient is summed over chunks in fp32.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace fsdp {
+
+// What a model's forward takes to return its loss instead of its logits (the head and the cross
+// entropy fused: linear_cross_entropy): targets [B, T] (-100: ignored), and whether the loss is
+// their mean or their sum. Passed inside the root module's forward, so that the head's weight is
+// still gathered there and gathered again for the loss's backward.
+struct LossTargets {
+  at::Tensor targets;
+  bool mean = true;
+};
+
+// Rows of logits a chunk holds: those whose fp32 copy fits 64 MiB (at least one).
+int64_t linear_cross_entropy_chunk_rows(int64_t vocab_size);
+
+// Cross entropy of the logits hidden [N, C] x weight [V, C]^T against targets [N] (int64, -100:
+// ignored), over the targets that count: their mean (`mean`) or their sum (0 when none counts).
+// hidden and weight share a floating dtype and device. chunk_rows 0: the default above.
+// Differentiable in hidden and weight (a tied head passes the embedding).
+at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
+                                const at::Tensor& targets, bool mean, int64_t chunk_rows = 0);
+
+}  // namespace fsdp
