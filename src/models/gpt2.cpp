@@ -182,8 +182,10 @@ at::Tensor GPT2Impl::hidden_states(const at::Tensor& idx, const SequenceLayout& 
 }
 
 at::Tensor GPT2Impl::forward(const at::Tensor& idx, const SequenceLayout& layout) {
-  // [B, T, V], tied to the token embeddings
-  return at::matmul(hidden_states(idx, layout), transformer_->wte->weight.t());
+  // The blocks first, then the head's transpose: autograd runs later-made nodes first, so the
+  // head's gradient is ready before the blocks' (the split root reduction sends it early).
+  const at::Tensor x = hidden_states(idx, layout);
+  return at::matmul(x, transformer_->wte->weight.t());  // [B, T, V], tied to the embeddings
 }
 
 at::Tensor GPT2Impl::forward(const at::Tensor& idx, const SequenceLayout& layout,

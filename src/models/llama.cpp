@@ -468,7 +468,10 @@ const at::Tensor& LlamaImpl::head_weight() const {
 }
 
 at::Tensor LlamaImpl::forward(const at::Tensor& idx, const SequenceLayout& layout) {
-  return at::matmul(hidden_states(idx, layout), head_weight().t());  // [B, T, V]
+  // The blocks first, then the head's transpose: autograd runs later-made nodes first, so the
+  // head's gradient is ready before the blocks' (the split root reduction sends it early).
+  const at::Tensor x = hidden_states(idx, layout);
+  return at::matmul(x, head_weight().t());  // [B, T, V]
 }
 
 at::Tensor LlamaImpl::forward(const at::Tensor& idx, const SequenceLayout& layout,
