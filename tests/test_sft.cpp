@@ -68,7 +68,8 @@ struct Case {
 };
 std::vector<Case> cases() {
   std::vector<Case> out;
-  for (const auto& [name, unused] : reference()["cases"].items()) {
+  const json ref = reference();  // alive while its items are walked
+  for (const auto& [name, unused] : ref["cases"].items()) {
     out.push_back({name, name == "messages" ? data::DataFormat::kMessages
                                             : data::DataFormat::kPromptCompletion});
   }
@@ -77,6 +78,7 @@ std::vector<Case> cases() {
 
 TEST(Sft, TokensAndTargetsAreTransformers) {
   const json ref = reference();
+  ASSERT_EQ(cases().size(), 2u) << "the fixture holds a prompt/completion and a messages case";
   for (const Case& k : cases()) {
     SCOPED_TRACE(k.name);
     TempDir cache;
@@ -140,9 +142,12 @@ CausalLM load_model(const TrainConfig& c) {
 // summation order alone moves the fifth digit by about 1e-7.
 TEST(Sft, LossIsTransformersPackedAndPadded) {
   const json ref = reference();
-  const TrainConfig c = load_config(
-      "", {{"model.pretrained", (kSft / "model").string()}, {"model.attention", "explicit"}}, {},
-      hf::read_folder_settings);
+  const TrainConfig c =
+      load_config("",
+                  {{"model.pretrained", (kSft / "model").string()},
+                   {"model.attention", "explicit"},
+                   {"data.seq_len", "512"}},  // the context the cases' rows need (256 the longest)
+                  {}, hf::read_folder_settings);
   const CausalLM lm = load_model(c);
   for (const Case& k : cases()) {
     SCOPED_TRACE(k.name);
