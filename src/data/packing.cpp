@@ -59,8 +59,8 @@ PackedExamples::PackedExamples(const ExampleSplit& split, const PackingOptions& 
   pack();
 }
 
-// One pass over the flags, a chunk at a time: where each example starts, and that every flag is
-// one the writer gives.
+// One pass over the flags, a chunk at a time: where each example starts, its targets, and that
+// every flag is one the writer gives.
 void PackedExamples::find_examples() {
   const int64_t n = flags_file_.size();
   std::vector<int64_t> chunk;
@@ -75,11 +75,14 @@ void PackedExamples::find_examples() {
                                  " at token " + std::to_string(begin + i) +
                                  " (0, 1 or 2 are written); delete the cache entry to rebuild it");
       }
-      if (f == kTokenStarts) starts_.push_back(begin + i);
       if (begin + i == 0 && f != kTokenStarts) {
         throw std::runtime_error("examples: " + split_.flags_path +
                                  ": the first token does not start an example");
       }
+      if (f == kTokenStarts) starts_.push_back(begin + i);
+      // Only the first seq_len tokens of an example are kept (pack() refuses or truncates the
+      // rest): its targets among them are the rows' targets.
+      if (f == kTokenTarget && begin + i - starts_.back() < options_.seq_len) ++targets_;
     }
   }
   lengths_.resize(starts_.size());
@@ -122,12 +125,6 @@ void PackedExamples::pack() {
   std::vector<int64_t> next(row_begin_.begin(), row_begin_.end() - 1);
   for (int64_t i = 0; i < n; ++i) order_[next[row_of[i]]++] = i;
   for (int64_t i = 0; i < n; ++i) tokens_ += lengths_[i];
-  std::vector<int64_t> flags;  // the targets among the tokens kept
-  for (int64_t i = 0; i < n; ++i) {
-    flags.resize(static_cast<size_t>(lengths_[i]));
-    flags_file_.read(starts_[i], lengths_[i], flags.data());
-    targets_ += std::count(flags.begin(), flags.end(), kTokenTarget);
-  }
 }
 
 // "'chat.jsonl' line 17" where the split knows its lines, else the example's index.
