@@ -10,24 +10,21 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 
 #include "data/cache_entry.h"
+#include "data/parallel.h"
 #include "fsdp/data/tokenizer.h"
 #include "util/files.h"
 
@@ -185,29 +182,11 @@ std::vector<std::vector<int32_t>> tokenize(const Tokenizer& tok,
                                            const std::vector<std::string>& files, int threads) {
   std::vector<std::vector<int32_t>> out(files.size());
   const std::optional<int32_t> separator = document_separator(tok);
-  std::atomic<size_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mu;
-  auto work = [&] {
-    for (size_t i; (i = next++) < files.size();) {
-      try {
-        if (separator) out[i].push_back(*separator);
-        const auto ids = tok.encode(read_file(files[i]));
-        out[i].insert(out[i].end(), ids.begin(), ids.end());
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mu);
-        if (!error) error = std::current_exception();
-        next = files.size();
-      }
-    }
-  };
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const size_t n = std::min<size_t>(files.size(), threads > 0 ? threads : hw);
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < n; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
+  parallel_for(files.size(), threads, [&](size_t i) {
+    if (separator) out[i].push_back(*separator);
+    const auto ids = tok.encode(read_file(files[i]));
+    out[i].insert(out[i].end(), ids.begin(), ids.end());
+  });
   return out;
 }
 

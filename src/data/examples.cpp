@@ -6,20 +6,17 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <exception>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 
 #include "data/cache_entry.h"
+#include "data/parallel.h"
 #include "fsdp/data/chat_template.h"
 #include "fsdp/data/corpus.h"
 #include "fsdp/data/tokenizer.h"
@@ -271,45 +268,24 @@ Tokenized tokenize_lines(const std::string& path, const ExampleOptions& o, const
   if (lines.empty()) throw std::runtime_error("'" + path + "': no examples (every line is blank)");
   Tokenized out;
   out.examples.resize(lines.size());
-  std::atomic<size_t> next{0};
-  std::exception_ptr error;
-  size_t error_line = lines.size();
-  std::mutex mu;
-  auto work = [&] {
-    for (size_t i; (i = next++) < lines.size();) {
-      try {
-        const std::string at = where(path, lines[i].number);
-        const Json j = parse_line(lines[i], path);
-        Example& e = out.examples[i];
-        switch (o.format) {
-          case DataFormat::kJsonlText:
-            e = text_example(j, at, tok);
-            break;
-          case DataFormat::kPromptCompletion:
-            e = prompt_completion_example(j, at, tok, o.train_on);
-            break;
-          default:
-            e = messages_example(j, at, tok, *chat, o.train_on);
-            break;
-        }
-        e.line = lines[i].number;
-        std::string().swap(lines[i].text);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (i < error_line) {  // the first bad line in the file, whichever thread finds it
-          error_line = i;
-          error = std::current_exception();
-        }
-      }
+  parallel_for(lines.size(), o.threads, [&](size_t i) {
+    const std::string at = where(path, lines[i].number);
+    const Json j = parse_line(lines[i], path);
+    Example& e = out.examples[i];
+    switch (o.format) {
+      case DataFormat::kJsonlText:
+        e = text_example(j, at, tok);
+        break;
+      case DataFormat::kPromptCompletion:
+        e = prompt_completion_example(j, at, tok, o.train_on);
+        break;
+      default:
+        e = messages_example(j, at, tok, *chat, o.train_on);
+        break;
     }
-  };
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const size_t n = std::min<size_t>(lines.size(), o.threads > 0 ? o.threads : hw);
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < n; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
+    e.line = lines[i].number;
+    std::string().swap(lines[i].text);
+  });
   for (const Example& e : out.examples) out.mismatches += e.boundary_mismatch ? 1 : 0;
   return out;
 }
