@@ -6,8 +6,8 @@
 #    size 1 with gradient accumulation and at world size 2 with and without it: the step's rows
 #    are all of the data set, so the loss is the mean over every target whichever rank and
 #    micro-batch holds it, the normalisation a single process over the global batch has;
-#  - the same through the fused head and cross entropy (train.fused_loss), without packing (one
-#    example a row, padded), and with data.train_on all (every token, a different loss: the flag
+#  - the same through the logits whole (train.fused_loss false; the default fuses the head and
+#    the cross entropy), without packing (one example a row, padded), and with data.train_on all (every token, a different loss: the flag
 #    is honoured);
 #  - a 2-rank run of several steps lowers the loss, exports a folder, and `sample --chat` of the
 #    export answers through the chat template (with a chat template in the fixture).
@@ -67,8 +67,8 @@ for data in prompt_completion messages; do
   check "$data np1 accum2" "$(first_loss "$data-1" 1 $((n / 2)) 2 "${D[@]}" | tail -1)" "$packed"
   check "$data np2 accum2" "$(first_loss "$data-2a" 2 $((n / 4)) 2 "${D[@]}" | tail -1)" "$packed"
   check "$data np2" "$(first_loss "$data-2" 2 $((n / 2)) 1 "${D[@]}" | tail -1)" "$packed"
-  check "$data np2 accum2 fused loss" "$(first_loss "$data-2f" 2 $((n / 4)) 2 "${D[@]}" \
-    --train.fused_loss true | tail -1)" "$packed"
+  check "$data np2 accum2 unfused loss" "$(first_loss "$data-2f" 2 $((n / 4)) 2 "${D[@]}" \
+    --train.fused_loss false | tail -1)" "$packed"
   # One example a row: as many rows as examples.
   examples=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["cases"][sys.argv[2]]["examples"]))' "$FIX/reference.json" "$data")
   check "$data np2 unpacked" "$(first_loss "$data-pad" 2 $((examples / 2)) 1 "${D[@]}" --data.packing false | tail -1)" "$padded"

@@ -911,7 +911,7 @@ std::map<std::string, Change> changes() {
       {"train.checkpoint_keep_last", {[](TrainConfig& c) { c.train.checkpoint_keep_last = 3; }}},
       {"train.resume", {[](TrainConfig& c) { c.train.resume = "no"; }}},  // a path named "no"
       {"train.metrics_file", {[](TrainConfig& c) { c.train.metrics_file = "m.jsonl"; }}},
-      {"train.fused_loss", {[](TrainConfig& c) { c.train.fused_loss = true; }}},
+      {"train.fused_loss", {[](TrainConfig& c) { c.train.fused_loss = false; }}},
       {"train.export_dir", {[](TrainConfig& c) { c.train.export_dir = "out/my model"; }}},
       {"train.num_threads", {[](TrainConfig& c) { c.train.num_threads = 0; }}},
       {"train.process_group_timeout",

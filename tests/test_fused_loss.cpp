@@ -94,6 +94,54 @@ TEST(LinearCrossEntropy, NoTargetIsZeroLossAndGradient) {
   EXPECT_EQ(r.grad_weight.abs().max().item<double>(), 0.0);
 }
 
+// The gradients are taken in forward and handed over by the first backward; a second backward of a
+// retained graph recomputes them from the saved rows (the fp16 path's way), the same numbers.
+TEST(LinearCrossEntropy, ASecondBackwardRecomputes) {
+  torch::manual_seed(4);
+  const at::Tensor hidden0 = torch::randn({9, 8}), weight0 = torch::randn({13, 8});
+  const at::Tensor targets = torch::randint(0, 13, {9}, torch::kLong);
+  at::Tensor hidden = hidden0.clone().requires_grad_(true);
+  at::Tensor weight = weight0.clone().requires_grad_(true);
+  const at::Tensor loss = linear_cross_entropy(hidden, weight, targets, /*mean=*/true, 4);
+  (loss * 0.5).backward({}, /*retain_graph=*/true);
+  const at::Tensor once_hidden = hidden.grad().clone(), once_weight = weight.grad().clone();
+  (loss * 0.5).backward();
+  EXPECT_LT(rel(hidden.grad(), 2 * once_hidden), 1e-6);
+  EXPECT_LT(rel(weight.grad(), 2 * once_weight), 1e-6);
+  const Result unfused = run(false, hidden0, weight0, targets, /*mean=*/true, 4);
+  EXPECT_LT(rel(once_hidden, unfused.grad_hidden * (0.5 / 0.75)), 1e-5);
+}
+
+// fp16 takes the gradient in backward, with the upstream gradient (the loss scale) applied before
+// it is rounded: at a scale of 2^16 the logits' gradients below fp16's smallest (6e-8) survive as
+// the unfused path keeps them. LibTorch 1.13 has no fp16 matmul on the CPU.
+TEST(LinearCrossEntropy, Fp16ScalesBeforeRounding) {
+  const at::Tensor probe = torch::ones({2, 2}, torch::kHalf);
+  try {
+    (void)at::matmul(probe, probe);
+  } catch (const std::exception&) {
+    GTEST_SKIP() << "this LibTorch (" << TORCH_VERSION << ") has no fp16 matmul on the CPU";
+  }
+  torch::manual_seed(6);
+  const int64_t N = 64, C = 16, V = 4000;  // a mean over 64 rows of 4000-way softmaxes: tiny
+  const at::Tensor hidden = torch::randn({N, C}).to(torch::kHalf);
+  const at::Tensor weight = torch::randn({V, C}).to(torch::kHalf);
+  const at::Tensor targets = torch::randint(0, V, {N}, torch::kLong);
+  auto grads = [&](bool fused) {
+    at::Tensor h = hidden.clone().requires_grad_(true), w = weight.clone().requires_grad_(true);
+    const at::Tensor loss = fused ? linear_cross_entropy(h, w, targets, true, 16)
+                                  : gpt2_loss(at::matmul(h, w.t()), targets);
+    (loss * 65536.0).backward();
+    return std::make_pair(h.grad().to(at::kFloat), w.grad().to(at::kFloat));
+  };
+  const auto [fused_h, fused_w] = grads(true);
+  const auto [plain_h, plain_w] = grads(false);
+  EXPECT_LT(rel(fused_h, plain_h), 1e-2);
+  EXPECT_LT(rel(fused_w, plain_w), 1e-2);
+  // Unscaled, most of the weight's gradient entries would have flushed to zero.
+  EXPECT_GT(fused_w.ne(0).sum().item<int64_t>(), fused_w.numel() / 2);
+}
+
 TEST(LinearCrossEntropy, ShapesAreChecked) {
   EXPECT_THROW(linear_cross_entropy(torch::randn({4, 8}), torch::randn({11, 7}),
                                     torch::zeros({4}, torch::kLong), true),
@@ -109,7 +157,7 @@ TEST(LinearCrossEntropy, ShapesAreChecked) {
 // its backward. GPT-2 (tied) and Llama tied and untied, packed rows too: the loss and every
 // shard's gradient equal the unfused path's (fp32; 1e-5 relative, summation order only).
 TEST(LinearCrossEntropy, InsideAShardedModelEqualsTheUnfusedPath) {
-  for (const std::string& shape : {"gpt2", "llama", "llama-tied"}) {
+  for (const std::string& shape : std::vector<std::string>{"gpt2", "llama", "llama-tied"}) {
     SCOPED_TRACE(shape);
     std::vector<ConfigOverride> o = {{"model.n_layer", "2"}, {"data.seq_len", "16"}};
     if (shape == "gpt2") {

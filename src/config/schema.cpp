@@ -640,7 +640,7 @@ std::vector<Option> train_section() {
                      "append one JSON object per logged step here (JSONL); empty: none"),
       bool_setting("train.fused_loss", FIELD(train.fused_loss),
                    "the head and the cross entropy fused, chunked over tokens: the logits are "
-                   "never whole"),
+                   "never whole (default true; false: the logits whole, then the loss)"),
       string_setting(
           "train.export_dir", FIELD(train.export_dir),
           "at the end, the last checkpoint as a Hugging Face model folder here "

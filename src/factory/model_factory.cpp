@@ -112,6 +112,12 @@ CausalLM build_model(const TrainConfig& config) {
   throw std::invalid_argument("model.type: unknown model type");
 }
 
+at::Tensor next_token_loss(const CausalLM& lm, const at::Tensor& inputs, const at::Tensor& targets,
+                           bool fused) {
+  if (fused) return lm.loss(inputs, SequenceLayout{}, LossTargets{targets, /*mean=*/true});
+  return gpt2_loss(lm.forward(inputs), targets);
+}
+
 namespace {
 
 int64_t saturating_mul(int64_t a, int64_t b) {

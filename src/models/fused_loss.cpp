@@ -20,47 +20,111 @@ void for_each_chunk(int64_t n, int64_t chunk, Fn fn) {
   for (int64_t r = 0; r < n; r += chunk) fn(r, std::min(chunk, n - r));
 }
 
+// What the loss's gradient needs of a forward: the rows' clamped targets, which count, and their
+// log-sum-exp; `scale` is d loss / d (each row's loss): 0 where ignored, 1 / count for a mean.
+struct Rows {
+  at::Tensor hidden, weight, index, lse, scale;
+};
+
+// The gradients of hidden and weight for the loss times `upstream`, accumulated chunk by chunk:
+// each chunk's logits (recomputed, or the ones forward has just made) -> softmax - one-hot, times
+// the scale, rounded once to the inputs' dtype as the unfused logits' gradient is, then its two
+// matmuls; the weight's gradient summed in fp32.
+struct Gradients {
+  at::Tensor hidden, weight;
+};
+Gradients zero_gradients(const Rows& rows) {
+  return {at::empty_like(rows.hidden),
+          at::zeros(rows.weight.sizes(), rows.weight.options().dtype(at::kFloat))};
+}
+void add_chunk_gradient(const Rows& rows, int64_t r, int64_t n, at::Tensor logits,
+                        const at::Tensor& upstream, Gradients& into) {
+  at::Tensor& g = logits;  // fp32, the chunk's own: made in place
+  g.sub_(rows.lse.narrow(0, r, n).unsqueeze(1)).exp_();
+  g.scatter_add_(1, rows.index.narrow(0, r, n).unsqueeze(1), at::full({n, 1}, -1.0, g.options()));
+  g.mul_(rows.scale.narrow(0, r, n).unsqueeze(1) * upstream);
+  const at::Tensor h = rows.hidden.narrow(0, r, n);
+  const at::Tensor rounded = g.to(rows.hidden.scalar_type());
+  into.hidden.narrow(0, r, n).copy_(at::matmul(rounded, rows.weight));
+  if (rounded.scalar_type() == at::kFloat) {
+    into.weight.addmm_(rounded.t(), h);  // no V x C product beside the sum
+  } else {
+    into.weight.add_(at::matmul(rounded.t(), h));
+  }
+}
+
+// The chunk's logits in fp32 (the matmul in the inputs' dtype, as the unfused head's).
+at::Tensor chunk_logits(const Rows& rows, int64_t r, int64_t n) {
+  return at::matmul(rows.hidden.narrow(0, r, n), rows.weight.t()).to(at::kFloat);
+}
+
+// [Note: gradients in forward] The head is the model's last operation and its backward the first,
+// so the loss's gradient taken in forward, from the logits forward has in hand, costs no memory at
+// the step's peak that backward would not hold then anyway (the weight's fp32 gradient and the
+// hidden states'), and saves the head's matmul a recomputation (a third of its FLOPs; for GPT-2
+// 124M, about a tenth of the step's). Backward then only scales them by the upstream gradient.
+// Not in fp16: its loss scaling must multiply the logits' gradient before it is rounded to fp16,
+// or the small entries flush to zero; there backward recomputes each chunk with the upstream
+// gradient in hand.
+bool gradients_in_forward(const at::Tensor& hidden) {
+  return hidden.scalar_type() != at::kHalf;
+}
+
 struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden,
                             const at::Tensor& weight, const at::Tensor& targets, bool mean,
-                            int64_t chunk) {
+                            int64_t chunk, bool wants_grad) {
     const at::Tensor valid = targets.ne(kIgnoreIndex);
-    const at::Tensor index = targets.masked_fill(valid.logical_not(), 0);
     const at::TensorOptions fp32 = hidden.options().dtype(at::kFloat);
-    at::Tensor lse = at::empty({hidden.size(0)}, fp32), picked = at::empty({hidden.size(0)}, fp32);
-    for_each_chunk(hidden.size(0), chunk, [&](int64_t r, int64_t rows) {
-      const at::Tensor logits = at::matmul(hidden.narrow(0, r, rows), weight.t()).to(at::kFloat);
-      lse.narrow(0, r, rows).copy_(at::logsumexp(logits, {1}));
-      picked.narrow(0, r, rows)
-          .copy_(logits.gather(1, index.narrow(0, r, rows).unsqueeze(1)).squeeze(1));
-    });
     const at::Tensor count = mean ? valid.sum().to(at::kFloat) : at::ones({}, fp32);
-    ctx->save_for_backward({hidden, weight, index, valid, lse, count});
-    ctx->saved_data["chunk"] = chunk;
-    return ((lse - picked) * valid).sum() / count;
+    Rows rows{hidden, weight, targets.masked_fill(valid.logical_not(), 0),
+              at::empty({hidden.size(0)}, fp32), valid.to(at::kFloat) / count};
+    at::Tensor picked = at::empty({hidden.size(0)}, fp32);
+    const bool eager = wants_grad && gradients_in_forward(hidden);
+    Gradients grads;
+    if (eager) grads = zero_gradients(rows);
+    const at::Tensor one = at::ones({}, fp32);
+    for_each_chunk(hidden.size(0), chunk, [&](int64_t r, int64_t n) {
+      at::Tensor logits = chunk_logits(rows, r, n);
+      const at::Tensor target = rows.index.narrow(0, r, n).unsqueeze(1);
+      rows.lse.narrow(0, r, n).copy_(at::logsumexp(logits, {1}));
+      picked.narrow(0, r, n).copy_(logits.gather(1, target).squeeze(1));
+      if (eager) add_chunk_gradient(rows, r, n, std::move(logits), one, grads);
+    });
+    if (wants_grad) {
+      // Views of tensors that live on anyway, and [N] vectors: what a recomputation needs.
+      ctx->save_for_backward({hidden, weight, rows.index, rows.lse, rows.scale});
+      ctx->saved_data["chunk"] = chunk;
+    }
+    if (eager) {
+      // Not saved variables: backward takes them over and scales them in place, so that no
+      // second V x C tensor exists at the step's peak.
+      ctx->saved_data["grad_hidden"] = grads.hidden;
+      ctx->saved_data["grad_weight"] = grads.weight;
+    }
+    return ((rows.lse - picked) * valid).sum() / count;  // the unfused loss's grouping
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
+                                                 torch::autograd::variable_list upstream) {
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor &hidden = saved[0], &weight = saved[1], &index = saved[2], &lse = saved[4];
-    const at::Tensor scale = (grads[0] / saved[5] * saved[3]).unsqueeze(1);  // 0 where ignored
-    const int64_t chunk = ctx->saved_data["chunk"].toInt();
-    at::Tensor grad_hidden = at::empty_like(hidden);
-    at::Tensor grad_weight = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
-    for_each_chunk(hidden.size(0), chunk, [&](int64_t r, int64_t rows) {
-      const at::Tensor h = hidden.narrow(0, r, rows);
-      at::Tensor g = at::matmul(h, weight.t()).to(at::kFloat);
-      g.sub_(lse.narrow(0, r, rows).unsqueeze(1)).exp_();  // softmax, from the saved log-sum-exp
-      g.scatter_add_(1, index.narrow(0, r, rows).unsqueeze(1),
-                     at::full({rows, 1}, -1.0, g.options()));
-      g.mul_(scale.narrow(0, r, rows));
-      const at::Tensor rounded = g.to(hidden.scalar_type());  // as the unfused logits' gradient
-      grad_hidden.narrow(0, r, rows).copy_(at::matmul(rounded, weight));
-      grad_weight.add_(at::matmul(rounded.t(), h));
-    });
-    return {grad_hidden, grad_weight.to(weight.scalar_type()), at::Tensor(), at::Tensor(),
-            at::Tensor()};
+    const Rows rows{saved[0], saved[1], saved[2], saved[3], saved[4]};
+    Gradients grads;
+    auto& data = ctx->saved_data;
+    if (data.count("grad_weight")) {  // taken in forward; a second backward recomputes
+      grads = {data["grad_hidden"].toTensor(), data["grad_weight"].toTensor()};
+      data.erase("grad_hidden");
+      data.erase("grad_weight");
+      grads.hidden.mul_(upstream[0]);
+      grads.weight.mul_(upstream[0]);
+    } else {
+      grads = zero_gradients(rows);
+      for_each_chunk(rows.hidden.size(0), data["chunk"].toInt(), [&](int64_t r, int64_t n) {
+        add_chunk_gradient(rows, r, n, chunk_logits(rows, r, n), upstream[0], grads);
+      });
+    }
+    return {grads.hidden, grads.weight.to(rows.weight.scalar_type()), at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor()};
   }
 };
 
@@ -81,7 +145,9 @@ at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weig
   }
   const int64_t chunk =
       chunk_rows > 0 ? chunk_rows : linear_cross_entropy_chunk_rows(weight.size(0));
-  return LinearCrossEntropy::apply(hidden, weight, targets, mean, chunk);
+  const bool wants_grad =
+      at::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
+  return LinearCrossEntropy::apply(hidden, weight, targets, mean, chunk, wants_grad);
 }
 
 }  // namespace fsdp

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "factory/model_factory.h"
+#include "fsdp/models/fused_loss.h"
 
 namespace fsdp {
 namespace {
@@ -231,15 +232,29 @@ int64_t attention_saved_bytes(const ModelConfig& m, int64_t b, int64_t s, int64_
   return b * a * s * s * per_score;
 }
 
+// [Note: plan logits] in docs/plan.md: what the head and the loss hold at the step's peak beyond
+// the final norm's input and output.
+int64_t logits_estimate(const TrainConfig& c, int64_t elem) {
+  const ModelConfig& m = c.model;
+  const int64_t b = c.train.micro_batch_size, s = c.data.seq_len, h = m.width();
+  const int64_t V = m.vocab_size;
+  if (!c.train.fused_loss) return 2 * b * s * V * elem;  // the logits and their gradient
+  const int64_t below_fp32 = elem != 4 ? elem : 0;
+  const int64_t rows = std::min(b * s, linear_cross_entropy_chunk_rows(V));
+  // A chunk's fp32 logits (below fp32 also the matmul's output and the rounded gradient), the
+  // weight's fp32 gradient (below fp32 also a chunk's V x h product in the compute dtype) and the
+  // hidden states' gradient.
+  return rows * V * (4 + 2 * below_fp32) + V * h * (4 + below_fp32) + b * s * h * elem;
+}
+
 // [Note: plan activations] in docs/plan.md.
 int64_t activation_estimate(const TrainConfig& c, int64_t elem) {
   const ModelConfig& m = c.model;
   const int64_t b = c.train.micro_batch_size, s = c.data.seq_len, h = m.width();
   const int64_t block =
       block_activation_elems(m, b, s) * elem + attention_saved_bytes(m, b, s, elem);
-  // Final norm's input and output; the logits the loss keeps and their gradient, made at the
-  // start of backward (gpt2_loss, fsdp/models/gpt2.h), both in the compute dtype.
-  const int64_t head = 2 * b * s * h * elem + 2 * b * s * m.vocab_size * elem;
+  // Final norm's input and output, and the logits' share.
+  const int64_t head = 2 * b * s * h * elem + logits_estimate(c, elem);
   if (c.fsdp.activation_checkpointing) {
     // Each block keeps its input; one block's activations exist again while it recomputes.
     return m.n_layer * b * s * h * elem + block + head;
@@ -356,6 +371,8 @@ Plan plan_training(const TrainConfig& config, int world_size, int local_size,
   p.memory.gathered = gathered_peak(p, config, sizes, elem);
   p.memory.grad_buffers = grad_buffer_peak(p, config, sizes, elem, reduce);
   p.memory.activations = activation_estimate(config, elem);
+  p.memory.logits = logits_estimate(config, elem);
+  p.memory.fused_loss = config.train.fused_loss;
   p.memory.embedding_grads = embedding_grad_estimate(config, elem);
   p.comm = comm_plan(p, config, elem, reduce);
   return p;
@@ -378,6 +395,8 @@ std::string format_plan(const Plan& p) {
   line("gathered units (peak)", p.memory.gathered);
   line("gradient buffers (peak)", p.memory.grad_buffers);
   line("activations (estimate)", p.memory.activations);
+  line(p.memory.fused_loss ? "  of which logits (fused)" : "  of which logits (whole)",
+       p.memory.logits);
   line("embedding grads (estimate)", p.memory.embedding_grads);
   line("total", p.memory.total());
   if (p.memory.offloaded) {

@@ -2,21 +2,28 @@
 // strategy and runtime variant (prefetch, activation checkpointing), all in one run on the same
 // ranks so that they compare as ratios, each next to the planner's prediction (fsdp-plan).
 //
-// Usage: build/bin/fsdp-bench [--model 124m|large|xl|tiny|llama] [--seq 512] [--batch 1]
+// Usage: build/bin/fsdp-bench [--model 124m|large|xl|tiny|llama|llama-1b] [--seq 512] [--batch 1]
 //            [--steps 3] [--repeats 1] [--dtype fp32|bf16|fp16]
-//            [--strategies NO_SHARD,SHARD_GRAD_OP,FULL_SHARD]
+//            [--strategies NO_SHARD,SHARD_GRAD_OP,FULL_SHARD] [--vocab V] [--peak-tflops P]
 //            [--variants plain,prefetch,ac,prefetch+ac] [--allocator fsdp|glibc] [--json FILE]
 //            [--label TEXT] [--checkpoint DIR] [--nproc 2] [--device cpu|cuda] [--root-chunks 0]
 //            [--intra-gbit G --inter-gbit G [--intra-us U] [--inter-us U]
 //             [--comm-cpu-gbit G] [--contention C] [--intra-cpu-gbit G] [--inter-cpu-gbit G]
 //             [--cores-per-rank N]] [--compute-cpus LIST --comm-cpus LIST]
-// --model: GPT-2 124M, large (774M), XL (1.5B), a 2-layer toy, or `llama`, the shape of
-// configs/llama-small.yaml (grouped-query attention, SwiGLU, tied embeddings).
+// --model: GPT-2 124M, large (774M), XL (1.5B), a 2-layer toy, `llama`, the shape of
+// configs/llama-small.yaml (grouped-query attention, SwiGLU, tied embeddings), or `llama-1b`,
+// Llama 3.2 1B's (16 layers, 2048 wide, 32 heads, 8 KV heads, 8192 feed-forward, vocabulary
+// 128,256, tied, RoPE llama3). --vocab V: the model's vocabulary instead (GPT-2's 50,257, Llama
+// 3's 128,256, Qwen's 151,936: the logits' share of memory).
+// --peak-tflops P: the device's peak (dense, the compute dtype's) in TFLOP/s; the table then adds
+// the model FLOPs utilisation (bench/README.md has the FLOP count: 6 x the parameters a token's
+// matmuls use, plus attention's).
 // Started without a launcher it re-launches itself under `mpirun -np 2` (--nproc). A variant is
 // `plain` or features joined by '+': `prefetch`, `ac` (activation checkpointing), `offload` (CPU
 // offload: shards and AdamW in host memory), `whole` (the root's gradients reduced in one piece
 // at the end of backward, as PyTorch FSDP does: ShardingOptions::split_root_reduction off),
-// `onepiece` (split, its early part in one piece: ShardingOptions::root_reduction_chunks 1).
+// `onepiece` (split, its early part in one piece: ShardingOptions::root_reduction_chunks 1),
+// `unfused` (the logits [B, T, V] whole, then the loss: train.fused_loss false).
 // --root-chunks N: the split's early part in N pieces in every other variant (default 0: the
 // runtime's choice, the root's size over a block's).
 // --device cuda: the model computes on the GPU (LOCAL_RANK's; one rank alone, or under fsdp-run,
@@ -104,6 +111,8 @@ struct Args {
   std::string allocator = "fsdp";  // fsdp: fsdp/host_memory.h's; glibc: malloc's heap (counted)
   std::string device = "cpu";      // cpu or cuda
   int root_chunks = 0;             // fsdp_config.root_reduction_chunks, but under `onepiece`
+  int64_t vocab = 0;               // the model's vocabulary instead of its own; 0: its own
+  double peak_tflops = 0;          // the device's peak, for the MFU column; 0: no column
   // The time model's links (fsdp/plan/step_time.h), Gbit/s and microseconds; a bandwidth turns
   // on the prediction and the compute-alone measurement. 0: not given.
   double intra_gbit = 0, intra_us = 0, inter_gbit = 0, inter_us = 0;
@@ -261,6 +270,10 @@ Args parse_args(int argc, char** argv) {
     } else if (k == "--intra-cpu-gbit" || k == "--inter-cpu-gbit") {
       (k == "--intra-cpu-gbit" ? a.intra_cpu_gbit : a.inter_cpu_gbit) =
           fsdp::flags::parse_number(k, value(), 0, 1e7);
+    } else if (k == "--vocab") {
+      a.vocab = fsdp::flags::parse_int(k, value(), 2, int64_t{1} << 24);
+    } else if (k == "--peak-tflops") {
+      a.peak_tflops = fsdp::flags::parse_number(k, value(), 1e-6, 1e6);
     } else if (k == "--root-chunks") {
       a.root_chunks = static_cast<int>(fsdp::flags::parse_int(k, value(), 0, 1000000));
     } else if (k == "--cores-per-rank") {
@@ -279,12 +292,13 @@ Args parse_args(int argc, char** argv) {
           "--strategies --variants --json --label "
           "--nproc --checkpoint --allocator --device --intra-gbit --intra-us "
           "--inter-gbit --inter-us --comm-cpu-gbit --contention --intra-cpu-gbit "
-          "--inter-cpu-gbit --cores-per-rank --compute-cpus --comm-cpus)");
+          "--inter-cpu-gbit --cores-per-rank --compute-cpus --comm-cpus --vocab --peak-tflops)");
     }
   }
-  if (a.model != "124m" && a.model != "large" && a.model != "xl" && a.model != "tiny" &&
-      a.model != "llama") {
-    throw std::invalid_argument("--model: 124m, large, xl, tiny or llama; got " + a.model);
+  const std::vector<std::string> models = {"124m", "large", "xl", "tiny", "llama", "llama-1b"};
+  if (std::find(models.begin(), models.end(), a.model) == models.end()) {
+    throw std::invalid_argument("--model: 124m, large, xl, tiny, llama or llama-1b; got " +
+                                a.model);
   }
   if (a.predict() && (a.intra_gbit <= 0 || a.inter_gbit <= 0)) {
     throw std::invalid_argument("the time model needs both --intra-gbit and --inter-gbit");
@@ -304,11 +318,13 @@ Args parse_args(int argc, char** argv) {
   for (const auto& v : a.variants) {
     const std::vector<std::string> features = split_variant(v);
     const bool known = std::all_of(features.begin(), features.end(), [](const std::string& f) {
-      return f == "prefetch" || f == "ac" || f == "offload" || f == "whole" || f == "onepiece";
+      return f == "prefetch" || f == "ac" || f == "offload" || f == "whole" || f == "onepiece" ||
+             f == "unfused";
     });
     if (v != "plain" && (features.empty() || !known)) {
       throw std::invalid_argument(
-          "--variants: plain, or prefetch, ac, offload, whole and onepiece joined by '+'; got " +
+          "--variants: plain, or prefetch, ac, offload, whole, onepiece and unfused joined by "
+          "'+'; got " +
           v);
     }
     if (has_feature(v, "whole") && has_feature(v, "onepiece")) {
@@ -322,7 +338,8 @@ Args parse_args(int argc, char** argv) {
 }
 
 // The trainer's config for this benchmark: GPT-2 at its real context length (1024 positions), so
-// the parameter counts are the published ones; Llama as configs/llama-small.yaml.
+// the parameter counts are the published ones; Llama as configs/llama-small.yaml, or Llama 3.2
+// 1B's config.json.
 fsdp::TrainConfig bench_config(const Args& a, const std::string& strategy,
                                const std::string& variant) {
   fsdp::TrainConfig c;
@@ -333,6 +350,15 @@ fsdp::TrainConfig bench_config(const Args& a, const std::string& strategy,
     c.model.n_positions = 0;  // the sequence length
     c.model.n_layer = 4, c.model.n_head = 8, c.model.n_kv_head = 2, c.model.dim = 256;
     c.model.intermediate_size = 704, c.model.tie_embeddings = true;
+  } else if (a.model == "llama-1b") {
+    c.model.type = fsdp::ModelType::kLlama;
+    c.model.n_positions = 0;
+    c.model.n_layer = 16, c.model.n_head = 32, c.model.n_kv_head = 8, c.model.dim = 2048;
+    c.model.intermediate_size = 8192, c.model.tie_embeddings = true;
+    c.model.vocab_size = 128256, c.model.rope_theta = 500000, c.model.norm_eps = 1e-5;
+    c.model.rope_scaling = "llama3", c.model.rope_factor = 32;
+    c.model.rope_low_freq_factor = 1, c.model.rope_high_freq_factor = 4;
+    c.model.rope_original_max_positions = 8192;
   } else if (a.model == "124m") {
     c.model.n_layer = 12, c.model.n_head = 12, c.model.n_embd = 768;
   } else if (a.model == "large") {
@@ -342,8 +368,10 @@ fsdp::TrainConfig bench_config(const Args& a, const std::string& strategy,
   } else {
     c.model.n_layer = 2, c.model.n_head = 2, c.model.n_embd = 64, c.model.n_positions = a.seq;
   }
+  if (a.vocab > 0) c.model.vocab_size = a.vocab;
   c.data.seq_len = a.seq;
   c.train.micro_batch_size = a.batch;
+  c.train.fused_loss = !has_feature(variant, "unfused");
   c.mixed_precision = a.dtype == "bf16"   ? fsdp::DType::kBFloat16
                       : a.dtype == "fp16" ? fsdp::DType::kFloat16
                                           : fsdp::DType::kFloat32;
@@ -627,8 +655,8 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
     const int64_t idle0 = a.pinned() ? compute_cpus_idle_ns(a.compute_cpus) : 0;
     const auto t0 = Clock::now();
     opt.zero_grad();
-    at::Tensor loss =
-        fsdp::gpt2_loss(lm.forward(tokens.narrow(1, 0, a.seq)), tokens.narrow(1, 1, a.seq));
+    at::Tensor loss = fsdp::next_token_loss(lm, tokens.narrow(1, 0, a.seq),
+                                            tokens.narrow(1, 1, a.seq), c.train.fused_loss);
     fsdp::synchronize_current_stream(device);
     const auto t1 = Clock::now();
     (scaler ? scaler->scale(loss) : loss).backward();
@@ -699,9 +727,33 @@ void merge(Result& into, const Result& again) {
   into.peak_device_reserved = std::max(into.peak_device_reserved, again.peak_device_reserved);
 }
 
-// "gpt2-124m", ..., "llama-small": the model's name in records and tables.
+// "gpt2-124m", ..., "llama-small", "llama-1b": the model's name in records and tables, with the
+// vocabulary when --vocab changed it.
 std::string model_name(const Args& a) {
-  return a.model == "llama" ? "llama-small" : "gpt2-" + a.model;
+  const std::string name = a.model == "llama"      ? "llama-small"
+                           : a.model == "llama-1b" ? a.model
+                                                   : "gpt2-" + a.model;
+  return a.vocab > 0 ? name + " (vocabulary " + std::to_string(a.vocab) + ")" : name;
+}
+
+// The model's FLOPs per trained token, forward and backward (bench/README.md, "FLOPs and MFU"):
+// 6 per parameter a token's matmuls use (all but the position table and an untied input
+// embedding, which are looked up), plus attention's scores and weighted sum, 12 x layers x the
+// query width x the sequence (PaLM's count, as nanoGPT's estimate_mfu: the causal mask's
+// skipped half included, as FlashAttention's and TinyLlama's figures count it).
+double flops_per_token(const Args& a) {
+  const fsdp::TrainConfig c = bench_config(a, "NO_SHARD", "plain");
+  const fsdp::ModelShapes shapes = fsdp::model_shapes(c);
+  const bool tied = c.model.type == fsdp::ModelType::kGPT2 || c.model.tie_embeddings;
+  double matmul = static_cast<double>(shapes.parameters());
+  for (const fsdp::ParameterShape& p : shapes.outer) {
+    const bool positions = p.name.find("wpe") != std::string::npos;
+    const bool input_table = !tied && p.name.find("embed_tokens") != std::string::npos;
+    if (positions || input_table) matmul -= static_cast<double>(p.numel());
+  }
+  const int64_t head_dim = c.model.head_dim > 0 ? c.model.head_dim : c.model.width() / c.model.n_head;
+  const double attention = 12.0 * c.model.n_layer * c.model.n_head * head_dim * a.seq;
+  return 6 * matmul + attention;
 }
 
 std::string json_record(const Args& a, int n, const std::string& backend, const Result& r) {
@@ -709,7 +761,18 @@ std::string json_record(const Args& a, int n, const std::string& backend, const 
   const auto& p = r.plan.memory;
   const StepTimes t = r.median();
   std::ostringstream o;
+  const fsdp::TrainConfig c = bench_config(a, r.strategy, r.variant);
+  const double flops = flops_per_token(a);
   o << "{\"model\": \"" << model_name(a) << "\", \"parameters\": " << r.plan.parameters
+    << ", \"vocab_size\": " << c.model.vocab_size
+    << ", \"fused_loss\": " << (c.train.fused_loss ? "true" : "false")
+    << ", \"flops_per_token\": " << flops << ", \"tflops_per_rank\": "
+    << flops * r.tokens_per_second(a) / n * 1e-12;
+  if (a.peak_tflops > 0) {
+    o << ", \"peak_tflops\": " << a.peak_tflops
+      << ", \"mfu\": " << flops * r.tokens_per_second(a) / n * 1e-12 / a.peak_tflops;
+  }
+  o
     << ", \"world_size\": " << n << ", \"backend\": \"" << backend << "\", \"device\": \""
     << a.device << "\", \"dtype\": \"" << a.dtype << "\", \"seq\": " << a.seq
     << ", \"batch_per_rank\": " << a.batch << ", \"threads_per_rank\": " << at::get_num_threads()
@@ -738,7 +801,7 @@ std::string json_record(const Args& a, int n, const std::string& backend, const 
     << ", \"pool_bytes\": " << m.pool_bytes << ", \"comm_bytes_per_step\": " << r.comm_bytes
     << ", \"plan\": {\"model_state_bytes\": " << p.model_state()
     << ", \"gathered_bytes\": " << p.gathered << ", \"grad_buffer_bytes\": " << p.grad_buffers
-    << ", \"activation_bytes\": " << p.activations
+    << ", \"activation_bytes\": " << p.activations << ", \"logits_bytes\": " << p.logits
     << ", \"embedding_grad_bytes\": " << p.embedding_grads << ", \"total_bytes\": " << p.total()
     << ", \"comm_bytes_per_step\": " << r.plan.comm.total() << "}";
   if (const auto predicted = r.predicted()) {
@@ -841,6 +904,24 @@ void print_table(const Args& a, const std::vector<Result>& results) {
       static_cast<long long>(a.batch), results.empty() ? size_t{0} : results[0].steps.size());
 }
 
+// The model FLOPs each rank ran per second (flops_per_token), and their share of --peak-tflops;
+// with the logits' share of the plan, the two figures the head's fusion moves.
+void print_flops(const Args& a, const std::vector<Result>& results) {
+  const double flops = flops_per_token(a);
+  std::printf("\n| strategy | variant | TFLOP/s per rank | MFU | logits in plan (MiB) |\n"
+              "| --- | --- | --- | --- | --- |\n");
+  for (const auto& r : results) {
+    const double tflops = flops * r.tokens_per_second(a) / r.plan.world_size * 1e-12;
+    std::printf("| %s | %s | %.3f | %s | %.0f |\n", r.strategy.c_str(), r.variant.c_str(), tflops,
+                a.peak_tflops > 0 ? fixed(100 * tflops / a.peak_tflops, 1).append(" %").c_str()
+                                  : "-",
+                mib(r.plan.memory.logits));
+  }
+  std::printf("(%.4g FLOPs a token: 6 x the matmuls' parameters + 12 x layers x query width x "
+              "sequence, bench/README.md; MFU against --peak-tflops %g)\n",
+              flops, a.peak_tflops);
+}
+
 // Measured against the time model: the step, the compute alone (its profile's forward and backward
 // and the shard's AdamW), what is left of the step (the exposed communication), and the
 // prediction.
@@ -895,9 +976,10 @@ fsdp::CommPtr start_world(const Args& a, int argc, char** argv) {
 
 // What --help prints: the usage at the top of this file, in short.
 constexpr const char* kUsage =
-    "usage: fsdp-bench [--model 124m|large|xl|tiny|llama] [--seq 512] [--batch 1] [--steps 3]\n"
+    "usage: fsdp-bench [--model 124m|large|xl|tiny|llama|llama-1b] [--vocab V] [--seq 512]\n"
+    "           [--batch 1] [--steps 3] [--peak-tflops P]\n"
     "           [--repeats 1] [--dtype fp32|bf16|fp16] [--strategies NO_SHARD,SHARD_GRAD_OP,...]\n"
-    "           [--variants plain,prefetch,ac,prefetch+ac,offload,whole,onepiece]\n"
+    "           [--variants plain,prefetch,ac,prefetch+ac,offload,whole,onepiece,unfused]\n"
     "           [--allocator fsdp|glibc] [--json FILE] [--label TEXT] [--checkpoint DIR]\n"
     "           [--nproc 2] [--device cpu|cuda] [--root-chunks N]\n"
     "           [--intra-gbit G --inter-gbit G [--intra-us U] [--inter-us U] [--comm-cpu-gbit G]\n"
@@ -956,6 +1038,7 @@ int main(int argc, char** argv) {
     }
     if (world->rank() != 0) return 0;
     print_table(a, results);
+    print_flops(a, results);
     if (a.predict()) print_time_model(a, results);
     for (const auto& r : io) {
       std::printf("checkpoint (FULL_SHARD): %-12s %7.2f s, peak RSS growth %7.1f MiB per rank\n",

@@ -221,6 +221,22 @@ void print_row(const char* strategy, const fsdp::MemoryPlan& m, const Budget& b)
   std::printf(" %6s", fits(m, b));
 }
 
+// The logits' share of the plan with the head and loss fused (train.fused_loss) and without: what
+// the fusion saves at this vocabulary, batch and sequence.
+void print_logits_share(fsdp::TrainConfig c, int local, const std::vector<fsdp::UnitSize>& units,
+                        const fsdp::Plan& plan) {
+  c.train.fused_loss = !c.train.fused_loss;
+  const fsdp::Plan other = fsdp::plan_training(c, c.num_processes, local, units);
+  const fsdp::Plan& fused = plan.memory.fused_loss ? plan : other;
+  const fsdp::Plan& whole = plan.memory.fused_loss ? other : plan;
+  const auto mib = [](int64_t bytes) { return bytes / 1048576.0; };
+  std::printf("logits (vocabulary %lld): %.1f MiB fused, %.1f MiB whole (train.fused_loss "
+              "false), of a total %.1f and %.1f MiB\n",
+              static_cast<long long>(c.model.vocab_size), mib(fused.memory.logits),
+              mib(whole.memory.logits), mib(fused.memory.total()), mib(whole.memory.total()));
+  std::fflush(stdout);
+}
+
 // Every strategy's memory against the budget and, with `time`, its predicted step.
 void compare_strategies(fsdp::TrainConfig config, int world, int local,
                         const std::vector<fsdp::UnitSize>& units, const Budget& budget,
@@ -326,6 +342,7 @@ int main(int argc, char** argv) {
     const std::vector<fsdp::UnitSize> units = fsdp::plan_units(c);
     const fsdp::Plan plan = fsdp::plan_training(c, c.num_processes, local, units);
     std::cout << fsdp::format_plan(plan);
+    print_logits_share(c, local, units, plan);
     std::optional<fsdp::TimeModelOptions> time;
     if (time_flags.wanted()) {
       if (time_flags.profile_steps > 0 && c.train.num_threads > 0) {

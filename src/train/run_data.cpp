@@ -116,7 +116,7 @@ RunData prepare_data(const TrainConfig& c, RunLog& log) {
   options.tokenizer_dir = c.data.tokenizer_dir;
   options.sotu_dir = c.data.sotu_dir;
   options.val_fraction = c.data.val_dataset.empty() ? c.data.val_split : 0.0;
-  RunData d{data::prepare_corpus(c.data.dataset, options), {}};
+  RunData d{data::prepare_corpus(c.data.dataset, options), {}, std::nullopt};
   d.val = d.corpus.val;
   std::string validation =
       std::to_string(d.corpus.val_tokens) + " validation (" + d.corpus.split + ")";

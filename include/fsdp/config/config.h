@@ -196,8 +196,8 @@ struct TrainLoopConfig {
   std::string resume;
   std::string metrics_file;  // one JSON object per logged step (JSONL); empty (default): none
   // The head and the cross entropy fused and chunked over tokens (fsdp/models/fused_loss.h): the
-  // logits are never whole. Default false: the logits, then the loss.
-  bool fused_loss = false;
+  // logits are never whole. Default true; false: the logits [B, T, V], then the loss.
+  bool fused_loss = true;
   // At the end of the run, the last checkpoint written as a Hugging Face model folder here
   // (fsdp-ckpt export: config.json, weights, tokenizer), which from_pretrained loads. Needs
   // checkpoint_every > 0; the folder must not exist or be empty. Default empty: none.

@@ -1,9 +1,11 @@
 // The language-model head and its cross entropy in one step that never holds the whole logits:
 // for a chunk of rows at a time, logits = hidden x weight^T, then their log-sum-exp and the
-// target's logit; in backward the chunk's logits again, softmax minus one-hot, straight into the
-// gradients of the hidden states and of the weight. At a 128,256-token vocabulary and 16,384 rows
-// (batch 8 x 2048) the unfused path holds 2.1 G logits (8.4 GB in fp32) and their gradient; this
-// one holds `chunk_rows` x V at a time, twice (the chunk's logits and their fp32 gradient).
+// target's logit, and (while the chunk's logits are at hand) softmax minus one-hot straight into
+// the gradients of the hidden states and of the weight, which backward scales by its upstream
+// gradient ([Note: gradients in forward] in the .cpp; fp16 recomputes each chunk in backward
+// instead). At a 128,256-token vocabulary and 16,384 rows (batch 8 x 2048) the unfused path holds
+// 2.1 G logits (8.4 GB in fp32) and their gradient; this one holds `chunk_rows` x V at a time
+// (their fp32 copy, and the matmul's output below fp32), and the weight's fp32 gradient.
 //
 // The numbers are the unfused path's (the head's matmul, then gpt2_loss): logits in the inputs'
 // dtype, the loss's arithmetic in fp32, the logits' gradient rounded to the inputs' dtype once

@@ -24,6 +24,10 @@ struct MemoryPlan {
   int64_t gathered = 0;
   int64_t grad_buffers = 0;
   int64_t activations = 0;  // estimate: what autograd keeps for backward at its peak
+  // Of the activations, the head's and the loss's share (logits_estimate): the logits whole and
+  // their gradient, or with train.fused_loss a chunk of them and the head weight's gradient.
+  int64_t logits = 0;
+  bool fused_loss = false;
   // Estimate: the embedding's V x h gradients autograd holds at the end of backward, when the
   // activations are gone. Larger than the activations for small models with a large vocabulary.
   int64_t embedding_grads = 0;
