@@ -26,10 +26,9 @@ struct Rows {
   at::Tensor hidden, weight, index, lse, scale;
 };
 
-// The gradients of hidden and weight for the loss times `upstream`, accumulated chunk by chunk:
-// each chunk's logits (recomputed, or the ones forward has just made) -> softmax - one-hot, times
-// the scale, rounded once to the inputs' dtype as the unfused logits' gradient is, then its two
-// matmuls; the weight's gradient summed in fp32.
+// The gradients of hidden and weight, accumulated chunk by chunk: each chunk's softmax times its
+// rows' scale, minus the scale at the targets, is the logits' gradient, rounded once to the inputs'
+// dtype as the unfused one is, then its two matmuls; the weight's gradient summed in fp32.
 struct Gradients {
   at::Tensor hidden, weight;
 };
@@ -37,12 +36,11 @@ Gradients zero_gradients(const Rows& rows) {
   return {at::empty_like(rows.hidden),
           at::zeros(rows.weight.sizes(), rows.weight.options().dtype(at::kFloat))};
 }
-void add_chunk_gradient(const Rows& rows, int64_t r, int64_t n, at::Tensor logits,
-                        const at::Tensor& upstream, Gradients& into) {
-  at::Tensor& g = logits;  // fp32, the chunk's own: made in place
-  g.sub_(rows.lse.narrow(0, r, n).unsqueeze(1)).exp_();
-  g.scatter_add_(1, rows.index.narrow(0, r, n).unsqueeze(1), at::full({n, 1}, -1.0, g.options()));
-  g.mul_(rows.scale.narrow(0, r, n).unsqueeze(1) * upstream);
+// `scaled_softmax` (fp32, the chunk's own: made in place) and `scale` [n, 1] as above.
+void add_chunk_gradient(const Rows& rows, int64_t r, int64_t n, at::Tensor scaled_softmax,
+                        const at::Tensor& scale, Gradients& into) {
+  at::Tensor& g = scaled_softmax;
+  g.scatter_add_(1, rows.index.narrow(0, r, n).unsqueeze(1), scale.neg());
   const at::Tensor h = rows.hidden.narrow(0, r, n);
   const at::Tensor rounded = g.to(rows.hidden.scalar_type());
   into.hidden.narrow(0, r, n).copy_(at::matmul(rounded, rows.weight));
@@ -83,13 +81,18 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
     const bool eager = wants_grad && gradients_in_forward(hidden);
     Gradients grads;
     if (eager) grads = zero_gradients(rows);
-    const at::Tensor one = at::ones({}, fp32);
     for_each_chunk(hidden.size(0), chunk, [&](int64_t r, int64_t n) {
       at::Tensor logits = chunk_logits(rows, r, n);
-      const at::Tensor target = rows.index.narrow(0, r, n).unsqueeze(1);
-      rows.lse.narrow(0, r, n).copy_(at::logsumexp(logits, {1}));
-      picked.narrow(0, r, n).copy_(logits.gather(1, target).squeeze(1));
-      if (eager) add_chunk_gradient(rows, r, n, std::move(logits), one, grads);
+      picked.narrow(0, r, n).copy_(logits.gather(1, rows.index.narrow(0, r, n).unsqueeze(1)).squeeze(1));
+      // The log-sum-exp from exp(logits - max) made in place, which is also the softmax's
+      // numerator: one exp over the chunk serves the loss and its gradient.
+      const at::Tensor row_max = std::get<0>(logits.max(1, /*keepdim=*/true));
+      at::Tensor& shifted = logits.sub_(row_max).exp_();
+      const at::Tensor sum = shifted.sum(1, /*keepdim=*/true);
+      rows.lse.narrow(0, r, n).copy_((row_max + sum.log()).squeeze(1));
+      if (!eager) return;
+      const at::Tensor scale = rows.scale.narrow(0, r, n).unsqueeze(1);
+      add_chunk_gradient(rows, r, n, shifted.mul_(scale / sum), scale, grads);
     });
     if (wants_grad) {
       // Views of tensors that live on anyway, and [N] vectors: what a recomputation needs.
@@ -120,7 +123,10 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
     } else {
       grads = zero_gradients(rows);
       for_each_chunk(rows.hidden.size(0), data["chunk"].toInt(), [&](int64_t r, int64_t n) {
-        add_chunk_gradient(rows, r, n, chunk_logits(rows, r, n), upstream[0], grads);
+        const at::Tensor scale = rows.scale.narrow(0, r, n).unsqueeze(1) * upstream[0];
+        at::Tensor g = chunk_logits(rows, r, n);
+        g.sub_(rows.lse.narrow(0, r, n).unsqueeze(1)).exp_().mul_(scale);
+        add_chunk_gradient(rows, r, n, std::move(g), scale, grads);
       });
     }
     return {grads.hidden, grads.weight.to(rows.weight.scalar_type()), at::Tensor(), at::Tensor(),
