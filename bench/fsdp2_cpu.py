@@ -2,11 +2,15 @@
 """PyTorch FSDP2 on the CPU: the anchor fsdp-bench is compared with (bench/vs_fsdp2.sh).
 
 One rank of a job started by a torchrun-compatible launcher (fsdp-run: RANK, WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT): Hugging Face's GPT2LMHeadModel (no dropout, as fsdp.cpp's GPT-2),
-fully_shard on every block and on the root (FULL_SHARD: resharded after forward), fp32 or bf16
-(MixedPrecisionPolicy), AdamW, Gloo. The loss is the model's own (`labels=input_ids`: it shifts
-them, so s tokens predict s - 1, where fsdp-bench's predict s); computed from the logits with
-cross_entropy instead, it peaked about 150 MiB higher and ran about 6% slower here. Each block
+MASTER_ADDR, MASTER_PORT), fully_shard on every block and on the root (FULL_SHARD: resharded after
+forward), fp32 or bf16 (MixedPrecisionPolicy), AdamW, Gloo, one of two GPT-2s (no dropout, as
+fsdp.cpp's):
+  --impl hf (default): Hugging Face's GPT2LMHeadModel and its own loss (`labels=input_ids`: it
+    shifts them, so s tokens predict s - 1, where fsdp-bench's predict s); computed from the
+    logits with cross_entropy instead, it peaked about 150 MiB higher and ran about 6% slower.
+  --impl nanogpt: the lean model a performance-minded user writes (nanoGPT's: fused qkv,
+    F.scaled_dot_product_attention with is_causal, GELU tanh, the head tied to the token table,
+    F.cross_entropy on the logits of s tokens against the next s). Each block
 prefetches the next one's all-gather in forward and the previous one's in backward, as
 fsdp-bench's `prefetch` variant (forward prefetch, BACKWARD_PRE) does; --no-prefetch leaves
 FSDP2 to its defaults. A warm-up step, then --steps timed steps on random tokens; rank 0 prints
@@ -16,6 +20,7 @@ libraries included) and its size before the model was built.
 
     fsdp-run --nproc-per-node 2 python3 bench/fsdp2_cpu.py [--out fsdp2.json] \\
         [--model 124m] [--seq 512] [--batch 2] [--steps 5] [--threads 1] [--dtype fp32|bf16]
+        [--impl hf|nanogpt]
 
 Debian's torch has no libuv: the launcher's environment must carry USE_LIBUV=0.
 """
@@ -27,6 +32,61 @@ import time
 
 SHAPES = {"124m": dict(n_layer=12, n_head=12, n_embd=768)}  # fsdp-bench's --model names
 
+
+def nanogpt(n_layer, n_head, n_embd, vocab_size=50257, n_positions=1024):
+    """nanoGPT's GPT-2 (Karpathy's model.py, bias and no dropout): returns the model; its forward
+    takes (idx, targets) and returns the mean cross entropy."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+            self.c_proj = nn.Linear(n_embd, n_embd)
+
+        def forward(self, x):
+            B, T, C = x.shape
+            q, k, v = self.c_attn(x).split(n_embd, dim=2)
+            q, k, v = (t.view(B, T, n_head, C // n_head).transpose(1, 2) for t in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1, self.attn = nn.LayerNorm(n_embd), Attention()
+            self.ln_2 = nn.LayerNorm(n_embd)
+            self.mlp = nn.Sequential(nn.Linear(n_embd, 4 * n_embd), nn.GELU(approximate="tanh"),
+                                     nn.Linear(4 * n_embd, n_embd))
+
+        def forward(self, x):
+            x = x + self.attn(self.ln_1(x))
+            return x + self.mlp(self.ln_2(x))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Embedding(vocab_size, n_embd)
+            self.wpe = nn.Embedding(n_positions, n_embd)
+            self.h = nn.ModuleList(Block() for _ in range(n_layer))
+            self.ln_f = nn.LayerNorm(n_embd)
+            self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
+            self.lm_head.weight = self.wte.weight  # tied, as GPT-2's
+            for m in self.modules():
+                if isinstance(m, (nn.Linear, nn.Embedding)):
+                    nn.init.normal_(m.weight, std=0.02)
+
+        def forward(self, idx, targets):
+            pos = torch.arange(idx.size(1), device=idx.device)
+            x = self.wte(idx) + self.wpe(pos)
+            for block in self.h:
+                x = block(x)
+            logits = self.lm_head(self.ln_f(x))
+            return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+    return GPT()
 
 def status_kib(key):
     with open("/proc/self/status") as f:
@@ -46,6 +106,7 @@ def parse_args():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
     p.add_argument("--no-prefetch", dest="prefetch", action="store_false")
+    p.add_argument("--impl", default="hf", choices=("hf", "nanogpt"))
     return p.parse_args()
 
 
@@ -57,7 +118,7 @@ def shard(model, dtype, prefetch):
     if dtype == "bf16":
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
                                                    reduce_dtype=torch.bfloat16)
-    blocks = list(model.transformer.h)
+    blocks = list(model.transformer.h if hasattr(model, "transformer") else model.h)
     for block in blocks:
         fully_shard(block, **kwargs)
     fully_shard(model, **kwargs)
@@ -74,26 +135,34 @@ def main():
     args = parse_args()
     import torch
     import torch.distributed as dist
-    from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     start_kib = status_kib("VmRSS:")
     torch.manual_seed(0)  # every rank builds the same model; fully_shard keeps each one's shard
-    config = GPT2Config(n_positions=1024, vocab_size=50257, resid_pdrop=0.0, embd_pdrop=0.0,
-                        attn_pdrop=0.0, **SHAPES[args.model])
-    model = shard(GPT2LMHeadModel(config), args.dtype, args.prefetch)
+    if args.impl == "hf":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        config = GPT2Config(n_positions=1024, vocab_size=50257, resid_pdrop=0.0, embd_pdrop=0.0,
+                            attn_pdrop=0.0, **SHAPES[args.model])
+        model = GPT2LMHeadModel(config)
+    else:
+        model = nanogpt(**SHAPES[args.model])
+    model = shard(model, args.dtype, args.prefetch)
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4)
     gen = torch.Generator().manual_seed(rank + 1)
-    tokens = torch.randint(config.vocab_size, (args.batch, args.seq + 1), generator=gen)
+    tokens = torch.randint(50257, (args.batch, args.seq + 1), generator=gen)
 
     def step():
         dist.barrier()
         t0 = time.perf_counter()
         opt.zero_grad()
         inputs = tokens[:, :-1]
-        loss = model(inputs, labels=inputs).loss  # Hugging Face's own loss, as its users train
+        if args.impl == "hf":
+            loss = model(inputs, labels=inputs).loss  # Hugging Face's own loss, as its users train
+        else:
+            loss = model(inputs, tokens[:, 1:])
         loss.backward()
         opt.step()
         return time.perf_counter() - t0, loss.item()
@@ -110,7 +179,7 @@ def main():
         slowest = [max(r[0][i] for r in every) for i in range(args.steps)]
         median = statistics.median(slowest)
         record = {
-            "impl": "fsdp2", "torch": torch.__version__, "model": "gpt2-" + args.model,
+            "impl": "fsdp2-" + args.impl, "torch": torch.__version__, "model": "gpt2-" + args.model,
             "dtype": args.dtype, "world_size": world, "threads": args.threads,
             "batch": args.batch, "seq": args.seq, "steps": args.steps,
             "variant": "prefetch" if args.prefetch else "plain", "step_s": median,

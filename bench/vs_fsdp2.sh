@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# fsdp.cpp against PyTorch FSDP2 on the CPU, on one host, in one run: the same model (GPT-2),
+# fsdp.cpp against PyTorch FSDP2 on the CPU, on one host, in one run: the same model (GPT-2; on
+# FSDP2's side both Hugging Face's GPT2LMHeadModel and the lean nanoGPT one, bench/fsdp2_cpu.py),
 # batch, sequence, dtype, ranks (one intra-op thread each), backend (Gloo over loopback) and
 # strategy (FULL_SHARD, forward and backward prefetch), alternated --repeats times so that a slow
 # stretch of the machine touches both. fsdp.cpp's side is fsdp-bench; FSDP2's is
@@ -60,20 +61,21 @@ cat "$OUT/machine.txt"
 # The same arguments for both sides, and each side's command: fsdp-run here, or netem.sh's hosts.
 COMMON=(--seq "$SEQ" --batch "$BATCH" --steps "$STEPS" --dtype "$DTYPE")
 OURS=(--model 124m "${COMMON[@]}" --strategies FULL_SHARD --variants prefetch --allocator "$ALLOCATOR")
-side() {  # NAME JSON: runs one side, its output in OUT/NAME.log
-  local name=$1 json=$2
+side() {  # NAME JSON [IMPL]: runs one side (FSDP2's with model IMPL), its output in OUT/NAME.log
+  local name=$1 json=$2 theirs=("${COMMON[@]}" --impl "${3:-hf}")
   if [[ -n $RATE ]]; then
     local netem=(bench/netem.sh --hosts "$NPROC" --rate "$RATE" --chroot sid --bin "$BIN" --json "$json")
-    if [[ $name == fsdp2* ]]; then "${netem[@]}" --fsdp2 -- "${COMMON[@]}"; else "${netem[@]}" -- "${OURS[@]}"; fi
+    if [[ $name == fsdp2* ]]; then "${netem[@]}" --fsdp2 -- "${theirs[@]}"; else "${netem[@]}" -- "${OURS[@]}"; fi
   elif [[ $name == fsdp2* ]]; then
-    "$BIN/fsdp-run" --backend gloo --nproc-per-node "$NPROC" python3 bench/fsdp2_cpu.py "${COMMON[@]}" --out "$json"
+    "$BIN/fsdp-run" --backend gloo --nproc-per-node "$NPROC" python3 bench/fsdp2_cpu.py "${theirs[@]}" --out "$json"
   else
     "$BIN/fsdp-run" --backend gloo --nproc-per-node "$NPROC" "$BIN/fsdp-bench" "${OURS[@]}" --json "$json"
   fi >"$OUT/$name.log" 2>&1 || { echo "vs_fsdp2.sh: $name failed:"; tail -n 20 "$OUT/$name.log"; exit 1; } >&2
 }
 for ((r = 1; r <= REPEATS; r++)); do
   side "fsdp-cpp-$r" "$OUT/fsdp-cpp-$r.json"
-  side "fsdp2-$r" "$OUT/fsdp2-$r.json"
+  side "fsdp2-hf-$r" "$OUT/fsdp2-hf-$r.json" hf
+  side "fsdp2-nanogpt-$r" "$OUT/fsdp2-nanogpt-$r.json" nanogpt
   echo "repeat $r of $REPEATS done"
 done
 python3 bench/vs_fsdp2_table.py "$OUT" | tee "$OUT/table.md"

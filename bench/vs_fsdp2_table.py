@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """The table of bench/vs_fsdp2.sh: fsdp.cpp (fsdp-bench's JSON, fsdp-cpp-N.json) beside PyTorch
-FSDP2 (bench/fsdp2_cpu.py's, fsdp2-N.json) from one run's folder.
+FSDP2 (bench/fsdp2_cpu.py's: fsdp2-hf-N.json with Hugging Face's GPT-2, fsdp2-nanogpt-N.json with
+the lean nanoGPT one; fsdp2-N.json, Hugging Face's, in folders from before 2026-11-28) from one
+run's folder.
 
     vs_fsdp2_table.py DIR > table.md
 
 Per side: the median over the repeats of each repeat's median step (the slowest rank's), its
 tokens/s, and the largest absolute peak resident set over the ranks and repeats (VmHWM: for FSDP2
 Python, torch and transformers included; for fsdp.cpp its libraries), then the ratios
-fsdp.cpp / FSDP2. Also, for fsdp.cpp, where its memory goes: the peak of live tensors and of what
+fsdp.cpp / each FSDP2. Also, for fsdp.cpp, where its memory goes: the peak of live tensors and of what
 its host allocator holds, above the process's size before the model was built.
 """
 import glob
@@ -37,28 +39,37 @@ def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     folder = sys.argv[1]
-    ours, theirs = load(folder, "fsdp-cpp"), load(folder, "fsdp2")
+    ours = load(folder, "fsdp-cpp")
+    sides = {}  # FSDP2's records by model
+    for r in load(folder, "fsdp2"):
+        sides.setdefault({"fsdp2": "hf"}.get(r["impl"], r["impl"][len("fsdp2-"):]), []).append(r)
     ours_step = statistics.median(r["median"]["step"] for r in ours)
-    theirs_step = statistics.median(r["step_s"] for r in theirs)
     first = ours[0]
     tokens = first["world_size"] * first["batch_per_rank"] * first["seq"]
     ours_peak = max(r["peak_rss_absolute_bytes"] for r in ours)
-    theirs_peak = max(max(r["peak_rss_bytes"]) for r in theirs)
-    theirs_start = max(max(r["start_rss_bytes"]) for r in theirs)
     links = first.get("links")  # fsdp-bench's, when bench/netem.sh ran both sides
     where = (f"over emulated hosts linked at {links['inter_gbit']:.3g} Gbit/s" if links
              else "on one host")
+    loss = "fused head and loss" if first.get("fused_loss") else "logits whole"
     print(f"GPT-2 124M, {first['dtype']}, {first['world_size']} ranks x "
           f"{first['threads_per_rank']} thread {where}, batch {first['batch_per_rank']} x "
-          f"{first['seq']} tokens per rank, FULL_SHARD with prefetch, Gloo; {len(ours)} and "
-          f"{len(theirs)} runs of {first['timed_steps']} timed steps\n")
+          f"{first['seq']} tokens per rank, FULL_SHARD with prefetch, Gloo; fsdp.cpp's "
+          f"{loss}; {len(ours)} runs of {first['timed_steps']} timed steps a side\n")
     print("| | step (s) | tokens/s | peak RSS per rank (GiB) |")
     print("|---|---|---|---|")
     print(f"| fsdp.cpp | {ours_step:.2f} | {tokens / ours_step:.1f} | {ours_peak / GIB:.2f} |")
-    print(f"| PyTorch FSDP2 ({theirs[0]['torch']}) | {theirs_step:.2f} | "
-          f"{tokens / theirs_step:.1f} | {theirs_peak / GIB:.2f} |")
-    print(f"| fsdp.cpp / FSDP2 | {ours_step / theirs_step:.2f} | "
-          f"{theirs_step / ours_step:.2f} | {ours_peak / theirs_peak:.2f} |")
+    names = {"hf": "Hugging Face GPT2LMHeadModel", "nanogpt": "nanoGPT"}
+    ratios, starts = [], []
+    for impl, theirs in sorted(sides.items()):
+        step = statistics.median(r["step_s"] for r in theirs)
+        peak = max(max(r["peak_rss_bytes"]) for r in theirs)
+        starts.append(max(max(r["start_rss_bytes"]) for r in theirs))
+        print(f"| PyTorch FSDP2 ({theirs[0]['torch']}), {names.get(impl, impl)} | {step:.2f} | "
+              f"{tokens / step:.1f} | {peak / GIB:.2f} |")
+        ratios.append(f"| fsdp.cpp / FSDP2 {names.get(impl, impl)} | {ours_step / step:.2f} | "
+                      f"{step / ours_step:.2f} | {ours_peak / peak:.2f} |")
+    print("\n".join(ratios))
+    theirs_start = max(starts)
     held = max(r["peak_held_bytes"] for r in ours)
     live = max(r["peak_tensor_bytes"] for r in ours)
     above = max(r["peak_rss_bytes"] for r in ours)

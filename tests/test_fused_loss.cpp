@@ -149,7 +149,12 @@ TEST(LinearCrossEntropy, ShapesAreChecked) {
   EXPECT_THROW(linear_cross_entropy(torch::randn({4, 8}), torch::randn({11, 8}),
                                     torch::zeros({5}, torch::kLong), true),
                std::invalid_argument);
-  EXPECT_EQ(linear_cross_entropy_chunk_rows(128256), 130);  // 64 MiB of fp32 rows
+  // At most 64 MiB of fp32 logits, from 128 rows on a multiple of 128, the rows split evenly.
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(128256, 16384), 128);  // 130 fit
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(50257, 1024), 256);    // 333 fit: 4 chunks
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(50257, 100), 100);
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(1 << 24, 10), 1);  // 64 MiB: one row of 16 M
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(1 << 20, 1000), 16);  // 16 fit, below the tile
 }
 
 // Through a sharded model (FULL_SHARD, each block a unit, the root resharded after forward): the

@@ -13,6 +13,9 @@ namespace {
 
 constexpr int64_t kIgnoreIndex = -100;  // at::cross_entropy_loss's default
 constexpr int64_t kChunkBytes = int64_t{64} << 20;
+// A chunk of at least this many rows is a multiple of it: a GPU's matmul computes rows in tiles
+// of 64 or 128, and 130 rows (64 MiB at 128,256 tokens) would run a second, nearly empty tile.
+constexpr int64_t kRowTile = 128;
 
 // Calls fn(first row, rows) for each chunk of n rows.
 template <typename Fn>
@@ -136,8 +139,12 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
 
 }  // namespace
 
-int64_t linear_cross_entropy_chunk_rows(int64_t vocab_size) {
-  return std::max<int64_t>(1, kChunkBytes / (std::max<int64_t>(1, vocab_size) * 4));
+int64_t linear_cross_entropy_chunk_rows(int64_t vocab_size, int64_t rows) {
+  int64_t most = std::max<int64_t>(1, kChunkBytes / (std::max<int64_t>(1, vocab_size) * 4));
+  if (most >= kRowTile) most -= most % kRowTile;
+  const int64_t n = std::max<int64_t>(1, rows);
+  const int64_t chunks = (n + most - 1) / most;
+  return (n + chunks - 1) / chunks;
 }
 
 at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
@@ -149,8 +156,9 @@ at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weig
         std::to_string(hidden.dim()) + "-D, " + std::to_string(weight.dim()) + "-D and " +
         std::to_string(targets.dim()) + "-D");
   }
-  const int64_t chunk =
-      chunk_rows > 0 ? chunk_rows : linear_cross_entropy_chunk_rows(weight.size(0));
+  const int64_t chunk = chunk_rows > 0
+                            ? chunk_rows
+                            : linear_cross_entropy_chunk_rows(weight.size(0), hidden.size(0));
   const bool wants_grad =
       at::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
   return LinearCrossEntropy::apply(hidden, weight, targets, mean, chunk, wants_grad);

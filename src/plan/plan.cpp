@@ -240,11 +240,11 @@ int64_t logits_estimate(const TrainConfig& c, int64_t elem) {
   const int64_t V = m.vocab_size;
   if (!c.train.fused_loss) return 2 * b * s * V * elem;  // the logits and their gradient
   const int64_t below_fp32 = elem != 4 ? elem : 0;
-  const int64_t rows = std::min(b * s, linear_cross_entropy_chunk_rows(V));
-  // A chunk's fp32 logits (below fp32 also the matmul's output and the rounded gradient), the
-  // weight's fp32 gradient (below fp32 also a chunk's V x h product in the compute dtype) and the
-  // hidden states' gradient.
-  return rows * V * (4 + 2 * below_fp32) + V * h * (4 + below_fp32) + b * s * h * elem;
+  const int64_t rows = linear_cross_entropy_chunk_rows(V, b * s);
+  // A chunk's fp32 logits (below fp32 also the matmul's output, or later the rounded gradient),
+  // the weight's fp32 gradient (below fp32 also a chunk's V x h product in the compute dtype) and
+  // the hidden states' gradient.
+  return rows * V * (4 + below_fp32) + V * h * (4 + below_fp32) + b * s * h * elem;
 }
 
 // [Note: plan activations] in docs/plan.md.

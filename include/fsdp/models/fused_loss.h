@@ -27,8 +27,10 @@ struct LossTargets {
   bool mean = true;
 };
 
-// Rows of logits a chunk holds: those whose fp32 copy fits 64 MiB (at least one).
-int64_t linear_cross_entropy_chunk_rows(int64_t vocab_size);
+// Rows of logits a chunk of `rows` holds: at most those whose fp32 copy fits 64 MiB (at least
+// one; from 128 on a multiple of 128), and the rows split evenly into as few chunks as that allows
+// (1,024 rows at GPT-2's 50,257 tokens: 4 chunks of 256, not 333, 333, 333 and 25).
+int64_t linear_cross_entropy_chunk_rows(int64_t vocab_size, int64_t rows);
 
 // Cross entropy of the logits hidden [N, C] x weight [V, C]^T against targets [N] (int64, -100:
 // ignored), over the targets that count: their mean (`mean`) or their sum (0 when none counts).
