@@ -153,7 +153,7 @@ TEST(LinearCrossEntropy, ShapesAreChecked) {
   EXPECT_EQ(linear_cross_entropy_chunk_rows(128256, 16384), 128);  // 130 fit
   EXPECT_EQ(linear_cross_entropy_chunk_rows(50257, 1024), 256);    // 333 fit: 4 chunks
   EXPECT_EQ(linear_cross_entropy_chunk_rows(50257, 100), 100);
-  EXPECT_EQ(linear_cross_entropy_chunk_rows(1 << 24, 10), 1);  // 64 MiB: one row of 16 M
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(1 << 24, 10), 1);     // 64 MiB: one row of 16 M
   EXPECT_EQ(linear_cross_entropy_chunk_rows(1 << 20, 1000), 16);  // 16 fit, below the tile
 }
 

@@ -407,9 +407,10 @@ TEST(PlanActivations, FollowTheLoss) {
       ASSERT_GT(planned, 0);
       const std::string what = std::string(to_string(type)) + " " + dtype_name(dtype);
       if (test::world()->rank() == 0) {
-        std::cout << "[ logits ] " << what << ": whole - fused, measured / planned = "
-                  << measured / planned << " (whole " << whole_peak << " / " << whole_plan
-                  << ", fused " << fused_peak << " / " << fused_plan << ")\n";
+        std::cout << "[ logits ] " << what
+                  << ": whole - fused, measured / planned = " << measured / planned << " (whole "
+                  << whole_peak << " / " << whole_plan << ", fused " << fused_peak << " / "
+                  << fused_plan << ")\n";
       }
       EXPECT_GE(measured / planned, 0.95) << what << ": measured " << measured << " bytes";
       if (dtype == DType::kFloat32) {

@@ -12,10 +12,14 @@
 #    with the ranks' training threads on one CPU and their collectives' threads on another
 #    (--compute-cpus, --comm-cpus), every thread is on one of the two, and the compute CPU's idle
 #    time a step is recorded;
+#  - fsdp-bench with the head and loss fused (the default) and whole (`unfused`) at another
+#    vocabulary (--vocab): the records say which, the plan's logits share is smaller fused, and
+#    the FLOPs a token and the MFU follow bench/README.md's formula, counted here from the shapes;
 #  - bench/netem_table.py joins the recorded partial re-run with the grid it completes, with the
 #    CPU columns, and still reads records from before them; pinned records show the compute
 #    CPUs' idle time;
-#  - bench/vs_fsdp2_table.py reads the fsdp-bench and FSDP2 records of the recorded comparison;
+#  - bench/vs_fsdp2_table.py reads the fsdp-bench and FSDP2 records of the recorded comparisons
+#    (Hugging Face's FSDP2 alone, and beside the nanoGPT one);
 #  - fsdp-bench-adamw on a tiny shard (an odd size, two threads): it prints every row, and the
 #    op-by-op AdamW ends exactly where torch's does;
 #  - fsdp-bench-comm over Gloo at world size 2, two of each collective in flight under 1 ms of
@@ -97,6 +101,32 @@ for r in records:
 PY
 
 # bench/netem_table.py: the recorded re-runs (a copy: the script writes its table beside them)
+# The fused head and loss against the logits whole, at a vocabulary of 2,000 and 384 rows a step
+# (at a few dozen the fused head's fp32 weight gradient outweighs the logits), with an MFU: the
+# tiny GPT-2 (2 layers, width 64, 2 heads, 48 positions) makes 6 x (every parameter but the
+# position table) + 12 x layers x width x sequence FLOPs a token.
+"$BIN/fsdp-run" --backend gloo --nproc-per-node 2 "$BIN/fsdp-bench" --model tiny --seq 48 --batch 8 \
+  --steps 1 --strategies FULL_SHARD --variants prefetch,prefetch+unfused --vocab 2000 --peak-tflops 0.5 \
+  --json "$WORK/logits.json" >"$WORK/logits.log" 2>&1 || fail "fsdp-bench --vocab: $(tail -5 "$WORK/logits.log")"
+python3 - "$WORK/logits.json" <<'PY' || fail "fsdp-bench fused and whole: $(cat "$WORK/logits.log")"
+import json, sys
+fused, whole = json.load(open(sys.argv[1]))
+assert (fused["fused_loss"], whole["fused_loss"]) == (True, False), (fused["variant"], whole["variant"])
+assert fused["vocab_size"] == whole["vocab_size"] == 2000
+assert 0 < fused["plan"]["logits_bytes"] < whole["plan"]["logits_bytes"], (fused["plan"], whole["plan"])
+V, h, L, T = 2000, 64, 2, 48
+block = 2 * 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + (h * 4 * h + 4 * h) + (4 * h * h + h)
+matmul = V * h + L * block + 2 * h  # the tied table once, the blocks, ln_f; not the positions
+assert fused["parameters"] == matmul + T * h, (fused["parameters"], matmul + T * h)
+expected = 6 * matmul + 12 * L * h * T
+assert abs(fused["flops_per_token"] - expected) < 1e-6 * expected, (fused["flops_per_token"], expected)
+for r in (fused, whole):
+    mfu = r["flops_per_token"] * r["tokens_per_second"] / r["world_size"] / 0.5e12
+    assert abs(r["mfu"] - mfu) < 1e-5 * mfu, (r["mfu"], mfu)  # both printed to 6 digits
+PY
+grep -q '^| FULL_SHARD | prefetch+unfused | [0-9.]* | [0-9.]* % | ' "$WORK/logits.log" ||
+  fail "fsdp-bench printed no MFU row: $(grep -A4 'TFLOP/s per rank' "$WORK/logits.log")"
+
 # joined with the grid they complete, every cell once.
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$WORK/netem" && cp "$REPO"/bench/results/netem-cpu-more-2026-11-27/*.json "$WORK/netem/"
@@ -121,7 +151,12 @@ python3 "$REPO/bench/netem_table.py" "$WORK/pinned" >"$WORK/pinned.md" 2>&1 &&
 # and its refusal of an unknown option.
 python3 "$REPO/bench/vs_fsdp2_table.py" "$REPO/bench/results/vs-fsdp2-2026-11-26" >"$WORK/vs.md" ||
   fail "vs_fsdp2_table.py: $(cat "$WORK/vs.md")"
-grep -q '^| fsdp.cpp / FSDP2 | ' "$WORK/vs.md" || fail "vs_fsdp2_table.py printed no ratio row"
+grep -q '^| fsdp.cpp / FSDP2 Hugging Face GPT2LMHeadModel | ' "$WORK/vs.md" ||
+  fail "vs_fsdp2_table.py printed no ratio row"
+python3 "$REPO/bench/vs_fsdp2_table.py" "$REPO/bench/results/vs-fsdp2-lean-2026-11-28" >"$WORK/lean.md" ||
+  fail "vs_fsdp2_table.py (both FSDP2 models): $(cat "$WORK/lean.md")"
+grep -q '^| fsdp.cpp / FSDP2 nanoGPT | ' "$WORK/lean.md" && grep -q "fsdp.cpp's fused head and loss" "$WORK/lean.md" ||
+  fail "vs_fsdp2_table.py: no nanoGPT row or no loss named: $(cat "$WORK/lean.md")"
 expect_error "vs_fsdp2 unknown option" "unknown option '--rpeats'" "$REPO/bench/vs_fsdp2.sh" --rpeats 2
 expect_error "vs_fsdp2 --repeats" "--repeats: a positive integer, got 'two'" "$REPO/bench/vs_fsdp2.sh" --repeats two
 
@@ -151,7 +186,9 @@ expect_error "bench-comm --busy-ms" "--busy-ms: -1 is out of range" "$BIN/fsdp-b
 
 expect_error "bench --steps 0" "--steps: 0 is out of range \[1, " "$BIN/fsdp-bench" --steps 0
 expect_error "bench --allocator" "--allocator: fsdp or glibc" "$BIN/fsdp-bench" --allocator tc
-expect_error "bench --model" "--model: 124m, large, xl, tiny or llama; got xxl" "$BIN/fsdp-bench" --model xxl
+expect_error "bench --model" "--model: 124m, large, xl, tiny, llama or llama-1b; got xxl" "$BIN/fsdp-bench" --model xxl
+expect_error "bench --vocab" "--vocab: 1 is out of range" "$BIN/fsdp-bench" --vocab 1
+expect_error "bench --peak-tflops" "--peak-tflops: 'x' is not a number" "$BIN/fsdp-bench" --peak-tflops x
 expect_error "bench --compute-cpus alone" "--compute-cpus and --comm-cpus go together" \
   "$BIN/fsdp-bench" --compute-cpus 0
 expect_error "bench --comm-cpus list" "--comm-cpus: 'x' is not an integer" \

@@ -67,9 +67,7 @@ at::Tensor chunk_logits(const Rows& rows, int64_t r, int64_t n) {
 // Not in fp16: its loss scaling must multiply the logits' gradient before it is rounded to fp16,
 // or the small entries flush to zero; there backward recomputes each chunk with the upstream
 // gradient in hand.
-bool gradients_in_forward(const at::Tensor& hidden) {
-  return hidden.scalar_type() != at::kHalf;
-}
+bool gradients_in_forward(const at::Tensor& hidden) { return hidden.scalar_type() != at::kHalf; }
 
 struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden,
@@ -86,7 +84,8 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
     if (eager) grads = zero_gradients(rows);
     for_each_chunk(hidden.size(0), chunk, [&](int64_t r, int64_t n) {
       at::Tensor logits = chunk_logits(rows, r, n);
-      picked.narrow(0, r, n).copy_(logits.gather(1, rows.index.narrow(0, r, n).unsqueeze(1)).squeeze(1));
+      picked.narrow(0, r, n).copy_(
+          logits.gather(1, rows.index.narrow(0, r, n).unsqueeze(1)).squeeze(1));
       // The log-sum-exp from exp(logits - max) made in place, which is also the softmax's
       // numerator: one exp over the chunk serves the loss and its gradient.
       const at::Tensor row_max = std::get<0>(logits.max(1, /*keepdim=*/true));
@@ -132,7 +131,8 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
         add_chunk_gradient(rows, r, n, std::move(g), scale, grads);
       });
     }
-    return {grads.hidden, grads.weight.to(rows.weight.scalar_type()), at::Tensor(), at::Tensor(),
+    return {grads.hidden, grads.weight.to(rows.weight.scalar_type()),
+            at::Tensor(), at::Tensor(),
             at::Tensor(), at::Tensor()};
   }
 };
@@ -156,9 +156,8 @@ at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weig
         std::to_string(hidden.dim()) + "-D, " + std::to_string(weight.dim()) + "-D and " +
         std::to_string(targets.dim()) + "-D");
   }
-  const int64_t chunk = chunk_rows > 0
-                            ? chunk_rows
-                            : linear_cross_entropy_chunk_rows(weight.size(0), hidden.size(0));
+  const int64_t chunk =
+      chunk_rows > 0 ? chunk_rows : linear_cross_entropy_chunk_rows(weight.size(0), hidden.size(0));
   const bool wants_grad =
       at::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
   return LinearCrossEntropy::apply(hidden, weight, targets, mean, chunk, wants_grad);

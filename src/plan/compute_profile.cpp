@@ -45,8 +45,8 @@ ComputeProfile measure_compute_profile(const TrainConfig& config, int steps) {
     const double cpu0 = cpu_seconds();
     const auto t0 = Clock::now();
     opt.zero_grad();
-    at::Tensor loss = next_token_loss(lm, tokens.narrow(1, 0, s), tokens.narrow(1, 1, s),
-                                      c.train.fused_loss);
+    at::Tensor loss =
+        next_token_loss(lm, tokens.narrow(1, 0, s), tokens.narrow(1, 1, s), c.train.fused_loss);
     synchronize_current_stream(device);
     const auto t1 = Clock::now();
     loss.backward();

@@ -751,7 +751,8 @@ double flops_per_token(const Args& a) {
     const bool input_table = !tied && p.name.find("embed_tokens") != std::string::npos;
     if (positions || input_table) matmul -= static_cast<double>(p.numel());
   }
-  const int64_t head_dim = c.model.head_dim > 0 ? c.model.head_dim : c.model.width() / c.model.n_head;
+  const int64_t head_dim =
+      c.model.head_dim > 0 ? c.model.head_dim : c.model.width() / c.model.n_head;
   const double attention = 12.0 * c.model.n_layer * c.model.n_head * head_dim * a.seq;
   return 6 * matmul + attention;
 }
@@ -766,14 +767,13 @@ std::string json_record(const Args& a, int n, const std::string& backend, const 
   o << "{\"model\": \"" << model_name(a) << "\", \"parameters\": " << r.plan.parameters
     << ", \"vocab_size\": " << c.model.vocab_size
     << ", \"fused_loss\": " << (c.train.fused_loss ? "true" : "false")
-    << ", \"flops_per_token\": " << flops << ", \"tflops_per_rank\": "
-    << flops * r.tokens_per_second(a) / n * 1e-12;
+    << ", \"flops_per_token\": " << static_cast<int64_t>(flops)  // a whole count
+    << ", \"tflops_per_rank\": " << flops * r.tokens_per_second(a) / n * 1e-12;
   if (a.peak_tflops > 0) {
     o << ", \"peak_tflops\": " << a.peak_tflops
       << ", \"mfu\": " << flops * r.tokens_per_second(a) / n * 1e-12 / a.peak_tflops;
   }
-  o
-    << ", \"world_size\": " << n << ", \"backend\": \"" << backend << "\", \"device\": \""
+  o << ", \"world_size\": " << n << ", \"backend\": \"" << backend << "\", \"device\": \""
     << a.device << "\", \"dtype\": \"" << a.dtype << "\", \"seq\": " << a.seq
     << ", \"batch_per_rank\": " << a.batch << ", \"threads_per_rank\": " << at::get_num_threads()
     << ", \"strategy\": \"" << r.strategy << "\", \"variant\": \"" << r.variant
@@ -908,18 +908,20 @@ void print_table(const Args& a, const std::vector<Result>& results) {
 // with the logits' share of the plan, the two figures the head's fusion moves.
 void print_flops(const Args& a, const std::vector<Result>& results) {
   const double flops = flops_per_token(a);
-  std::printf("\n| strategy | variant | TFLOP/s per rank | MFU | logits in plan (MiB) |\n"
-              "| --- | --- | --- | --- | --- |\n");
+  std::printf(
+      "\n| strategy | variant | TFLOP/s per rank | MFU | logits in plan (MiB) |\n"
+      "| --- | --- | --- | --- | --- |\n");
   for (const auto& r : results) {
     const double tflops = flops * r.tokens_per_second(a) / r.plan.world_size * 1e-12;
-    std::printf("| %s | %s | %.3f | %s | %.0f |\n", r.strategy.c_str(), r.variant.c_str(), tflops,
-                a.peak_tflops > 0 ? fixed(100 * tflops / a.peak_tflops, 1).append(" %").c_str()
-                                  : "-",
-                mib(r.plan.memory.logits));
+    std::printf(
+        "| %s | %s | %.3f | %s | %.0f |\n", r.strategy.c_str(), r.variant.c_str(), tflops,
+        a.peak_tflops > 0 ? fixed(100 * tflops / a.peak_tflops, 1).append(" %").c_str() : "-",
+        mib(r.plan.memory.logits));
   }
-  std::printf("(%.4g FLOPs a token: 6 x the matmuls' parameters + 12 x layers x query width x "
-              "sequence, bench/README.md; MFU against --peak-tflops %g)\n",
-              flops, a.peak_tflops);
+  std::printf(
+      "(%.4g FLOPs a token: 6 x the matmuls' parameters + 12 x layers x query width x "
+      "sequence, bench/README.md; MFU against --peak-tflops %g)\n",
+      flops, a.peak_tflops);
 }
 
 // Measured against the time model: the step, the compute alone (its profile's forward and backward

@@ -230,10 +230,11 @@ void print_logits_share(fsdp::TrainConfig c, int local, const std::vector<fsdp::
   const fsdp::Plan& fused = plan.memory.fused_loss ? plan : other;
   const fsdp::Plan& whole = plan.memory.fused_loss ? other : plan;
   const auto mib = [](int64_t bytes) { return bytes / 1048576.0; };
-  std::printf("logits (vocabulary %lld): %.1f MiB fused, %.1f MiB whole (train.fused_loss "
-              "false), of a total %.1f and %.1f MiB\n",
-              static_cast<long long>(c.model.vocab_size), mib(fused.memory.logits),
-              mib(whole.memory.logits), mib(fused.memory.total()), mib(whole.memory.total()));
+  std::printf(
+      "logits (vocabulary %lld): %.1f MiB fused, %.1f MiB whole (train.fused_loss "
+      "false), of a total %.1f and %.1f MiB\n",
+      static_cast<long long>(c.model.vocab_size), mib(fused.memory.logits),
+      mib(whole.memory.logits), mib(fused.memory.total()), mib(whole.memory.total()));
   std::fflush(stdout);
 }
 
