@@ -7,8 +7,8 @@ and dtypes: Hugging Face's GPT2LMHeadModel (or, --model llama-1b, LlamaForCausal
 1B's shape, SDPA attention) in eager PyTorch, under FSDP1 (a unit per block, MixedPrecision
 bf16), under FSDP2 (fully_shard per block, MixedPrecisionPolicy bf16), FSDP2 with every block
 torch.compile'd (fsdp2_compile: the blocks compiled after fully_shard, as the FSDP2 tutorial does)
-and FSDP2 with CPUOffloadPolicy, at world size 1 over NCCL. Each run: AdamW, bf16 compute (gradients reduced in
-bf16, as fsdp-train's mixed_precision: bf16 does), warm-up steps, then timed steps, each ended by
+and FSDP2 with CPUOffloadPolicy, at world size 1 over NCCL. Each run: AdamW, bf16 compute
+(gradients reduced in bf16, as fsdp-train's mixed_precision: bf16 does), warm-up steps, then timed steps, each ended by
 torch.cuda.synchronize(); its median step and the caching allocator's peak
 (torch.cuda.max_memory_allocated) over the timed steps.
 
@@ -22,8 +22,8 @@ workload of fsdp-bench --dtype fp16.
 
 `table` reads this script's JSON and fsdp-bench's (--json) and prints one Markdown table: tokens/s,
 step time and peak GPU memory, with each fsdp.cpp row's ratio to every PyTorch row of the same
-model, batch and dtype; with --peak-tflops P also each row's MFU, from fsdp-bench's FLOPs a token
-for that model (bench/README.md, "FLOPs and MFU").
+model, batch and dtype; with --peak-tflops P also each row's MFU (per GPU), from fsdp-bench's
+FLOPs a token for that model (bench/README.md, "FLOPs and MFU").
 """
 import argparse
 import json
@@ -190,20 +190,21 @@ def torch_command(args):
 
 
 def rows_of(path):
-    """(model, batch, dtype, label, tokens/s, step s, peak bytes) of each record in one file."""
+    """(model, batch, dtype, label, tokens/s, step s, peak bytes, ranks) of each record in one
+    file."""
     rows = []
     for r in json.load(open(path)):
         dtype = r.get("dtype", "bf16")
         if "error" in r:
             rows.append((r["model"], r["batch"], dtype, f"{r['impl']} {r['run']}", None, None,
-                         None))
+                         None, 1))
         elif "run" in r:  # ours above, PyTorch's
             rows.append((r["model"], r["batch"], dtype, f"PyTorch {r['run']}",
-                         r["tokens_per_second"], r["median_step"], r["peak_allocated_bytes"]))
+                         r["tokens_per_second"], r["median_step"], r["peak_allocated_bytes"], 1))
         else:  # fsdp-bench
             label = f"fsdp.cpp {r['strategy']} {r['variant']} ({r['backend']})"
             rows.append((r["model"], r["batch_per_rank"], dtype, label, r["tokens_per_second"],
-                         r["median"]["step"], r["peak_device_allocated_bytes"]))
+                         r["median"]["step"], r["peak_device_allocated_bytes"], r["world_size"]))
     return rows
 
 
@@ -227,14 +228,14 @@ def table_command(args):
     print("| model | batch | dtype | run | tokens/s | step (ms) | peak allocated (GiB) | MFU "
           "| vs PyTorch (same dtype) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for model, batch, dtype, label, tps, step, peak in rows:
+    for model, batch, dtype, label, tps, step, peak, ranks in rows:
         if tps is None:
             print(f"| {model} | {batch} | {dtype} | {label} | failed | | | | |")
             continue
         per_token = flops.get((model, seqs.get(model)))
-        mfu = (f"{100 * per_token * tps / (args.peak_tflops * 1e12):.1f} %"
+        mfu = (f"{100 * per_token * tps / ranks / (args.peak_tflops * 1e12):.1f} %"
                if per_token and args.peak_tflops else "-")
-        ratios = [f"{tps / t:.2f}x {l.split(' ', 1)[1]}" for m, b, d, l, t, _, _ in rows
+        ratios = [f"{tps / t:.2f}x {l.split(' ', 1)[1]}" for m, b, d, l, t, _, _, _ in rows
                   if l.startswith("PyTorch") and not label.startswith("PyTorch") and m == model
                   and b == batch and d == dtype and t]
         print(f"| {model} | {batch} | {dtype} | {label} | {tps:.0f} | {step * 1e3:.1f} | "

@@ -9,8 +9,8 @@ run's folder.
 Per side: the median over the repeats of each repeat's median step (the slowest rank's), its
 tokens/s, and the largest absolute peak resident set over the ranks and repeats (VmHWM: for FSDP2
 Python, torch and transformers included; for fsdp.cpp its libraries), then the ratios
-fsdp.cpp / each FSDP2. Also, for fsdp.cpp, where its memory goes: the peak of live tensors and of what
-its host allocator holds, above the process's size before the model was built.
+fsdp.cpp / each FSDP2. Also, for fsdp.cpp, where its memory goes: the peak of live tensors and of
+what its host allocator holds, above the process's size before the model was built.
 """
 import glob
 import json

