@@ -98,7 +98,8 @@ cp -r "$WORK/straight/ckpt/step_00000003" "$WORK/resumed/ckpt/"
 echo step_00000003 >"$WORK/resumed/ckpt/latest"
 out=$(run --train.checkpoint_dir "$WORK/resumed/ckpt" --train.resume auto \
   --train.metrics_file "$WORK/resumed/metrics.jsonl") || fail "the resumed SFT run: $(tail -5 <<<"$out")"
-steps() { python3 -c 'import json,sys; [print(j["step"], repr(j["loss"])) for j in map(json.loads, open(sys.argv[1])) if j["step"] > 3]' "$1"; }
+# The training records (eval records carry val_loss only).
+steps() { python3 -c 'import json,sys; [print(j["step"], repr(j["loss"])) for j in map(json.loads, open(sys.argv[1])) if j["step"] > 3 and "loss" in j]' "$1"; }
 if [[ -n $(steps "$WORK/straight/metrics.jsonl") &&
   $(steps "$WORK/straight/metrics.jsonl") == "$(steps "$WORK/resumed/metrics.jsonl")" ]]; then
   echo "ok: SFT resumed at step 3 logs steps 4-6 bitwise as the straight run"

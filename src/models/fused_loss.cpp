@@ -31,13 +31,14 @@ struct Rows {
 
 // The gradients of hidden and weight, accumulated chunk by chunk: each chunk's softmax times its
 // rows' scale, minus the scale at the targets, is the logits' gradient, rounded once to the inputs'
-// dtype as the unfused one is, then its two matmuls; the weight's gradient summed in fp32.
+// dtype as the unfused one is, then its two matmuls; the weight's gradient summed into one tensor
+// of its own dtype (addmm with beta 1: below fp32 one rounding a chunk, as Liger Kernel's fused
+// loss does; an fp32 sum would hold a second V x h tensor, twice the size, at the step's peak).
 struct Gradients {
   at::Tensor hidden, weight;
 };
 Gradients zero_gradients(const Rows& rows) {
-  return {at::empty_like(rows.hidden),
-          at::zeros(rows.weight.sizes(), rows.weight.options().dtype(at::kFloat))};
+  return {at::empty_like(rows.hidden), at::zeros_like(rows.weight)};
 }
 // `scaled_softmax` (fp32, the chunk's own: made in place) and `scale` [n, 1] as above.
 void add_chunk_gradient(const Rows& rows, int64_t r, int64_t n, at::Tensor scaled_softmax,
@@ -47,11 +48,7 @@ void add_chunk_gradient(const Rows& rows, int64_t r, int64_t n, at::Tensor scale
   const at::Tensor h = rows.hidden.narrow(0, r, n);
   const at::Tensor rounded = g.to(rows.hidden.scalar_type());
   into.hidden.narrow(0, r, n).copy_(at::matmul(rounded, rows.weight));
-  if (rounded.scalar_type() == at::kFloat) {
-    into.weight.addmm_(rounded.t(), h);  // no V x C product beside the sum
-  } else {
-    into.weight.add_(at::matmul(rounded.t(), h));
-  }
+  into.weight.addmm_(rounded.t(), h);
 }
 
 // The chunk's logits in fp32 (the matmul in the inputs' dtype, as the unfused head's).
@@ -61,8 +58,8 @@ at::Tensor chunk_logits(const Rows& rows, int64_t r, int64_t n) {
 
 // [Note: gradients in forward] The head is the model's last operation and its backward the first,
 // so the loss's gradient taken in forward, from the logits forward has in hand, costs no memory at
-// the step's peak that backward would not hold then anyway (the weight's fp32 gradient and the
-// hidden states'), and saves the head's matmul a recomputation (a third of its FLOPs; for GPT-2
+// the step's peak that backward would not hold then anyway (the weight's gradient and the hidden
+// states'), and saves the head's matmul a recomputation (a third of its FLOPs; for GPT-2
 // 124M, about a tenth of the step's). Backward then only scales them by the upstream gradient.
 // Not in fp16: its loss scaling must multiply the logits' gradient before it is rounded to fp16,
 // or the small entries flush to zero; there backward recomputes each chunk with the upstream
@@ -131,9 +128,7 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
         add_chunk_gradient(rows, r, n, std::move(g), scale, grads);
       });
     }
-    return {grads.hidden, grads.weight.to(rows.weight.scalar_type()),
-            at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor()};
+    return {grads.hidden, grads.weight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 

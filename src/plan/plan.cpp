@@ -236,15 +236,16 @@ int64_t attention_saved_bytes(const ModelConfig& m, int64_t b, int64_t s, int64_
 // the final norm's input and output.
 int64_t logits_estimate(const TrainConfig& c, int64_t elem) {
   const ModelConfig& m = c.model;
-  const int64_t b = c.train.micro_batch_size, s = c.data.seq_len, h = m.width();
+  const int64_t n = c.train.micro_batch_size * c.data.seq_len, h = m.width();
   const int64_t V = m.vocab_size;
-  if (!c.train.fused_loss) return 2 * b * s * V * elem;  // the logits and their gradient
-  const int64_t below_fp32 = elem != 4 ? elem : 0;
-  const int64_t rows = linear_cross_entropy_chunk_rows(V, b * s);
+  if (!c.train.fused_loss) {
+    // The logits and their gradient; then the gradient and the head weight's, made from it.
+    return std::max(2 * n * V * elem, n * V * elem + V * h * elem);
+  }
   // A chunk's fp32 logits (below fp32 also the matmul's output, or later the rounded gradient),
-  // the weight's fp32 gradient (below fp32 also a chunk's V x h product in the compute dtype) and
-  // the hidden states' gradient.
-  return rows * V * (4 + below_fp32) + V * h * (4 + below_fp32) + b * s * h * elem;
+  // the weight's gradient and the hidden states'.
+  const int64_t rows = linear_cross_entropy_chunk_rows(V, n);
+  return rows * V * (4 + (elem != 4 ? elem : 0)) + V * h * elem + n * h * elem;
 }
 
 // [Note: plan activations] in docs/plan.md.

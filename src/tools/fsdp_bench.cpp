@@ -4,7 +4,8 @@
 //
 // Usage: build/bin/fsdp-bench [--model 124m|large|xl|tiny|llama|llama-1b] [--seq 512] [--batch 1]
 //            [--steps 3] [--repeats 1] [--dtype fp32|bf16|fp16]
-//            [--strategies NO_SHARD,SHARD_GRAD_OP,FULL_SHARD] [--vocab V] [--peak-tflops P]
+//            [--strategies NO_SHARD,SHARD_GRAD_OP,FULL_SHARD] [--vocab V] [--layers N]
+//            [--peak-tflops P]
 //            [--variants plain,prefetch,ac,prefetch+ac] [--allocator fsdp|glibc] [--json FILE]
 //            [--label TEXT] [--checkpoint DIR] [--nproc 2] [--device cpu|cuda] [--root-chunks 0]
 //            [--intra-gbit G --inter-gbit G [--intra-us U] [--inter-us U]
@@ -14,7 +15,8 @@
 // configs/llama-small.yaml (grouped-query attention, SwiGLU, tied embeddings), or `llama-1b`,
 // Llama 3.2 1B's (16 layers, 2048 wide, 32 heads, 8 KV heads, 8192 feed-forward, vocabulary
 // 128,256, tied, RoPE llama3). --vocab V: the model's vocabulary instead (GPT-2's 50,257, Llama
-// 3's 128,256, Qwen's 151,936: the logits' share of memory).
+// 3's 128,256, Qwen's 151,936: the logits' share of memory). --layers N: its depth instead (a
+// 1B Llama's widths in a few layers fit a CPU's memory).
 // --peak-tflops P: the device's peak (dense, the compute dtype's) in TFLOP/s; the table then adds
 // the model FLOPs utilisation (bench/README.md has the FLOP count: 6 x the parameters a token's
 // matmuls use, plus attention's).
@@ -112,6 +114,7 @@ struct Args {
   std::string device = "cpu";      // cpu or cuda
   int root_chunks = 0;             // fsdp_config.root_reduction_chunks, but under `onepiece`
   int64_t vocab = 0;               // the model's vocabulary instead of its own; 0: its own
+  int64_t layers = 0;              // the model's depth instead of its own; 0: its own
   double peak_tflops = 0;          // the device's peak, for the MFU column; 0: no column
   // The time model's links (fsdp/plan/step_time.h), Gbit/s and microseconds; a bandwidth turns
   // on the prediction and the compute-alone measurement. 0: not given.
@@ -272,6 +275,8 @@ Args parse_args(int argc, char** argv) {
           fsdp::flags::parse_number(k, value(), 0, 1e7);
     } else if (k == "--vocab") {
       a.vocab = fsdp::flags::parse_int(k, value(), 2, int64_t{1} << 24);
+    } else if (k == "--layers") {
+      a.layers = fsdp::flags::parse_int(k, value(), 1, 1 << 16);
     } else if (k == "--peak-tflops") {
       a.peak_tflops = fsdp::flags::parse_number(k, value(), 1e-6, 1e6);
     } else if (k == "--root-chunks") {
@@ -292,7 +297,8 @@ Args parse_args(int argc, char** argv) {
           "--strategies --variants --json --label "
           "--nproc --checkpoint --allocator --device --intra-gbit --intra-us "
           "--inter-gbit --inter-us --comm-cpu-gbit --contention --intra-cpu-gbit "
-          "--inter-cpu-gbit --cores-per-rank --compute-cpus --comm-cpus --vocab --peak-tflops)");
+          "--inter-cpu-gbit --cores-per-rank --compute-cpus --comm-cpus --vocab --layers "
+          "--peak-tflops)");
     }
   }
   const std::vector<std::string> models = {"124m", "large", "xl", "tiny", "llama", "llama-1b"};
@@ -369,6 +375,7 @@ fsdp::TrainConfig bench_config(const Args& a, const std::string& strategy,
     c.model.n_layer = 2, c.model.n_head = 2, c.model.n_embd = 64, c.model.n_positions = a.seq;
   }
   if (a.vocab > 0) c.model.vocab_size = a.vocab;
+  if (a.layers > 0) c.model.n_layer = a.layers;
   c.data.seq_len = a.seq;
   c.train.micro_batch_size = a.batch;
   c.train.fused_loss = !has_feature(variant, "unfused");
@@ -728,12 +735,15 @@ void merge(Result& into, const Result& again) {
 }
 
 // "gpt2-124m", ..., "llama-small", "llama-1b": the model's name in records and tables, with the
-// vocabulary when --vocab changed it.
+// vocabulary and depth when --vocab and --layers changed them.
 std::string model_name(const Args& a) {
   const std::string name = a.model == "llama"      ? "llama-small"
                            : a.model == "llama-1b" ? a.model
                                                    : "gpt2-" + a.model;
-  return a.vocab > 0 ? name + " (vocabulary " + std::to_string(a.vocab) + ")" : name;
+  std::string changed;
+  if (a.vocab > 0) changed = "vocabulary " + std::to_string(a.vocab);
+  if (a.layers > 0) changed += (changed.empty() ? "" : ", ") + std::to_string(a.layers) + " layers";
+  return changed.empty() ? name : name + " (" + changed + ")";
 }
 
 // The model's FLOPs per trained token, forward and backward (bench/README.md, "FLOPs and MFU"):
@@ -978,7 +988,8 @@ fsdp::CommPtr start_world(const Args& a, int argc, char** argv) {
 
 // What --help prints: the usage at the top of this file, in short.
 constexpr const char* kUsage =
-    "usage: fsdp-bench [--model 124m|large|xl|tiny|llama|llama-1b] [--vocab V] [--seq 512]\n"
+    "usage: fsdp-bench [--model 124m|large|xl|tiny|llama|llama-1b] [--vocab V] [--layers N]\n"
+    "           [--seq 512]\n"
     "           [--batch 1] [--steps 3] [--peak-tflops P]\n"
     "           [--repeats 1] [--dtype fp32|bf16|fp16] [--strategies NO_SHARD,SHARD_GRAD_OP,...]\n"
     "           [--variants plain,prefetch,ac,prefetch+ac,offload,whole,onepiece,unfused]\n"

@@ -4,12 +4,14 @@
 // the gradients of the hidden states and of the weight, which backward scales by its upstream
 // gradient ([Note: gradients in forward] in the .cpp; fp16 recomputes each chunk in backward
 // instead). At a 128,256-token vocabulary and 16,384 rows (batch 8 x 2048) the unfused path holds
-// 2.1 G logits (8.4 GB in fp32) and their gradient; this one holds `chunk_rows` x V at a time
-// (their fp32 copy, and the matmul's output below fp32), and the weight's fp32 gradient.
+// 2.1 G logits (4.2 GB in bf16) and their gradient; this one holds `chunk_rows` x V at a time
+// (their fp32 copy, and below fp32 the matmul's output or the rounded gradient) and the weight's
+// gradient, which the unfused head's backward makes too.
 //
 // The numbers are the unfused path's (the head's matmul, then gpt2_loss): logits in the inputs'
 // dtype, the loss's arithmetic in fp32, the logits' gradient rounded to the inputs' dtype once
-// before the two matmuls of backward; the weight's gradient is summed over chunks in fp32.
+// before the two matmuls of backward; the weight's gradient is summed over the chunks in its own
+// dtype (below fp32, rounded once a chunk where the unfused matmul rounds once).
 #pragma once
 
 #include <ATen/core/Tensor.h>
