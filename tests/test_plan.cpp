@@ -385,6 +385,10 @@ TEST(PlanActivations, FollowTheAttentionKernel) {
 // so more is saved than planned (measured 7.0 at this size on LibTorch 1.13 and 2.14).
 TEST(PlanActivations, FollowTheLoss) {
   const int n = test::world()->size();
+  if (n > 2) {
+    GTEST_SKIP() << "the logits' share does not depend on the world size: sizes 1 and 2 check it "
+                    "(a 50,000-token step takes 4 ranks on 2 cores 10 s)";
+  }
   for (ModelType type : {ModelType::kGPT2, ModelType::kLlama}) {
     for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
       TrainConfig c = small_config(type);
