@@ -6,6 +6,7 @@
 // here only the part the attention kernel decides (PlanActivations).
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <iostream>
 #include <map>
 
@@ -332,6 +333,26 @@ TEST(PlanLlama, MatchesRuntime) {
   expect_plan_holds(c);
 }
 
+// One step's live-tensor peak and the plan's total under two settings of `c` (`set(c, false)`,
+// then `set(c, true)`), and how much the first exceeds the second, measured and planned: what
+// the PlanActivations tests hold the plan to.
+struct PeakDifference {
+  int64_t first_peak = 0, first_plan = 0, second_peak = 0, second_plan = 0;
+  double measured() const { return static_cast<double>(first_peak - second_peak); }
+  double planned() const { return static_cast<double>(first_plan - second_plan); }
+};
+PeakDifference peak_difference(TrainConfig c, const std::function<void(TrainConfig&, bool)>& set) {
+  const int n = test::world()->size();
+  PeakDifference d;
+  set(c, false);
+  d.first_peak = run_one_step(c).peak_live_tensors;
+  d.first_plan = plan_training(c, n, n).memory.total();
+  set(c, true);
+  d.second_peak = run_one_step(c).peak_live_tensors;
+  d.second_plan = plan_training(c, n, n).memory.total();
+  return d;
+}
+
 // The activation estimate follows the attention kernel. At sequence 128 the explicit kernel's
 // saved scores (b a s^2; Llama's also in fp32 before the cast back, below fp32) outweigh the rest
 // of a block, and the fused kernel keeps only an fp32 log-sum-exp. The same step's live-tensor
@@ -345,7 +366,6 @@ TEST(PlanActivations, FollowTheAttentionKernel) {
   if (!attention_kernel_available(AttentionKernel::kFused)) {
     GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has the explicit attention kernel only";
   }
-  const int n = test::world()->size();
   for (ModelType type : {ModelType::kGPT2, ModelType::kLlama}) {
     for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
       TrainConfig c = small_config(type);
@@ -353,15 +373,10 @@ TEST(PlanActivations, FollowTheAttentionKernel) {
       c.model.n_layer = 12;
       c.data.seq_len = 128;
       c.mixed_precision = dtype;
-      auto peak_and_plan = [&](AttentionKernel kernel) {
-        c.model.attention = kernel;
-        return std::make_pair(run_one_step(c).peak_live_tensors,
-                              plan_training(c, n, n).memory.total());
-      };
-      const auto [explicit_peak, explicit_plan] = peak_and_plan(AttentionKernel::kExplicit);
-      const auto [fused_peak, fused_plan] = peak_and_plan(AttentionKernel::kFused);
-      const double planned = static_cast<double>(explicit_plan - fused_plan);
-      const double measured = static_cast<double>(explicit_peak - fused_peak);
+      const PeakDifference d = peak_difference(c, [](TrainConfig& t, bool fused) {
+        t.model.attention = fused ? AttentionKernel::kFused : AttentionKernel::kExplicit;
+      });
+      const double planned = d.planned(), measured = d.measured();
       ASSERT_GT(planned, 0);
       const std::string what = std::string(to_string(type)) + " " + dtype_name(dtype);
       if (test::world()->rank() == 0) {
@@ -398,23 +413,20 @@ TEST(PlanActivations, FollowTheLoss) {
       c.data.seq_len = 256;
       c.train.micro_batch_size = 2;
       c.mixed_precision = dtype;
-      auto peak_and_plan = [&](bool fused) {
+      for (bool fused : {false, true}) {
         c.train.fused_loss = fused;
-        const Plan plan = plan_training(c, n, n);
-        EXPECT_EQ(plan.memory.fused_loss, fused);
-        return std::make_pair(run_one_step(c).peak_live_tensors, plan.memory.total());
-      };
-      const auto [whole_peak, whole_plan] = peak_and_plan(false);
-      const auto [fused_peak, fused_plan] = peak_and_plan(true);
-      const double planned = static_cast<double>(whole_plan - fused_plan);
-      const double measured = static_cast<double>(whole_peak - fused_peak);
+        EXPECT_EQ(plan_training(c, n, n).memory.fused_loss, fused);
+      }
+      const PeakDifference d =
+          peak_difference(c, [](TrainConfig& t, bool fused) { t.train.fused_loss = fused; });
+      const double planned = d.planned(), measured = d.measured();
       ASSERT_GT(planned, 0);
       const std::string what = std::string(to_string(type)) + " " + dtype_name(dtype);
       if (test::world()->rank() == 0) {
         std::cout << "[ logits ] " << what
                   << ": whole - fused, measured / planned = " << measured / planned << " (whole "
-                  << whole_peak << " / " << whole_plan << ", fused " << fused_peak << " / "
-                  << fused_plan << ")\n";
+                  << d.first_peak << " / " << d.first_plan << ", fused " << d.second_peak << " / "
+                  << d.second_plan << ")\n";
       }
       EXPECT_GE(measured / planned, 0.95) << what << ": measured " << measured << " bytes";
       if (dtype == DType::kFloat32) {

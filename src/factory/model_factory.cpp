@@ -113,9 +113,11 @@ CausalLM build_model(const TrainConfig& config) {
 }
 
 at::Tensor next_token_loss(const CausalLM& lm, const at::Tensor& inputs, const at::Tensor& targets,
-                           bool fused) {
-  if (fused) return lm.loss(inputs, SequenceLayout{}, LossTargets{targets, /*mean=*/true});
-  return gpt2_loss(lm.forward(inputs), targets);
+                           bool fused, const SequenceLayout& layout, bool mean) {
+  if (fused) return lm.loss(inputs, layout, LossTargets{targets, mean});
+  const at::Tensor logits =
+      layout.positions.defined() ? lm.forward_packed(inputs, layout) : lm.forward(inputs);
+  return mean ? gpt2_loss(logits, targets) : token_loss_sum(logits, targets);
 }
 
 namespace {

@@ -46,11 +46,12 @@ struct CausalLM {
 // single process) would draw. Throws std::invalid_argument for sizes the model rejects.
 CausalLM build_model(const TrainConfig& config);
 
-// The mean next-token loss of inputs [B, T] against targets [B, T]: through the fused head and
-// cross entropy when `fused` (train.fused_loss), else the logits and gpt2_loss. What the tools
-// that time a step (fsdp-bench, the time model's compute profile) train on.
+// The next-token loss of inputs [B, T] against targets [B, T] (-100: ignored), their mean
+// (`mean`) or their sum, for rows laid out as `layout` (empty: one sequence a row): through the
+// fused head and cross entropy when `fused` (train.fused_loss), else the logits and gpt2_loss /
+// token_loss_sum. What the trainer, its evaluation and the tools that time a step train on.
 at::Tensor next_token_loss(const CausalLM& lm, const at::Tensor& inputs, const at::Tensor& targets,
-                           bool fused);
+                           bool fused, const SequenceLayout& layout = {}, bool mean = true);
 
 // Parameters in the model (tied ones once).
 int64_t count_parameters(const torch::nn::Module& module);

@@ -767,6 +767,11 @@ double flops_per_token(const Args& a) {
   return 6 * matmul + attention;
 }
 
+// The model TFLOP/s each rank ran in `r`'s median step.
+double tflops_per_rank(const Args& a, const Result& r) {
+  return flops_per_token(a) * r.tokens_per_second(a) / r.plan.world_size * 1e-12;
+}
+
 std::string json_record(const Args& a, int n, const std::string& backend, const Result& r) {
   const auto& m = r.memory;
   const auto& p = r.plan.memory;
@@ -778,10 +783,10 @@ std::string json_record(const Args& a, int n, const std::string& backend, const 
     << ", \"vocab_size\": " << c.model.vocab_size
     << ", \"fused_loss\": " << (c.train.fused_loss ? "true" : "false")
     << ", \"flops_per_token\": " << static_cast<int64_t>(flops)  // a whole count
-    << ", \"tflops_per_rank\": " << flops * r.tokens_per_second(a) / n * 1e-12;
+    << ", \"tflops_per_rank\": " << tflops_per_rank(a, r);
   if (a.peak_tflops > 0) {
     o << ", \"peak_tflops\": " << a.peak_tflops
-      << ", \"mfu\": " << flops * r.tokens_per_second(a) / n * 1e-12 / a.peak_tflops;
+      << ", \"mfu\": " << tflops_per_rank(a, r) / a.peak_tflops;
   }
   o << ", \"world_size\": " << n << ", \"backend\": \"" << backend << "\", \"device\": \""
     << a.device << "\", \"dtype\": \"" << a.dtype << "\", \"seq\": " << a.seq
@@ -922,7 +927,7 @@ void print_flops(const Args& a, const std::vector<Result>& results) {
       "\n| strategy | variant | TFLOP/s per rank | MFU | logits in plan (MiB) |\n"
       "| --- | --- | --- | --- | --- |\n");
   for (const auto& r : results) {
-    const double tflops = flops * r.tokens_per_second(a) / r.plan.world_size * 1e-12;
+    const double tflops = tflops_per_rank(a, r);
     std::printf(
         "| %s | %s | %.3f | %s | %.0f |\n", r.strategy.c_str(), r.variant.c_str(), tflops,
         a.peak_tflops > 0 ? fixed(100 * tflops / a.peak_tflops, 1).append(" %").c_str() : "-",

@@ -7,7 +7,6 @@
 
 #include "fsdp/data/packing.h"
 #include "fsdp/data/tokenizer.h"
-#include "fsdp/models/gpt2.h"
 
 namespace fsdp {
 
@@ -235,14 +234,10 @@ at::Tensor forward_batch(const CausalLM& lm, const data::Batch& b, c10::Device d
 
 at::Tensor batch_loss(const CausalLM& lm, const data::Batch& b, c10::Device device, bool mean,
                       bool fused, bool non_blocking) {
-  const at::Tensor targets = on_device(b.targets, device, non_blocking);
-  if (fused) {
-    const SequenceLayout layout =
-        b.positions.defined() ? packed_layout(b.positions, device) : SequenceLayout{};
-    return lm.loss(on_device(b.inputs, device, non_blocking), layout, LossTargets{targets, mean});
-  }
-  const at::Tensor logits = forward_batch(lm, b, device, non_blocking);
-  return mean ? gpt2_loss(logits, targets) : token_loss_sum(logits, targets);
+  const SequenceLayout layout =
+      b.positions.defined() ? packed_layout(b.positions, device) : SequenceLayout{};
+  return next_token_loss(lm, on_device(b.inputs, device, non_blocking),
+                         on_device(b.targets, device, non_blocking), fused, layout, mean);
 }
 
 // Sums of the loss and of the targets over every rank's batches; their ratio is the mean over

@@ -56,9 +56,8 @@ double average_over_ranks(double value, Comm& world);
 at::Tensor forward_batch(const CausalLM& lm, const data::Batch& b, c10::Device device,
                          bool non_blocking = false);
 
-// The batch's loss on `device`: the mean over its targets (`mean`) or their sum; through the
-// fused head and cross entropy, which never holds the whole logits, when `fused`
-// (train.fused_loss), else the logits and then gpt2_loss / token_loss_sum.
+// The batch's loss on `device`: the mean over its targets (`mean`) or their sum, packed rows
+// through their layout; next_token_loss, fused when `fused` (train.fused_loss).
 at::Tensor batch_loss(const CausalLM& lm, const data::Batch& b, c10::Device device, bool mean,
                       bool fused, bool non_blocking = false);
 
