@@ -15,10 +15,15 @@
 # (scripts/fetch_assets.sh) and carry assets/ along, or the tests that need them skip.
 # --llama [BATCH...]: issue 48's workload instead of run_bench's: Llama 3.2 1B's shape, sequence
 # 2048, bf16 with fp32 master weights, at each BATCH (default 4 8): fsdp-bench FULL_SHARD prefetch
-# (and with activation checkpointing), PyTorch eager, FSDP2 and FSDP2 with the blocks
-# torch.compile'd on the same GPU; table with MFU against the GPU's peak (--peak-tflops:
-# PEAK_TFLOPS, default 989, an H100 SXM's dense bf16; an H200's is the same) in
-# RESULTS_DIR/llama_bench.md.
+# (and with ATen's fused AdamW kernel instead of the default op-by-op step, and with activation
+# checkpointing), each run's one-step profile by kernel in RESULTS_DIR/profile/, PyTorch eager,
+# FSDP2 and FSDP2 with the blocks torch.compile'd on the same GPU; table with MFU against the
+# GPU's peak (--peak-tflops: PEAK_TFLOPS, default 989, an H100 SXM's dense bf16; an H200's is the
+# same) in RESULTS_DIR/llama_bench.md.
+# GPU_TARGETS (e.g. "fsdp-bench test_optim"): build only those targets (a device call's minutes).
+# The image lacks the tokenizer's Oniguruma and utf8proc: `scripts/gpu.sh --fetch-deps` here (where
+# apt works) downloads Debian's packages into .gpudeps/ (ignored); carry it (`carry: [".gpudeps"]`)
+# and the build unpacks them under build-gpu/deps.
 # Usage: scripts/gpu.sh [--build-only | --test-only | --bench-only | --llama [BATCH...]]
 #                       [ctest args...]
 #   (build in one device call, test in the next, benchmark in a third: the build folder travels
@@ -26,6 +31,7 @@
 #        scripts/gpu.sh --train [fsdp-train args...]: the GPU quick start: builds (once), fetches
 #   the bundled corpus and GPT-2's tokenizer where npm works, and trains the default config on
 #   every GPU of the machine, one NCCL rank each, under fsdp-run.
+#        scripts/gpu.sh --fetch-deps: the packages above, into .gpudeps/ (run where apt works).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=all
@@ -35,6 +41,10 @@ case "${1:-}" in
   --bench-only) MODE=bench; shift ;;
   --llama) MODE=llama; shift ;;
   --train) MODE=train; shift ;;
+  --fetch-deps)
+    mkdir -p .gpudeps
+    cd .gpudeps && exec apt-get download libonig5 libonig-dev libutf8proc2 libutf8proc-dev
+    ;;
 esac
 RESULTS=${RESULTS_DIR:-${OUT:-build-gpu/results}}
 mkdir -p "$RESULTS"
@@ -58,8 +68,24 @@ torch_query() {
   }
 }
 
+# Oniguruma and utf8proc from .gpudeps/ where the machine has none: unpacked under build-gpu/deps,
+# their pkg-config files pointed there (the build's RUNPATH then finds the libraries).
+text_deps() {
+  pkg-config --exists oniguruma libutf8proc && return
+  local d=$PWD/build-gpu/deps debs=(.gpudeps/*.deb)
+  [[ -e ${debs[0]} ]] || {
+    echo "gpu: no Oniguruma or utf8proc here: run scripts/gpu.sh --fetch-deps where apt works and carry .gpudeps" >&2
+    return 1
+  }
+  mkdir -p "$d"
+  for f in "${debs[@]}"; do dpkg-deb -x "$f" "$d"; done
+  sed -i "s|=/usr|=$d/usr|" "$d"/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc
+  export PKG_CONFIG_PATH=$d/usr/lib/x86_64-linux-gnu/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+}
+
 build() {
   local prefix generator=()
+  text_deps
   prefix=$(torch_query torch.utils.cmake_prefix_path)
   command -v ninja >/dev/null && generator=(-G Ninja)
   cmake -S . -B build-gpu "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
@@ -68,7 +94,8 @@ build() {
     tail -n 40 "$RESULTS/configure.log"
     return 1
   }
-  cmake --build build-gpu -j"$(nproc)" >"$RESULTS/build.log" 2>&1 || {
+  # shellcheck disable=SC2086 # GPU_TARGETS is a list of target names
+  cmake --build build-gpu -j"$(nproc)" ${GPU_TARGETS:+--target $GPU_TARGETS} >"$RESULTS/build.log" 2>&1 || {
     grep -m 20 -A 5 'error' "$RESULTS/build.log"
     return 1
   }
@@ -121,9 +148,11 @@ run_bench() {
 run_llama() {
   local bin=build-gpu/bin r=$RESULTS files=() batches=("$@")
   ((${#batches[@]})) || batches=(4 8)
+  mkdir -p "$r/profile"
   for b in "${batches[@]}"; do
     "$bin/fsdp-bench" --device cuda --nproc 1 --model llama-1b --seq 2048 --dtype bf16 --batch "$b" \
-      --steps 5 --strategies FULL_SHARD --variants prefetch,prefetch+ac \
+      --steps 5 --strategies FULL_SHARD --variants prefetch,prefetch+fusedadam,prefetch+ac \
+      --profile "$r/profile" \
       --peak-tflops "${PEAK_TFLOPS:-989}" --json "$r/ours-llama-$b.json" >"$r/ours-llama-$b.log" 2>&1 ||
       echo "gpu: fsdp-bench llama-1b batch $b failed: $(tail -n 3 "$r/ours-llama-$b.log")"
     python3 bench/gpu_bench.py torch --model llama-1b --seq 2048 --batch "$b" --steps 5 \

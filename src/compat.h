@@ -79,6 +79,40 @@ inline at::Tensor fused_masked_attention(const at::Tensor& q, const at::Tensor& 
 #endif
 }
 
+// AdamW in one multi-tensor kernel over lists of tensors (torch.optim.AdamW(fused=True)'s):
+// at::_fused_adamw_ arrived in 2.0 for CUDA tensors (CPU ones in 2.4; the CPU keeps fsdp's own
+// kernel, optim/adamw_fused.cpp). It reads the step from `steps` (fp32 tensors on the device, one
+// per tensor) and does p *= 1 - lr * weight_decay, m and v, bias correction and the update per
+// element in fp32. Only where kHasFusedAdamW; elsewhere it throws.
+constexpr bool kHasFusedAdamW = kTorch2;
+
+inline void fused_adamw(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
+                        at::TensorList exp_avg_sqs, at::TensorList steps, double lr, double beta1,
+                        double beta2, double weight_decay, double eps) {
+#if TORCH_VERSION_MAJOR >= 2
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr, beta1,
+                    beta2, weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false);
+#else
+  TORCH_CHECK(false, "at::_fused_adamw_ needs LibTorch 2.0 or later (this is ", TORCH_VERSION, ")");
+#endif
+}
+
+// A profiler event's duration: KinetoEvent::durationUs in 1.13, durationNs from 2.0.
+template <class Event, class = void>
+struct HasDurationNs : std::false_type {};
+template <class Event>
+struct HasDurationNs<Event, std::void_t<decltype(std::declval<const Event&>().durationNs())>>
+    : std::true_type {};
+
+template <class Event>
+int64_t duration_ns(const Event& e) {
+  if constexpr (HasDurationNs<Event>::value) {
+    return static_cast<int64_t>(e.durationNs());
+  } else {
+    return static_cast<int64_t>(e.durationUs()) * 1000;
+  }
+}
+
 // The handle on a parameter's gradient accumulator (an autograd Node): std::shared_ptr through
 // the 2.x releases Debian 13 and the CUDA wheels carry, c10::intrusive_ptr in the newest (2.14).
 using GradAccumulatorPtr =

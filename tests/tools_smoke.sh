@@ -15,6 +15,8 @@
 #  - fsdp-bench with the head and loss fused (the default) and whole (`unfused`) at another
 #    vocabulary (--vocab): the records say which, the plan's logits share is smaller fused, and
 #    the FLOPs a token and the MFU follow bench/README.md's formula, counted here from the shapes;
+#    with --profile each run's extra step is written as a table of operators (no trace where the
+#    LibTorch has no Kineto, as Debian's 1.13, which the output says);
 #  - bench/netem_table.py joins the recorded partial re-run with the grid it completes, with the
 #    CPU columns, and still reads records from before them; pinned records show the compute
 #    CPUs' idle time;
@@ -105,9 +107,10 @@ PY
 # (at a few dozen the fused head's fp32 weight gradient outweighs the logits), with an MFU: the
 # tiny GPT-2 (2 layers, width 64, 2 heads, 48 positions) makes 6 x (every parameter but the
 # position table) + 12 x layers x width x sequence FLOPs a token.
+mkdir -p "$WORK/profile"
 "$BIN/fsdp-run" --backend gloo --nproc-per-node 2 "$BIN/fsdp-bench" --model tiny --seq 48 --batch 8 \
   --steps 1 --strategies FULL_SHARD --variants prefetch,prefetch+unfused --vocab 2000 --peak-tflops 0.5 \
-  --json "$WORK/logits.json" >"$WORK/logits.log" 2>&1 || fail "fsdp-bench --vocab: $(tail -5 "$WORK/logits.log")"
+  --profile "$WORK/profile" --json "$WORK/logits.json" >"$WORK/logits.log" 2>&1 || fail "fsdp-bench --vocab: $(tail -5 "$WORK/logits.log")"
 python3 - "$WORK/logits.json" <<'PY' || fail "fsdp-bench fused and whole: $(cat "$WORK/logits.log")"
 import json, sys
 fused, whole = json.load(open(sys.argv[1]))
@@ -126,6 +129,16 @@ for r in (fused, whole):
 PY
 grep -q '^| FULL_SHARD | prefetch+unfused | [0-9.]* | [0-9.]* % | ' "$WORK/logits.log" ||
   fail "fsdp-bench printed no MFU row: $(grep -A4 'TFLOP/s per rank' "$WORK/logits.log")"
+for v in prefetch prefetch_unfused; do
+  p="$WORK/profile/gpt2-tiny__vocabulary_2000_-FULL_SHARD-$v-b8.md"
+  [[ -f $p ]] || fail "fsdp-bench --profile wrote no $p: $(ls "$WORK/profile"; grep profile "$WORK/logits.log")"
+  grep -q '^step: [0-9.]* ms wall; CPU operators' "$p" && grep -q '^| aten::[a-z_]* | operator | [0-9]* | ' "$p" ||
+    fail "fsdp-bench --profile table: $(head -12 "$p")"
+done
+grep -q "^profile: $WORK/profile/.*\.md (\(trace .*\.trace\.json\|no trace: .*\))" "$WORK/logits.log" ||
+  fail "fsdp-bench --profile printed no path: $(grep profile "$WORK/logits.log")"
+expect_error "bench --profile not a folder" "--profile: '$WORK/none' is not a folder" \
+  "$BIN/fsdp-bench" --profile "$WORK/none"
 
 # joined with the grid they complete, every cell once.
 REPO=$(cd "$(dirname "$0")/.." && pwd)

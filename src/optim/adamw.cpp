@@ -1,12 +1,14 @@
 // AdamW over shards: torch::optim::AdamW's step (LibTorch 1.13, amsgrad off), with the decoupled
 // weight decay applied only where the shard's decay mask is 1. Owns the choice of path per shard
-// (AdamWImpl) and the op-by-op path; the fused kernel is in adamw_fused.cpp.
+// (AdamWImpl), the op-by-op path and the GPU's fused path (ATen's multi-tensor kernel over a
+// shard's decayed and undecayed runs); the CPU's fused kernel is in adamw_fused.cpp.
 #include <torch/torch.h>
 
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
+#include "compat.h"
 #include "fsdp/optim.h"
 #include "optim/adamw_fused.h"
 
@@ -26,11 +28,14 @@ void check_options(const AdamWOptions& o) {
   require(o.weight_decay >= 0, "weight_decay", o.weight_decay);
 }
 
-// What the fused kernel needs (fp32 and contiguity the base class has already checked, but a
-// kernel reading raw pointers should not rely on a check made elsewhere).
+// What a fused kernel needs (fp32 and contiguity the base class has already checked, but a
+// kernel reading raw pointers should not rely on a check made elsewhere): fsdp's on the CPU,
+// ATen's on a CUDA GPU where the LibTorch has it.
 bool fusable(const ShardedParam& s) {
-  auto ok = [](const at::Tensor& t) {
-    return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
+  auto ok = [&](const at::Tensor& t) {
+    const bool device = t.device().is_cpu() || (t.is_cuda() && compat::kHasFusedAdamW);
+    return device && t.device() == s.param.device() && t.scalar_type() == at::kFloat &&
+           t.is_contiguous();
   };
   return ok(s.param) && ok(s.grad);
 }
@@ -42,11 +47,13 @@ std::string describe(const at::Tensor& t) {
 
 bool use_fused(AdamWImpl impl, size_t i, const ShardedParam& s) {
   if (impl == AdamWImpl::kReference) return false;
+  if (impl == AdamWImpl::kAuto) return fusable(s) && s.param.is_cpu();  // AdamWImpl::kAuto says why
   if (fusable(s)) return true;
-  if (impl == AdamWImpl::kAuto) return false;
-  throw std::invalid_argument("AdamW: impl kFused needs CPU, contiguous fp32 shards, but shard " +
-                              std::to_string(i) + " has param " + describe(s.param) + " and grad " +
-                              describe(s.grad) + " (kAuto steps it op by op)");
+  throw std::invalid_argument(
+      std::string("AdamW: impl kFused needs contiguous fp32 shards on the CPU") +
+      (compat::kHasFusedAdamW ? " or a CUDA GPU" : "") + ", but shard " + std::to_string(i) +
+      " has param " + describe(s.param) + " and grad " + describe(s.grad) +
+      " (kAuto steps it op by op)");
 }
 
 }  // namespace
@@ -59,6 +66,9 @@ AdamW::AdamW(std::vector<ShardedParam> params, AdamWOptions options)
     fused_.push_back(use_fused(options_.impl, i, s));
     exp_avg_.push_back(at::zeros_like(s.param, at::MemoryFormat::Contiguous));
     exp_avg_sq_.push_back(at::zeros_like(s.param, at::MemoryFormat::Contiguous));
+    device_step_.push_back(fused_.back() && !s.param.is_cpu()
+                               ? at::zeros({}, s.param.options().dtype(at::kFloat))
+                               : at::Tensor());
   }
 }
 
@@ -70,7 +80,9 @@ void AdamW::step() {
   const double bias_correction1 = 1 - std::pow(options_.beta1, static_cast<double>(step_count_));
   const double bias_correction2 = 1 - std::pow(options_.beta2, static_cast<double>(step_count_));
   step_each([&](size_t i) {
-    if (fused_[i]) {
+    if (device_step_[i].defined()) {
+      step_fused_device(i);
+    } else if (fused_[i]) {
       step_fused(i, bias_correction1, bias_correction2);
     } else {
       step_reference(i, bias_correction1, bias_correction2);
@@ -86,6 +98,51 @@ void AdamW::step_fused(size_t i, double bias_correction1, double bias_correction
                            exp_avg_[i].data_ptr<float>(), exp_avg_sq_[i].data_ptr<float>(),
                            s.param.numel(), decay_[i], options_.weight_decay != 0, scalars,
                            detail::adamw_kernel().segment);
+}
+
+// ATen's kernel decays every element it is given, so the shard goes in as two lists of views:
+// its decayed runs with the weight decay, the rest without (a mask too fragmented for runs is
+// applied op by op first, then all of it goes without). The kernel takes the bias corrections
+// from device_step_, so the step needs nothing from the host but the count it fills in.
+void AdamW::step_fused_device(size_t i) {
+  const ShardedParam& s = params_[i];
+  const detail::DecayRegions& regions = decay_[i];
+  const int64_t n = s.param.numel();
+  device_step_[i].fill_(static_cast<double>(step_count_));
+  const bool decays = options_.weight_decay != 0;
+  if (decays && regions.dense.defined()) {
+    const double keep = 1 - lr_ * options_.weight_decay;
+    on_decayed(i, s.param, [keep](at::Tensor& region, int64_t, int64_t) { region.mul_(keep); });
+  }
+  std::vector<std::pair<int64_t, int64_t>> decayed, kept;
+  if (decays && !regions.dense.defined()) {
+    int64_t at = 0;
+    for (const auto& [begin, end] : regions.runs) {
+      if (begin > at) kept.emplace_back(at, begin);
+      decayed.emplace_back(begin, end);
+      at = end;
+    }
+    if (at < n) kept.emplace_back(at, n);
+  } else if (n > 0) {
+    kept.emplace_back(0, n);
+  }
+  auto launch = [&](const std::vector<std::pair<int64_t, int64_t>>& runs, double weight_decay) {
+    if (runs.empty()) return;
+    std::vector<at::Tensor> p, g, m, v, steps;
+    const at::Tensor flat[] = {s.param.view(-1), s.grad.view(-1), exp_avg_[i].view(-1),
+                               exp_avg_sq_[i].view(-1)};
+    for (const auto& [begin, end] : runs) {
+      p.push_back(flat[0].narrow(0, begin, end - begin));
+      g.push_back(flat[1].narrow(0, begin, end - begin));
+      m.push_back(flat[2].narrow(0, begin, end - begin));
+      v.push_back(flat[3].narrow(0, begin, end - begin));
+      steps.push_back(device_step_[i]);
+    }
+    compat::fused_adamw(p, g, m, v, steps, lr_, options_.beta1, options_.beta2, weight_decay,
+                        options_.eps);
+  };
+  launch(decayed, options_.weight_decay);
+  launch(kept, 0.0);
 }
 
 void AdamW::step_reference(size_t i, double bias_correction1, double bias_correction2) {

@@ -8,6 +8,7 @@
 //            [--peak-tflops P]
 //            [--variants plain,prefetch,ac,prefetch+ac] [--allocator fsdp|glibc] [--json FILE]
 //            [--label TEXT] [--checkpoint DIR] [--nproc 2] [--device cpu|cuda] [--root-chunks 0]
+//            [--profile DIR]
 //            [--intra-gbit G --inter-gbit G [--intra-us U] [--inter-us U]
 //             [--comm-cpu-gbit G] [--contention C] [--intra-cpu-gbit G] [--inter-cpu-gbit G]
 //             [--cores-per-rank N]] [--compute-cpus LIST --comm-cpus LIST]
@@ -25,7 +26,12 @@
 // offload: shards and AdamW in host memory), `whole` (the root's gradients reduced in one piece
 // at the end of backward, as PyTorch FSDP does: ShardingOptions::split_root_reduction off),
 // `onepiece` (split, its early part in one piece: ShardingOptions::root_reduction_chunks 1),
-// `unfused` (the logits [B, T, V] whole, then the loss: train.fused_loss false).
+// `unfused` (the logits [B, T, V] whole, then the loss: train.fused_loss false), `fusedadam`
+// (AdamWImpl::kFused: on a GPU ATen's fused kernel instead of the default op-by-op step).
+// --profile DIR (an existing folder): after each run's timed steps, one more step under
+// LibTorch's profiler (rank 0's), its time by GPU kernel (by CPU operator on the CPU) in
+// DIR/MODEL-STRATEGY-VARIANT-bBATCH.md and the Chrome trace beside it (.trace.json);
+// tools/step_profile.h.
 // --root-chunks N: the split's early part in N pieces in every other variant (default 0: the
 // runtime's choice, the root's size over a block's).
 // --device cuda: the model computes on the GPU (LOCAL_RANK's; one rank alone, or under fsdp-run,
@@ -90,6 +96,7 @@
 #include "fsdp/fsdp.h"
 #include "fsdp/plan/plan.h"
 #include "fsdp/plan/step_time.h"
+#include "tools/step_profile.h"
 #include "tools/tool_util.h"
 #include "util/number_flag.h"
 
@@ -116,6 +123,7 @@ struct Args {
   int64_t vocab = 0;               // the model's vocabulary instead of its own; 0: its own
   int64_t layers = 0;              // the model's depth instead of its own; 0: its own
   double peak_tflops = 0;          // the device's peak, for the MFU column; 0: no column
+  std::string profile_dir;         // --profile: one more step profiled per run; empty: none
   // The time model's links (fsdp/plan/step_time.h), Gbit/s and microseconds; a bandwidth turns
   // on the prediction and the compute-alone measurement. 0: not given.
   double intra_gbit = 0, intra_us = 0, inter_gbit = 0, inter_us = 0;
@@ -277,6 +285,8 @@ Args parse_args(int argc, char** argv) {
       a.vocab = fsdp::flags::parse_int(k, value(), 2, int64_t{1} << 24);
     } else if (k == "--layers") {
       a.layers = fsdp::flags::parse_int(k, value(), 1, 1 << 16);
+    } else if (k == "--profile") {
+      a.profile_dir = value();
     } else if (k == "--peak-tflops") {
       a.peak_tflops = fsdp::flags::parse_number(k, value(), 1e-6, 1e6);
     } else if (k == "--root-chunks") {
@@ -298,7 +308,7 @@ Args parse_args(int argc, char** argv) {
           "--nproc --checkpoint --allocator --device --intra-gbit --intra-us "
           "--inter-gbit --inter-us --comm-cpu-gbit --contention --intra-cpu-gbit "
           "--inter-cpu-gbit --cores-per-rank --compute-cpus --comm-cpus --vocab --layers "
-          "--peak-tflops)");
+          "--peak-tflops --profile)");
     }
   }
   const std::vector<std::string> models = {"124m", "large", "xl", "tiny", "llama", "llama-1b"};
@@ -325,11 +335,12 @@ Args parse_args(int argc, char** argv) {
     const std::vector<std::string> features = split_variant(v);
     const bool known = std::all_of(features.begin(), features.end(), [](const std::string& f) {
       return f == "prefetch" || f == "ac" || f == "offload" || f == "whole" || f == "onepiece" ||
-             f == "unfused";
+             f == "unfused" || f == "fusedadam";
     });
     if (v != "plain" && (features.empty() || !known)) {
       throw std::invalid_argument(
-          "--variants: plain, or prefetch, ac, offload, whole, onepiece and unfused joined by "
+          "--variants: plain, or prefetch, ac, offload, whole, onepiece, unfused and fusedadam "
+          "joined by "
           "'+'; got " +
           v);
     }
@@ -338,6 +349,10 @@ Args parse_args(int argc, char** argv) {
                                   ": onepiece sets the split root reduction's pieces, and whole "
                                   "turns the split off");
     }
+  }
+  if (!a.profile_dir.empty() && !std::filesystem::is_directory(a.profile_dir)) {
+    throw std::invalid_argument("--profile: '" + a.profile_dir +
+                                "' is not a folder (make it first)");
   }
   for (const auto& s : a.strategies) fsdp::parse_sharding_strategy(s);  // throws on a bad name
   return a;
@@ -617,6 +632,36 @@ fsdp::TimeModelOptions time_options(const Args& a, const std::string& variant, f
   return o;
 }
 
+std::string model_name(const Args& a);
+
+// --profile: one more step with rank 0 under the profiler (every rank steps: the collectives need
+// them all); its table and trace into the folder, the table's path printed.
+void profile_step(const Args& a, const Result& r, const std::function<StepTimes()>& step,
+                  const c10::Device& device, fsdp::Comm& world) {
+  std::optional<fsdp_tools::StepProfile> profile;
+  if (world.rank() == 0) profile.emplace(device.is_cuda());
+  const StepTimes t = step();
+  if (!profile) return;
+  std::string stem =
+      model_name(a) + "-" + r.strategy + "-" + r.variant + "-b" + std::to_string(a.batch);
+  for (char& ch : stem) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '.') ch = '_';
+  }
+  const std::string base = a.profile_dir + "/" + stem;
+  const auto totals = profile->stop(base + ".trace.json");
+  std::ostringstream o;
+  o << "# " << model_name(a) << ", " << r.strategy << " " << r.variant << ", batch " << a.batch
+    << " x " << a.seq << ", " << a.dtype << ", " << world.size() << " rank(s), "
+    << (device.is_cuda() ? "GPU" : "CPU") << "\n\n"
+    << fsdp_tools::format_profile(totals, t.step, device.is_cuda()) << "\n";
+  fsdp_tools::write_output(base + ".md", o.str());
+  if (profile->no_trace().empty()) {
+    std::printf("profile: %s.md (trace %s.trace.json)\n", base.c_str(), base.c_str());
+  } else {
+    std::printf("profile: %s.md (no trace: %s)\n", base.c_str(), profile->no_trace().c_str());
+  }
+}
+
 Result run(const Args& a, const std::string& strategy, const std::string& variant,
            fsdp::CommPtr world, const fsdp::TimeModelOptions* time, std::vector<IoResult>* io) {
   using Clock = std::chrono::steady_clock;
@@ -644,7 +689,9 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
                              c.sharding_options().param_init(lm.param_init));
   }();
   const c10::Device device = model->device();
-  fsdp::AdamW opt(fsdp::sharded_params(*model), fsdp::AdamWOptions());
+  fsdp::AdamWOptions adamw;
+  if (has_feature(variant, "fusedadam")) adamw.impl = fsdp::AdamWImpl::kFused;
+  fsdp::AdamW opt(fsdp::sharded_params(*model), adamw);
   // fp16 steps as PyTorch's do with a GradScaler: the loss scaled, the optimizer phase unscaling,
   // checking for inf/NaN (one all-reduce) and stepping.
   std::optional<fsdp::ShardedGradScaler> scaler;
@@ -716,6 +763,7 @@ Result run(const Args& a, const std::string& strategy, const std::string& varian
   r.optimizer_bytes = opt.state_bytes();
   r.comm_bytes = counts->total_bytes() / a.steps;
   if (io) *io = checkpoint_io(*model, opt, a.checkpoint_dir, *world);
+  if (!a.profile_dir.empty()) profile_step(a, r, step, device, *world);
   return r;
 }
 
@@ -997,9 +1045,10 @@ constexpr const char* kUsage =
     "           [--seq 512]\n"
     "           [--batch 1] [--steps 3] [--peak-tflops P]\n"
     "           [--repeats 1] [--dtype fp32|bf16|fp16] [--strategies NO_SHARD,SHARD_GRAD_OP,...]\n"
-    "           [--variants plain,prefetch,ac,prefetch+ac,offload,whole,onepiece,unfused]\n"
+    "           [--variants "
+    "plain,prefetch,ac,prefetch+ac,offload,whole,onepiece,unfused,fusedadam]\n"
     "           [--allocator fsdp|glibc] [--json FILE] [--label TEXT] [--checkpoint DIR]\n"
-    "           [--nproc 2] [--device cpu|cuda] [--root-chunks N]\n"
+    "           [--nproc 2] [--device cpu|cuda] [--root-chunks N] [--profile DIR]\n"
     "           [--intra-gbit G --inter-gbit G [--intra-us U] [--inter-us U] [--comm-cpu-gbit G]\n"
     "            [--contention C] [--intra-cpu-gbit G] [--inter-cpu-gbit G] [--cores-per-rank N]]\n"
     "           [--compute-cpus LIST --comm-cpus LIST]\n"
