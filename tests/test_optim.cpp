@@ -329,8 +329,8 @@ double worst_ratio(const at::Tensor& got, const at::Tensor& want, const at::Tens
 // with d = |(1 - fl(b)) - (1 - b)| / (1 - b) and e = K |fl(b) - b| / b (the powers of fl(b)):
 //  - v (each term scaled by 1 - fl(b2), decayed by fl(b2)): d2 + e2; m likewise: d1 + e1.
 //  - the update per step: m's and bc1's relative errors (each d1 + e1), and half of v's and of
-//  bc2's
-//    (under the square root), times |update| <= 7.3 lr as in (ii): 7.3 lr (2 (d1 + e1) + d2 + e2).
+//    bc2's (under the square root), times |update| <= 7.3 lr as in (ii):
+//    7.3 lr (2 (d1 + e1) + d2 + e2).
 // Measured on an H200 (LibTorch 2.11, 2026-11-28) against the CPU's bound: v 7.2 to 7.5 times it
 // (the 1.3e-5 alone), p 0.18, m 0.15.
 struct BetaErrors {
@@ -507,9 +507,9 @@ TEST(FusedAdamWOptions, SameBitsOnAnyThreadCount) {
   }
 }
 
-// kAuto takes the fused kernel for CPU shards (and CUDA ones, FusedAdamWOnGpu) and steps any other
-// shard op by op (a meta tensor stands in for a device without a fused kernel); kFused on such a
-// shard is an error (BadInput below).
+// kAuto takes the fused kernel for CPU shards only and steps any other shard op by op (a meta
+// tensor stands in for another device here; FusedAdamWOnGpu checks a CUDA one); kFused on a shard
+// no fused kernel takes is an error (BadInput below).
 TEST(FusedAdamWOptions, AutoChoosesPerShard) {
   std::vector<ShardedParam> shards = make_shards(at::ones({30}), at::Tensor(), {10});
   const auto meta = at::TensorOptions().device(at::kMeta);

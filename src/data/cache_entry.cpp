@@ -39,11 +39,15 @@ void write_text_atomic(const std::string& path, const std::string& text) {
   files::TempGuard guard;
   const int fd = files::create_temp_file(path, &guard);
   const std::string& tmp = guard.path();
-  try {
-    files::write_all(fd, text, tmp);
-  } catch (const std::exception& e) {
-    ::close(fd);
-    throw std::runtime_error(std::string("corpus: ") + e.what());
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      throw std::runtime_error("corpus: cannot write " + tmp + ": " + std::strerror(errno));
+    }
+    done += static_cast<size_t>(n);
   }
   ::fsync(fd);
   ::close(fd);

@@ -88,6 +88,7 @@
 #include <optional>
 #include <sstream>
 
+#include "checkpoint/file_io.h"
 #include "core/device_memory.h"
 #include "core/streams.h"
 #include "factory/model_factory.h"
@@ -654,7 +655,7 @@ void profile_step(const Args& a, const Result& r, const std::function<StepTimes(
     << " x " << a.seq << ", " << a.dtype << ", " << world.size() << " rank(s), "
     << (device.is_cuda() ? "GPU" : "CPU") << "\n\n"
     << fsdp_tools::format_profile(totals, t.step, device.is_cuda()) << "\n";
-  fsdp_tools::write_output(base + ".md", o.str());
+  fsdp::ckpt::write_file_atomically(base + ".md", o.str());  // its own temporary, no link
   if (profile->no_trace().empty()) {
     std::printf("profile: %s.md (trace %s.trace.json)\n", base.c_str(), base.c_str());
   } else {

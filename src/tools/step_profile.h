@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
@@ -51,23 +50,6 @@ struct KernelTotal {
   int64_t calls = 0;
 };
 
-// Writes `text` to `path` through a temporary of its own (util/files.h), never through a link.
-inline void write_output(const std::string& path, const std::string& text) {
-  namespace files = fsdp::files;
-  const files::OutputState before = files::output_state(path);
-  files::TempGuard guard;
-  const int fd = files::create_temp_file(path, &guard);
-  try {
-    files::write_all(fd, text, guard.path());
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  if (::close(fd) != 0) files::fail_errno("cannot write", guard.path());
-  files::rename_into_place(guard.path(), path, before);
-  guard.keep();
-}
-
 // Starts recording on construction (CPU operators; a CUDA GPU's kernels and copies too when
 // `cuda`), stops in stop(). One at a time per process.
 class StepProfile {
@@ -90,10 +72,10 @@ class StepProfile {
   const std::string& no_trace() const { return no_trace_; }
 
   // Stops recording, writes the Chrome trace to `trace` (empty: none; through a temporary of its
-  // own, as write_output; a LibTorch built without Kineto, as Debian's 1.13, has the events but
-  // writes no trace, and no_trace() says so) and returns the totals by
-  // name, largest first: the GPU's kernels and copies with `cuda`, else the CPU's operators
-  // (inclusive: an operator's time holds those it calls, so CPU rows overlap).
+  // own; a LibTorch built without Kineto, as Debian's 1.13, has the events but writes no trace,
+  // and no_trace() says so) and returns the totals by name, largest first: the GPU's kernels and
+  // copies with `cuda`, else the CPU's operators (inclusive: an operator's time holds those it
+  // calls, so CPU rows overlap).
   std::vector<KernelTotal> stop(const std::string& trace) {
     stopped_ = true;
     const auto result = torch::autograd::profiler::disableProfiler();

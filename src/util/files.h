@@ -321,17 +321,6 @@ inline void rename_into_place(const std::string& tmp, const std::string& path,
   }
 }
 
-// Writes all of `text` to `fd` (retrying short writes and EINTR); throws naming `path` on an error.
-inline void write_all(int fd, const std::string& text, const std::string& path) {
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail_errno("cannot write", path);
-    done += static_cast<size_t>(n);
-  }
-}
-
 // Opens `path` for reading and writing, creating it if absent, never through a symbolic link
 // (O_NOFOLLOW): a link there is refused with a message naming it, so that a file a run keeps in
 // its folder (the lock) cannot be made to write elsewhere.
