@@ -893,6 +893,7 @@ std::map<std::string, Change> changes() {
       {"optim.beta2", {[](TrainConfig& c) { c.optim.beta2 = 0.999; }}},
       {"optim.eps", {[](TrainConfig& c) { c.optim.eps = 1e-6; }}},
       {"optim.grad_clip", {[](TrainConfig& c) { c.optim.grad_clip = 0; }}},
+      {"optim.fused", {[](TrainConfig& c) { c.optim.fused = fsdp::FusedOptimizer::kOff; }}},
       {"grad_scaler.init_scale", {[](TrainConfig& c) { c.grad_scaler.init_scale = 1024; }}},
       {"grad_scaler.growth_factor", {[](TrainConfig& c) { c.grad_scaler.growth_factor = 1.5; }}},
       {"grad_scaler.backoff_factor", {[](TrainConfig& c) { c.grad_scaler.backoff_factor = 0.25; }}},

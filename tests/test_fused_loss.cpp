@@ -157,6 +157,9 @@ TEST(LinearCrossEntropy, ShapesAreChecked) {
   EXPECT_EQ(linear_cross_entropy_chunk_rows(50257, 100), 100);
   EXPECT_EQ(linear_cross_entropy_chunk_rows(1 << 24, 10), 1);     // 64 MiB: one row of 16 M
   EXPECT_EQ(linear_cross_entropy_chunk_rows(1 << 20, 1000), 16);  // 16 fit, below the tile
+  // On a GPU 512 MiB: a 1B Llama's 16,384 rows in 16 chunks of 1,024 (1,046 fit).
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(128256, 16384, /*gpu=*/true), 1024);
+  EXPECT_EQ(linear_cross_entropy_chunk_rows(50257, 8192, /*gpu=*/true), 2048);  // 2,670 fit
 }
 
 // Through a sharded model (FULL_SHARD, each block a unit, the root resharded after forward): the

@@ -313,13 +313,17 @@ out=$(timeout 300 "$BIN/fsdp-train" "${COMMON[@]}" "${ONE[@]}" --data.dataset "$
   ! -s $WORK/oov/metrics.jsonl ]] &&
   echo "ok: tokens outside the vocabulary fail before the first step" ||
   fail "tokens outside the vocabulary: $(tail -3 <<<"$out")"
-# A good token file named data.bin: its data line names it once and claims no cache.
+# A good token file named data.bin: its data line names it once and claims no cache. With
+# optim.fused false, where the straight run's AdamW was fused (the CPU's default).
 write_bin "$WORK/bin/data.bin" 3000
 out=$(timeout 300 "$BIN/fsdp-train" "${COMMON[@]}" "${ONE[@]}" --data.dataset "$WORK/bin/data.bin" \
-  --train.checkpoint_dir "$WORK/bin/ckpt" 2>&1)
+  --train.checkpoint_dir "$WORK/bin/ckpt" --optim.fused false 2>&1)
 line=$(grep -m1 '^data: ' <<<"$out")
 [[ $line == "data: token file(s) '$WORK/bin/data.bin': "*", read in place" && $line != *"data: data:"* &&
   $line != *"from the cache"* ]] && echo "ok: $line" || fail "the data line of a token file: '$line'"
+[[ $out == *"; AdamW op by op; "* ]] && grep -q "; AdamW fused; " "$WORK/straight.txt" &&
+  echo "ok: optim.fused false steps op by op, the default fused" ||
+  fail "optim.fused: $(grep -m1 '^model: ' <<<"$out") / $(grep -m1 '^model: ' "$WORK/straight.txt")"
 
 # One owner per checkpoint folder (issue 28), in the MPI run only (rank 0's lock does not depend on
 # the backend). Run A is stopped (SIGSTOP) right after its first checkpoint, still holding its

@@ -360,9 +360,9 @@ bool operator==(const DataConfig& a, const DataConfig& b) {
 
 bool operator==(const OptimConfig& a, const OptimConfig& b) {
   return std::tie(a.lr, a.min_lr, a.warmup_steps, a.max_steps, a.weight_decay, a.beta1, a.beta2,
-                  a.eps, a.grad_clip) == std::tie(b.lr, b.min_lr, b.warmup_steps, b.max_steps,
-                                                  b.weight_decay, b.beta1, b.beta2, b.eps,
-                                                  b.grad_clip);
+                  a.eps, a.grad_clip, a.fused) == std::tie(b.lr, b.min_lr, b.warmup_steps,
+                                                           b.max_steps, b.weight_decay, b.beta1,
+                                                           b.beta2, b.eps, b.grad_clip, b.fused);
 }
 
 bool operator==(const TrainLoopConfig& a, const TrainLoopConfig& b) {

@@ -222,6 +222,9 @@ const Names<data::DataFormat> kDataFormats = {
 const Names<data::TrainOn> kTrainOn = {{"assistant", data::TrainOn::kAssistant},
                                        {"last_assistant", data::TrainOn::kLastAssistant},
                                        {"all", data::TrainOn::kAll}};
+const Names<FusedOptimizer> kFusedOptimizers = {{"auto", FusedOptimizer::kAuto},
+                                                {"true", FusedOptimizer::kOn},
+                                                {"false", FusedOptimizer::kOff}};
 const Names<TrainDevice> kDevices = {{"cpu", TrainDevice::kCpu}, {"cuda", TrainDevice::kCuda}};
 const Names<AutoWrapPolicy> kWrapPolicies = {
     {"TRANSFORMER_BASED_WRAP", AutoWrapPolicy::kTransformerBased},
@@ -593,6 +596,9 @@ std::vector<Option> optim_section() {
       number_setting("optim.eps", FIELD(optim.eps), "Adam's denominator epsilon"),
       number_setting("optim.grad_clip", FIELD(optim.grad_clip),
                      "clip the global gradient norm to this; 0: no clipping"),
+      choice_setting("optim.fused", FIELD(optim.fused), kFusedOptimizers,
+                     "AdamW's kernel: auto (fused on the CPU, op by op on a GPU), true (fused "
+                     "everywhere: on a GPU ATen's, torch's fused=True), false (op by op)"),
   };
 }
 

@@ -244,7 +244,7 @@ int64_t logits_estimate(const TrainConfig& c, int64_t elem) {
   }
   // A chunk's fp32 logits (below fp32 also the matmul's output, or later the rounded gradient),
   // the weight's gradient and the hidden states'.
-  const int64_t rows = linear_cross_entropy_chunk_rows(V, n);
+  const int64_t rows = linear_cross_entropy_chunk_rows(V, n, c.train.device == TrainDevice::kCuda);
   return rows * V * (4 + (elem != 4 ? elem : 0)) + V * h * elem + n * h * elem;
 }
 

@@ -103,7 +103,31 @@ AdamWOptions adamw_options(const OptimConfig& o) {
   a.beta2 = o.beta2;
   a.eps = o.eps;
   a.weight_decay = o.weight_decay;
+  a.impl = o.fused == FusedOptimizer::kOn    ? AdamWImpl::kFused
+           : o.fused == FusedOptimizer::kOff ? AdamWImpl::kReference
+                                             : AdamWImpl::kAuto;
   return a;
+}
+
+// "fused", "op by op" or "fused on K of N shards" (optim.fused).
+std::string adamw_kernels(const AdamW& opt) {
+  const size_t n = opt.params().size();
+  size_t fused = 0;
+  for (size_t i = 0; i < n; ++i) fused += opt.fused(i) ? 1 : 0;
+  if (fused == n) return "fused";
+  if (fused == 0) return "op by op";
+  return "fused on " + std::to_string(fused) + " of " + std::to_string(n) + " shards";
+}
+
+// The optimizer over the model's shards; a shard the fused kernel asked for cannot take is the
+// config's error, named by its key.
+AdamW make_adamw(const FullyShardedModel& model, const OptimConfig& o) {
+  try {
+    return AdamW(sharded_params(model), adamw_options(o));
+  } catch (const std::invalid_argument& e) {
+    if (o.fused != FusedOptimizer::kOn) throw;
+    throw ConfigError("", 0, "optim.fused", std::string("true, but ") + e.what());
+  }
 }
 
 // --- checkpoints and their train state ----------------------------------------------------------
@@ -535,7 +559,7 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
     }
   }
   if (c.fsdp.sync_module_states) broadcast_shards(*model);
-  AdamW opt(sharded_params(*model), adamw_options(c.optim));
+  AdamW opt = make_adamw(*model, c.optim);
   // fp16's narrow exponent needs the loss scaled (PyTorch's ShardedGradScaler); bf16 and fp32 not.
   std::optional<ShardedGradScaler> scaler;
   if (c.mixed_precision == DType::kFloat16) scaler.emplace(c.grad_scaler);
@@ -546,7 +570,8 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
            " ranks (" + world->backend() + "); this rank holds " +
            format_bytes(model->memory().sharded_param_bytes) + " of parameters" +
            (c.fsdp.offload_params ? " (offloaded: in host memory, the optimizer on the CPU)" : "") +
-           "; peak RSS " + format_bytes(peak_rss_over_ranks(*world)) + " after sharding");
+           "; AdamW " + adamw_kernels(opt) + "; peak RSS " +
+           format_bytes(peak_rss_over_ranks(*world)) + " after sharding");
 
   // 5. Resume where a checkpoint left off.
   TrainSummary summary;

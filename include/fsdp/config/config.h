@@ -164,6 +164,12 @@ struct DataConfig {
 };
 
 // AdamW with linear warmup then cosine decay (fsdp::warmup_cosine_lr).
+// optim.fused: the kernel that steps AdamW's shards (fsdp/optim.h's AdamWImpl). kAuto: fsdp's fused
+// kernel on the CPU, torch::optim::AdamW's operations one by one on a GPU; kOn: fused on every
+// device (on a GPU ATen's kernel, torch.optim.AdamW(fused=True)'s: its fp32 1 - beta moves v by
+// about 1e-5 relative); kOff: one by one everywhere.
+enum class FusedOptimizer { kAuto, kOn, kOff };
+
 struct OptimConfig {
   double lr = 1e-3;           // peak learning rate, reached at the end of warmup
   double min_lr = 1e-4;       // learning rate at max_steps and after
@@ -174,6 +180,7 @@ struct OptimConfig {
   double beta2 = 0.95;        // Adam's second-moment decay
   double eps = 1e-8;          // Adam's denominator epsilon
   double grad_clip = 1.0;     // max global gradient norm; 0: no clipping
+  FusedOptimizer fused = FusedOptimizer::kAuto;  // AdamW's kernel (above)
 };
 
 // The training loop.

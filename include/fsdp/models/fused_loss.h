@@ -29,14 +29,16 @@ struct LossTargets {
   bool mean = true;
 };
 
-// Rows of logits a chunk of `rows` holds: at most those whose fp32 copy fits 64 MiB (at least
-// one; from 128 on a multiple of 128), and the rows split evenly into as few chunks as that allows
-// (1,024 rows at GPT-2's 50,257 tokens: 4 chunks of 256, not 333, 333, 333 and 25).
-int64_t linear_cross_entropy_chunk_rows(int64_t vocab_size, int64_t rows);
+// Rows of logits a chunk of `rows` holds: at most those whose fp32 copy fits 64 MiB on the CPU,
+// 512 MiB on a GPU (`gpu`: where the head's matmuls want about a thousand rows; at least one row,
+// from 128 on a multiple of 128), and the rows split evenly into as few chunks as that allows
+// (1,024 rows at GPT-2's 50,257 tokens on the CPU: 4 chunks of 256, not 333, 333, 333 and 25).
+int64_t linear_cross_entropy_chunk_rows(int64_t vocab_size, int64_t rows, bool gpu = false);
 
 // Cross entropy of the logits hidden [N, C] x weight [V, C]^T against targets [N] (int64, -100:
 // ignored), over the targets that count: their mean (`mean`) or their sum (0 when none counts).
-// hidden and weight share a floating dtype and device. chunk_rows 0: the default above.
+// hidden and weight share a floating dtype and device. chunk_rows 0: the default above for
+// the inputs' device.
 // Differentiable in hidden and weight (a tied head passes the embedding).
 at::Tensor linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight,
                                 const at::Tensor& targets, bool mean, int64_t chunk_rows = 0);
