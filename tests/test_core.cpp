@@ -429,6 +429,84 @@ TEST(TiedParameters, StayInOneUnitAndTrainLikeOneProcess) {
   }
 }
 
+// The gradient buffer is written, not zeroed and then added to (FlatParam::accumulate_grad), so
+// what no gradient reaches must be zeroed before anyone reads it. Each block has a weight its
+// forward never uses and a frozen one; the buffer's bytes come from the pool, where the gathered
+// parameters' buffer of the same size went before. Over three steps of two micro-batches (the
+// first under no_sync, whose .grad views are read), SGD leaves both exactly as they were and
+// moves the used weights as one process does (every rank feeds the same batch).
+struct PartlyUsedBlockImpl : torch::nn::Module {
+  PartlyUsedBlockImpl(int64_t dim, uint64_t seed) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    used = register_parameter("used", at::randn({dim, dim}, gen));
+    unused = register_parameter("unused", at::randn({dim, dim}, gen));
+    frozen = register_parameter("frozen", at::randn({dim}, gen), /*requires_grad=*/false);
+  }
+  at::Tensor forward(const at::Tensor& x) { return at::tanh(at::matmul(x, used) + frozen); }
+  at::Tensor used, unused, frozen;
+};
+TORCH_MODULE(PartlyUsedBlock);
+
+struct PartlyUsedNetImpl : torch::nn::Module {
+  explicit PartlyUsedNetImpl(int64_t dim) {
+    a = register_module("a", PartlyUsedBlock(dim, 3));
+    b = register_module("b", PartlyUsedBlock(dim, 4));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    return fsdp::forward(b, fsdp::forward(a, x)).pow(2).sum();
+  }
+  PartlyUsedBlock a{nullptr}, b{nullptr};
+};
+TORCH_MODULE(PartlyUsedNet);
+
+TEST(GradientBuffer, WhatNoGradientReachesIsZero) {
+  constexpr int64_t kDim = 7;  // 105 elements a block: padded on 2 and 4 ranks
+  constexpr double kLr = 0.05;
+  auto batch = [](int step, int micro) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(100 + 10 * step + micro);
+    return at::randn({3, kDim}, gen);
+  };
+  PartlyUsedNet reference(kDim);
+  PartlyUsedNet net(kDim);
+  auto sharded = fully_shard(net.ptr(), test::world(),
+                             ShardingOptions().wrap(WrapPolicy::by_type({"PartlyUsedBlock"})));
+  SGDOptions sgd;
+  sgd.lr = kLr;
+  SGD opt(sharded_params(*sharded), sgd);
+  const auto initial = sharded->gather_full_params();
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    for (auto& p : reference->parameters()) p.mutable_grad().reset();
+    opt.zero_grad();
+    for (int micro = 0; micro < 2; ++micro) {
+      reference->forward(batch(step, micro)).backward();
+      sharded->set_requires_gradient_sync(micro == 1);
+      fsdp::forward(net, batch(step, micro)).backward();
+      if (micro == 0) {
+        for (const at::Tensor& unused : {net->a->unused, net->b->unused}) {
+          ASSERT_TRUE(unused.grad().defined());
+          EXPECT_EQ(unused.grad().abs().max().item<float>(), 0.0f);
+        }
+      }
+    }
+    opt.step();
+    at::NoGradGuard no_grad;
+    for (auto& p : reference->parameters()) {
+      if (p.grad().defined()) p.sub_(kLr * p.grad());
+    }
+  }
+  const auto got = sharded->gather_full_params();
+  for (const auto& p : reference->named_parameters()) {
+    SCOPED_TRACE(p.key());
+    if (p.key().size() > 5 && p.key().compare(p.key().size() - 5, 5, ".used") == 0) {
+      // fp32 sums of the same terms in another order (the ranks' averaging).
+      EXPECT_TRUE(at::allclose(got.at(p.key()), p.value(), 1e-5, 1e-6));
+    } else {
+      EXPECT_TRUE(at::equal(got.at(p.key()), initial.at(p.key())));
+    }
+  }
+}
+
 TEST(BadInput, UnknownStrategyName) {
   EXPECT_THROW(parse_sharding_strategy("FULLY_SHARDED"), std::invalid_argument);
   EXPECT_EQ(parse_sharding_strategy("shard_grad_op"), ShardingStrategy::kShardGradOp);

@@ -102,16 +102,45 @@ void FlatParam::free_full() {
 }
 
 void FlatParam::alloc_full_grad(BufferPool& pool) {
-  full_grad_ = pool.empty(padded_numel(), param_dtype_).zero_();
+  full_grad_ = pool.empty(padded_numel(), param_dtype_);
+  grad_written_.assign(slots_.size(), false);
+  grad_complete_ = false;
   for (auto& s : slots_) {
     if (!s.param.requires_grad()) continue;
     s.param.mutable_grad() = full_grad_.narrow(0, s.offset, s.numel).view(s.shape);
   }
 }
 
+bool FlatParam::accumulate_grad(size_t slot, const at::Tensor& grad) {
+  if (!full_grad_.defined() || grad.sizes() != slots_.at(slot).param.sizes()) return false;
+  at::Tensor into = slots_[slot].param.mutable_grad();
+  if (grad_written_[slot]) {
+    into.add_(grad);
+  } else {
+    into.copy_(grad);
+    grad_written_[slot] = true;
+  }
+  return true;
+}
+
+at::Tensor& FlatParam::full_grad() {
+  if (full_grad_.defined() && !grad_complete_) {
+    int64_t end = 0;  // of the last slot zeroed or written (slots lie in order)
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      if (!grad_written_[i]) full_grad_.narrow(0, slots_[i].offset, slots_[i].numel).zero_();
+      grad_written_[i] = true;
+      end = slots_[i].offset + slots_[i].numel;
+    }
+    full_grad_.narrow(0, end, full_grad_.numel() - end).zero_();
+    grad_complete_ = true;
+  }
+  return full_grad_;
+}
+
 void FlatParam::free_full_grad() {
   for (auto& s : slots_) s.param.mutable_grad().reset();
   full_grad_.reset();
+  grad_written_.clear();
 }
 
 int64_t FlatParam::full_grad_bytes() const {

@@ -69,11 +69,18 @@ class FlatParam {
   void alloc_full(BufferPool& pool);
   void free_full();
 
-  // The unsharded gradient buffer (param_dtype, padded). Allocating (from `pool`) zeroes it and
-  // makes each trainable parameter's .grad a view into it, so autograd accumulates in place.
+  // The unsharded gradient buffer (param_dtype, padded). Allocating (from `pool`) makes each
+  // trainable parameter's .grad a view into it, its bytes not yet written: each gradient goes in
+  // through accumulate_grad, which copies a parameter's first one and adds the later ones, and
+  // full_grad() zeroes what none wrote (padding, frozen and unused parameters) before anyone
+  // reads it. Autograd's own accumulation into a zeroed buffer wrote it once more and read it
+  // once more (GPT-2 124M, 2 CPU ranks: about 140 against 50 ms a step).
   bool has_full_grad() const { return full_grad_.defined(); }
-  at::Tensor& full_grad() { return full_grad_; }
+  at::Tensor& full_grad();
   void alloc_full_grad(BufferPool& pool);
+  // Adds `grad` into slot i's part of the buffer; false, doing nothing, when there is no buffer
+  // or `grad` has another shape than the parameter.
+  bool accumulate_grad(size_t slot, const at::Tensor& grad);
   // Drops the parameters' .grad views and the buffer.
   void free_full_grad();
   int64_t full_grad_bytes() const;
@@ -107,6 +114,9 @@ class FlatParam {
   at::Tensor grad_shard_;
   at::Tensor full_;
   at::Tensor full_grad_;
+  // Per slot: written since the buffer was allocated (full_grad() marks every slot).
+  std::vector<bool> grad_written_;
+  bool grad_complete_ = false;  // the parts nothing wrote are zero
 };
 
 }  // namespace fsdp

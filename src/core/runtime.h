@@ -25,6 +25,7 @@
 #include "compat.h"
 #include "core/buffer_pool.h"
 #include "core/flat_param.h"
+#include "core/split_reduce.h"
 #include "core/streams.h"
 #include "fsdp/fully_shard.h"
 #include "fsdp/hooks.h"
@@ -32,7 +33,8 @@
 namespace torch {
 namespace autograd {
 struct Node;
-}
+struct FunctionPreHook;
+}  // namespace autograd
 }  // namespace torch
 
 namespace fsdp {
@@ -131,7 +133,8 @@ class Unit : public ModuleHooks {
   // parameter only keeps a weak reference to its accumulator).
   std::vector<compat::GradAccumulatorPtr> accumulators_;
   std::vector<uintptr_t> hook_keys_;
-  std::unordered_map<const torch::autograd::Node*, at::Tensor> accumulator_params_;
+  std::vector<const torch::autograd::FunctionPreHook*> pre_hooks_;  // per accumulator
+  std::unordered_map<const torch::autograd::Node*, GradSink> grad_sinks_;
   int trainable_params_ = 0;
   int64_t late_row_;  // row length of the root's late gradient (reduce_late)
   // Per-backward state.

@@ -19,26 +19,23 @@ namespace {
 using torch::autograd::Node;
 using torch::autograd::variable_list;
 
-// On an early use's node: its gradients for the listed outputs go into their parameters' .grad
-// here (where the accumulator would have added them: a view into the unit's gradient buffer),
-// and on to the accumulator as nothing. Adding where .grad points when the node runs keeps the
-// sum right in any order the engine picks; a parameter without .grad (not expected: the unit's
-// pre-backward attached it) is left to autograd.
+// On an early use's node: its gradients for the listed outputs go into their parameters' buffer
+// here (where the accumulator would have put them), and on to the accumulator as nothing.
+// Adding into the buffer the unit holds when the node runs keeps the sum right in any order the
+// engine picks; a parameter without a buffer (not expected: the unit's pre-backward attached it)
+// is left to autograd.
 struct EarlyUseHook : public torch::autograd::FunctionPostHook {
-  explicit EarlyUseHook(std::vector<std::pair<size_t, at::Tensor>> uses) : uses_(std::move(uses)) {}
+  explicit EarlyUseHook(std::vector<std::pair<size_t, GradSink>> uses) : uses_(std::move(uses)) {}
   variable_list operator()(const variable_list& outputs, const variable_list& /*inputs*/) override {
     variable_list out = outputs;
     at::NoGradGuard no_grad;
-    for (auto& [index, param] : uses_) {
+    for (auto& [index, sink] : uses_) {
       if (index >= out.size() || !out[index].defined()) continue;
-      const at::Tensor& grad = param.grad();
-      if (!grad.defined() || grad.sizes() != out[index].sizes()) continue;
-      grad.add_(out[index]);
-      out[index] = at::Tensor();
+      if (sink(out[index])) out[index] = at::Tensor();
     }
     return out;
   }
-  std::vector<std::pair<size_t, at::Tensor>> uses_;
+  std::vector<std::pair<size_t, GradSink>> uses_;
 };
 
 // Indices of the rows of `body` with an element that is not zero (NaN and inf included, for the
@@ -108,7 +105,7 @@ void walk(std::vector<Node*> stack, std::unordered_set<Node*>& seen, Visit visit
 }  // namespace
 
 void intercept_early_uses(const std::vector<at::Tensor>& outputs,
-                          const std::unordered_map<const Node*, at::Tensor>& accumulators,
+                          const std::unordered_map<const Node*, GradSink>& accumulators,
                           const std::function<bool(const Node*)>& boundary) {
   // The nodes reachable from the outputs without crossing a boundary, and the boundaries met.
   std::vector<Node*> roots, boundaries;
@@ -136,7 +133,7 @@ void intercept_early_uses(const std::vector<at::Tensor>& outputs,
   });
   for (Node* node : before) {
     if (beyond.count(node)) continue;
-    std::vector<std::pair<size_t, at::Tensor>> uses;
+    std::vector<std::pair<size_t, GradSink>> uses;
     const auto& edges = node->next_edges();
     for (size_t i = 0; i < edges.size(); ++i) {
       const Node* next = edges[i].function.get();

@@ -20,16 +20,19 @@ struct Node;
 
 namespace fsdp {
 
+// Adds a gradient into its parameter's gradient buffer; false when the parameter has none.
+using GradSink = std::function<bool(const at::Tensor& grad)>;
+
 // The backward nodes, reachable from `outputs` without passing a node for which `boundary` is
 // true, that send a gradient to one of `accumulators` (a parameter's gradient accumulator, mapped
-// to the parameter) while the same accumulator also gets a gradient from a node beyond such a
-// boundary: the early uses of a parameter used on both sides (the output projection of tied
-// embeddings, whose other use is the lookup at the bottom of the model). A hook on each adds the
-// early gradient into the parameter's .grad itself and sends none on, so that what the
+// to where its gradients go) while the same accumulator also gets a gradient from a node beyond
+// such a boundary: the early uses of a parameter used on both sides (the output projection of tied
+// embeddings, whose other use is the lookup at the bottom of the model). A hook on each puts the
+// early gradient into the parameter's buffer itself and sends none on, so that what the
 // accumulator sums at the end is the late use's alone. Call it once forward is done.
 void intercept_early_uses(
     const std::vector<at::Tensor>& outputs,
-    const std::unordered_map<const torch::autograd::Node*, at::Tensor>& accumulators,
+    const std::unordered_map<const torch::autograd::Node*, GradSink>& accumulators,
     const std::function<bool(const torch::autograd::Node*)>& boundary);
 
 // A sum over `comm`'s ranks of a flat gradient `grad` (padded_numel elements, the same on every

@@ -1,10 +1,12 @@
 // A unit's life in a step: the state machine (sharded <-> unsharded), the forward hooks that
 // fsdp::forward calls, the autograd function that brings parameters back for backward, and the
-// gradient-accumulator hooks that trigger its gradient reduction.
+// gradient-accumulator hooks that put gradients into its buffer and trigger its reduction.
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
 
 #include "comm/scalar_type.h"
 #include "core/check.h"
@@ -32,7 +34,23 @@ struct UnitBackwardHook : public torch::autograd::Function<UnitBackwardHook> {
   }
 };
 
-// Runs after a parameter's AccumulateGrad has added this backward's gradient into .grad.
+// Before a parameter's AccumulateGrad: the gradient goes into the unit's buffer here
+// (FlatParam::accumulate_grad: a copy the first time, no zero fill) and on as nothing, which the
+// accumulator takes as no gradient. Without a buffer (a gradient outside the unit's backward)
+// autograd's accumulation runs as usual and the unit's check then names the parameter's unit.
+struct GradIntoBufferHook : public torch::autograd::FunctionPreHook {
+  GradIntoBufferHook(FlatParam* flat, size_t slot) : flat_(flat), slot_(slot) {}
+  variable_list operator()(const variable_list& grads) override {
+    if (grads.size() != 1 || !grads[0].defined()) return grads;
+    at::NoGradGuard no_grad;
+    if (!flat_->accumulate_grad(slot_, grads[0])) return grads;
+    return {at::Tensor()};
+  }
+  FlatParam* flat_;
+  size_t slot_;
+};
+
+// Runs after a parameter's AccumulateGrad (its gradient in the unit's buffer).
 struct GradAccumulatedHook : public torch::autograd::FunctionPostHook {
   explicit GradAccumulatedHook(Unit* unit) : unit_(unit) {}
   variable_list operator()(const variable_list& outputs, const variable_list& /*inputs*/) override {
@@ -95,16 +113,28 @@ Unit::Unit(Runtime& runtime, std::string name, const torch::nn::Module* module,
 }
 
 Unit::~Unit() {
-  for (size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+  for (size_t i = 0; i < accumulators_.size(); ++i) {
+    accumulators_[i]->del_post_hook(hook_keys_[i]);
+    auto& pre = accumulators_[i]->pre_hooks();
+    pre.erase(std::remove_if(pre.begin(), pre.end(),
+                             [&](const auto& h) { return h.get() == pre_hooks_[i]; }),
+              pre.end());
+  }
 }
 
 void Unit::register_grad_hooks() {
-  for (const auto& slot : flat_.slots()) {
-    if (!slot.param.requires_grad()) continue;
-    auto acc = torch::autograd::impl::grad_accumulator(slot.param);
-    FSDP_CHECK(acc, "no gradient accumulator for parameter '", slot.name, "'");
+  const auto& slots = flat_.slots();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (!slots[i].param.requires_grad()) continue;
+    auto acc = torch::autograd::impl::grad_accumulator(slots[i].param);
+    FSDP_CHECK(acc, "no gradient accumulator for parameter '", slots[i].name, "'");
+    auto pre = std::make_unique<GradIntoBufferHook>(&flat_, i);
+    pre_hooks_.push_back(pre.get());
+    acc->add_pre_hook(std::move(pre));
     hook_keys_.push_back(acc->add_post_hook(std::make_unique<GradAccumulatedHook>(this)));
-    accumulator_params_[acc.get()] = slot.param;
+    grad_sinks_[acc.get()] = [this, i](const at::Tensor& grad) {
+      return flat_.accumulate_grad(i, grad);
+    };
     accumulators_.push_back(std::move(acc));
     ++trainable_params_;
   }
@@ -211,7 +241,7 @@ std::vector<at::Tensor> Unit::post_forward(std::vector<at::Tensor> outputs) {
   }
   if (policy_.reshard_after_forward) reshard();
   if (backward_expected && is_root_ && runtime_.splits_root_reduction()) {
-    intercept_early_uses(outputs, accumulator_params_, is_unit_boundary);
+    intercept_early_uses(outputs, grad_sinks_, is_unit_boundary);
   }
   if (backward_expected) outputs = wrap_for_backward(std::move(outputs), this);
   if (is_root_) runtime_.end_forward(backward_expected);
@@ -380,6 +410,9 @@ void Unit::reduce_late() {
 
 void Unit::finish_backward() {
   if (in_backward_ && !post_backward_done_) post_backward();
+  // A buffer kept past backward (no_sync) is what the parameters' .grad show: zero where no
+  // gradient came.
+  if (flat_.has_full_grad()) flat_.full_grad();
   reshard();
   in_backward_ = false;
   forwarded_ = false;
