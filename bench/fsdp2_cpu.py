@@ -26,6 +26,8 @@ Debian's torch has no libuv: the launcher's environment must carry USE_LIBUV=0.
 """
 import argparse
 import json
+import os
+import resource
 import statistics
 import sys
 import time
@@ -156,6 +158,7 @@ def main():
 
     def step():
         dist.barrier()
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         t0 = time.perf_counter()
         opt.zero_grad()
         inputs = tokens[:, :-1]
@@ -165,14 +168,17 @@ def main():
             loss = model(inputs, tokens[:, 1:])
         loss.backward()
         opt.step()
-        return time.perf_counter() - t0, loss.item()
+        seconds = time.perf_counter() - t0
+        # Fresh pages the step touched (glibc hands large tensors back to the kernel when freed).
+        return seconds, loss.item(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
 
     step()  # warm-up: AdamW's state, every buffer
-    times, loss = [], 0.0
+    times, faults, loss = [], [], 0.0
     for _ in range(args.steps):
-        t, loss = step()
+        t, loss, f = step()
         times.append(t)
-    mine = [times, status_kib("VmHWM:") * 1024, start_kib * 1024]
+        faults.append(f)
+    mine = [times, status_kib("VmHWM:") * 1024, start_kib * 1024, statistics.median(faults)]
     every = [None] * world
     dist.all_gather_object(every, mine)
     if rank == 0:
@@ -185,6 +191,9 @@ def main():
             "variant": "prefetch" if args.prefetch else "plain", "step_s": median,
             "tokens_per_s": world * args.batch * args.seq / median, "loss": loss,
             "peak_rss_bytes": [r[1] for r in every], "start_rss_bytes": [r[2] for r in every],
+            "page_faults": max(r[3] for r in every),  # a step's minor faults, median; worst rank
+            # The heap: glibc's, or one preloaded (bench/vs_fsdp2.sh's jemalloc side).
+            "malloc": "jemalloc" if "jemalloc" in os.environ.get("LD_PRELOAD", "") else "glibc",
         }
         if args.out:
             with open(args.out, "w") as f:

@@ -49,6 +49,16 @@ if [[ -z $RATE ]]; then
 fi
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+# A third FSDP2 side where jemalloc is installed (apt-get install libjemalloc2 in the chroot): the
+# lean model with the heap a performance-minded user preloads. glibc's malloc gives the large
+# tensors FSDP2 frees every step back to the kernel, and each step then faults in fresh pages
+# (about 0.7 M a step here); fsdp.cpp's host allocator keeps them (bench/NOTES.md).
+JEMALLOC=""
+if [[ -z $RATE && -e /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 ]]; then
+  JEMALLOC=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
+else
+  echo "vs_fsdp2.sh: no libjemalloc.so.2 (or --rate): FSDP2 runs with glibc's heap only"
+fi
 export USE_LIBUV=0 OMP_NUM_THREADS=1
 source scripts/env.sh
 {
@@ -66,6 +76,11 @@ side() {  # NAME JSON [IMPL]: runs one side (FSDP2's with model IMPL), its outpu
   if [[ -n $RATE ]]; then
     local netem=(bench/netem.sh --hosts "$NPROC" --rate "$RATE" --chroot sid --bin "$BIN" --json "$json")
     if [[ $name == fsdp2* ]]; then "${netem[@]}" --fsdp2 -- "${theirs[@]}"; else "${netem[@]}" -- "${OURS[@]}"; fi
+  elif [[ $name == fsdp2*jemalloc* ]]; then
+    # jemalloc never handing pages back (MALLOC_CONF): Python's heap without a fresh page per
+    # tensor; its default decay gave more faults than glibc's (1.6 M against 0.7 M a step).
+    LD_PRELOAD=$JEMALLOC MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \
+      "$BIN/fsdp-run" --backend gloo --nproc-per-node "$NPROC" python3 bench/fsdp2_cpu.py "${theirs[@]}" --out "$json"
   elif [[ $name == fsdp2* ]]; then
     "$BIN/fsdp-run" --backend gloo --nproc-per-node "$NPROC" python3 bench/fsdp2_cpu.py "${theirs[@]}" --out "$json"
   else
@@ -76,6 +91,7 @@ for ((r = 1; r <= REPEATS; r++)); do
   side "fsdp-cpp-$r" "$OUT/fsdp-cpp-$r.json"
   side "fsdp2-hf-$r" "$OUT/fsdp2-hf-$r.json" hf
   side "fsdp2-nanogpt-$r" "$OUT/fsdp2-nanogpt-$r.json" nanogpt
+  [[ -z $JEMALLOC ]] || side "fsdp2-nanogpt-jemalloc-$r" "$OUT/fsdp2-nanogpt-jemalloc-$r.json" nanogpt
   echo "repeat $r of $REPEATS done"
 done
 python3 bench/vs_fsdp2_table.py "$OUT" | tee "$OUT/table.md"

@@ -35,6 +35,13 @@ def load(folder, prefix):
     return records
 
 
+def faults(values):
+    """The median over repeats of a step's minor page faults (fresh pages touched), or '-' for
+    records from before they were counted."""
+    known = [v for v in values if v is not None]
+    return f"{statistics.median(known):,.0f}" if known else "-"
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -42,7 +49,10 @@ def main():
     ours = load(folder, "fsdp-cpp")
     sides = {}  # FSDP2's records by model
     for r in load(folder, "fsdp2"):
-        sides.setdefault({"fsdp2": "hf"}.get(r["impl"], r["impl"][len("fsdp2-"):]), []).append(r)
+        impl = {"fsdp2": "hf"}.get(r["impl"], r["impl"][len("fsdp2-"):])
+        if r.get("malloc", "glibc") != "glibc":
+            impl += "+" + r["malloc"]
+        sides.setdefault(impl, []).append(r)
     ours_step = statistics.median(r["median"]["step"] for r in ours)
     first = ours[0]
     tokens = first["world_size"] * first["batch_per_rank"] * first["seq"]
@@ -55,19 +65,23 @@ def main():
           f"{first['threads_per_rank']} thread {where}, batch {first['batch_per_rank']} x "
           f"{first['seq']} tokens per rank, FULL_SHARD with prefetch, Gloo; fsdp.cpp's "
           f"{loss}; {len(ours)} runs of {first['timed_steps']} timed steps a side\n")
-    print("| | step (s) | tokens/s | peak RSS per rank (GiB) |")
-    print("|---|---|---|---|")
-    print(f"| fsdp.cpp | {ours_step:.2f} | {tokens / ours_step:.1f} | {ours_peak / GIB:.2f} |")
-    names = {"hf": "Hugging Face GPT2LMHeadModel", "nanogpt": "nanoGPT"}
+    print("| | step (s) | tokens/s | peak RSS per rank (GiB) | page faults a step |")
+    print("|---|---|---|---|---|")
+    ours_faults = faults(r["median"].get("page_faults") for r in ours)
+    print(f"| fsdp.cpp | {ours_step:.2f} | {tokens / ours_step:.1f} | {ours_peak / GIB:.2f} | "
+          f"{ours_faults} |")
+    names = {"hf": "Hugging Face GPT2LMHeadModel", "nanogpt": "nanoGPT",
+             "nanogpt+jemalloc": "nanoGPT, jemalloc keeping its pages"}
     ratios, starts = [], []
     for impl, theirs in sorted(sides.items()):
         step = statistics.median(r["step_s"] for r in theirs)
         peak = max(max(r["peak_rss_bytes"]) for r in theirs)
         starts.append(max(max(r["start_rss_bytes"]) for r in theirs))
         print(f"| PyTorch FSDP2 ({theirs[0]['torch']}), {names.get(impl, impl)} | {step:.2f} | "
-              f"{tokens / step:.1f} | {peak / GIB:.2f} |")
+              f"{tokens / step:.1f} | {peak / GIB:.2f} | "
+              f"{faults(r.get('page_faults') for r in theirs)} |")
         ratios.append(f"| fsdp.cpp / FSDP2 {names.get(impl, impl)} | {ours_step / step:.2f} | "
-                      f"{step / ours_step:.2f} | {ours_peak / peak:.2f} |")
+                      f"{step / ours_step:.2f} | {ours_peak / peak:.2f} | |")
     print("\n".join(ratios))
     theirs_start = max(starts)
     held = max(r["peak_held_bytes"] for r in ours)

@@ -74,7 +74,8 @@ class FlatParam {
   // through accumulate_grad, which copies a parameter's first one and adds the later ones, and
   // full_grad() zeroes what none wrote (padding, frozen and unused parameters) before anyone
   // reads it. Autograd's own accumulation into a zeroed buffer wrote it once more and read it
-  // once more (GPT-2 124M, 2 CPU ranks: about 140 against 50 ms a step).
+  // once more (a GPT-2 124M block's 7.1 M fp32 gradients on one Zen 5 core: 4.6 ms for the fill
+  // and the add, 2.7 for the copy).
   bool has_full_grad() const { return full_grad_.defined(); }
   at::Tensor& full_grad();
   void alloc_full_grad(BufferPool& pool);

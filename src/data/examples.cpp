@@ -328,10 +328,11 @@ std::string cache_key(const std::string& path, const ExampleOptions& o) {
 size_t validation_examples(size_t n, double fraction, const std::string& path) {
   if (fraction <= 0) return 0;
   const size_t n_val = std::max<size_t>(1, static_cast<size_t>(std::llround(fraction * n)));
-  if (n_val >= n) {
-    throw std::invalid_argument("'" + path + "': val_fraction " + std::to_string(fraction) +
-                                " of its " + std::to_string(n) +
-                                " examples leaves none for training");
+  if (n_val >= n) {  // the file's doing: a runtime_error, as every other fault of the data
+    std::ostringstream m;
+    m << "'" << path << "': val_fraction " << fraction << " of its " << n
+      << " examples leaves none for training";
+    throw std::runtime_error(m.str());
   }
   return n_val;
 }
