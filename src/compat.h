@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/Allocator.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/version.h>
 
@@ -111,6 +112,19 @@ int64_t duration_ns(const Event& e) {
   } else {
     return static_cast<int64_t>(e.durationUs()) * 1000;
   }
+}
+
+// A parameter's own gradient hooks (Tensor::register_hook on a leaf) on `grad`, for a pre hook of
+// its accumulator that takes the gradient over (the unit's gradient buffer): LibTorch 1.13 runs
+// them inside AccumulateGrad::apply, after the pre hooks, so they are run here; 2.x runs them
+// before any pre hook (the accumulator's tensor_pre_hooks), so `grad` has had them.
+inline at::Tensor leaf_grad_hooks(const at::Tensor& param, at::Tensor grad) {
+#if TORCH_VERSION_MAJOR >= 2
+  (void)param;
+  return grad;
+#else
+  return torch::autograd::AccumulateGrad::callHooks(param, std::move(grad));
+#endif
 }
 
 // The handle on a parameter's gradient accumulator (an autograd Node): std::shared_ptr through

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -154,8 +155,19 @@ std::string check_case(const nlohmann::json& c) {
   return "";
 }
 
+// Noon UTC of the goldens' day, as SOURCE_DATE_EPOCH's seconds: templates that print today's
+// date (Granite's, Devstral's) printed that day's.
+std::string goldens_epoch() {
+  const std::string day = goldens().file.at("rendered_on");
+  std::tm tm{};
+  if (strptime(day.c_str(), "%Y-%m-%d", &tm) == nullptr) ADD_FAILURE() << "rendered_on " << day;
+  tm.tm_hour = 12;
+  return std::to_string(timegm(&tm));
+}
+
 TEST(ChatGoldens, EveryCaseRendersAsTransformersDoes) {
   if (!assets_present()) GTEST_SKIP() << "run scripts/fetch_assets.sh for " << kAssets;
+  setenv("SOURCE_DATE_EPOCH", goldens_epoch().c_str(), 1);
   size_t checked = 0, errors = 0, failed = 0;
   for (const auto& c : goldens().file["cases"]) {
     const std::string problem = check_case(c);
@@ -166,6 +178,7 @@ TEST(ChatGoldens, EveryCaseRendersAsTransformersDoes) {
     ++checked;
     errors += c.contains("error");
   }
+  unsetenv("SOURCE_DATE_EPOCH");
   EXPECT_EQ(failed, 0u) << "cases that differ, of " << checked;
   EXPECT_GT(checked, 600u);
   std::cout << checked << " cases (" << errors << " where the template raises) from "

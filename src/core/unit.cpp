@@ -36,14 +36,16 @@ struct UnitBackwardHook : public torch::autograd::Function<UnitBackwardHook> {
 
 // Before a parameter's AccumulateGrad: the gradient goes into the unit's buffer here
 // (FlatParam::accumulate_grad: a copy the first time, no zero fill) and on as nothing, which the
-// accumulator takes as no gradient. Without a buffer (a gradient outside the unit's backward)
+// accumulator takes as no gradient; the parameter's own hooks (register_hook) have run on it
+// first (compat::leaf_grad_hooks). Without a buffer (a gradient outside the unit's backward)
 // autograd's accumulation runs as usual and the unit's check then names the parameter's unit.
 struct GradIntoBufferHook : public torch::autograd::FunctionPreHook {
   GradIntoBufferHook(FlatParam* flat, size_t slot) : flat_(flat), slot_(slot) {}
   variable_list operator()(const variable_list& grads) override {
-    if (grads.size() != 1 || !grads[0].defined()) return grads;
+    if (grads.size() != 1 || !grads[0].defined() || !flat_->has_full_grad()) return grads;
+    const at::Tensor grad = compat::leaf_grad_hooks(flat_->slots()[slot_].param, grads[0]);
     at::NoGradGuard no_grad;
-    if (!flat_->accumulate_grad(slot_, grads[0])) return grads;
+    if (!flat_->accumulate_grad(slot_, grad)) return grads;  // another shape: autograd's error
     return {at::Tensor()};
   }
   FlatParam* flat_;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <map>
 #include <set>
@@ -960,10 +961,23 @@ Value g_raise_exception(Renderer& r, Args& a, int line) {
   raise_from_template(r, line, py_str(arg(a, 0, "message")));
 }
 
+// Now, or SOURCE_DATE_EPOCH's moment where set to a number of seconds (the reproducible-builds
+// convention: a rendering, and the tokens cached from it, that do not move with the day; the
+// goldens' test renders on the day transformers did).
+std::time_t render_time() {
+  const char* fixed = std::getenv("SOURCE_DATE_EPOCH");
+  if (fixed != nullptr && *fixed != '\0') {
+    char* end = nullptr;
+    const long long seconds = std::strtoll(fixed, &end, 10);
+    if (*end == '\0' && seconds >= 0) return static_cast<std::time_t>(seconds);
+  }
+  return std::time(nullptr);
+}
+
 Value g_strftime_now(Renderer& r, Args& a, int line) {
   const std::string fmt = need_str(r, arg(a, 0, "format"), "strftime_now()", line);
   if (fmt.size() > 256) fail(r, line, "strftime_now()'s format is capped at 256 bytes");
-  const std::time_t now = std::time(nullptr);
+  const std::time_t now = render_time();
   std::tm tm{};
   localtime_r(&now, &tm);
   char buf[4096];

@@ -8,6 +8,7 @@ as a wider check of the engine. A template that raises on a conversation records
 message, when the template called raise_exception, must then be ours too.
 Each case names its template by model and sha256, so that the test can tell a changed asset from
 a wrong rendering. Run through scripts/chat_fixtures.sh (inside the sid chroot, transformers 5.x)."""
+import datetime
 import hashlib
 import json
 import os
@@ -126,6 +127,9 @@ def main():
         "templates": source,
         "families": {f: m for f, (m, _, _) in FAMILIES.items()},
         "conversations": CONVERSATIONS,
+        # The day strftime_now() rendered (templates such as Granite's and Devstral's print it):
+        # the test renders as of noon UTC that day (SOURCE_DATE_EPOCH).
+        "rendered_on": datetime.date.today().isoformat(),
         "cases": cases,
     }
     with open(OUT, "w", encoding="utf-8") as f:
