@@ -123,17 +123,20 @@ bool FlatParam::accumulate_grad(size_t slot, const at::Tensor& grad) {
   return true;
 }
 
-at::Tensor& FlatParam::full_grad() {
-  if (full_grad_.defined() && !grad_complete_) {
-    int64_t end = 0;  // of the last slot zeroed or written (slots lie in order)
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      if (!grad_written_[i]) full_grad_.narrow(0, slots_[i].offset, slots_[i].numel).zero_();
-      grad_written_[i] = true;
-      end = slots_[i].offset + slots_[i].numel;
-    }
-    full_grad_.narrow(0, end, full_grad_.numel() - end).zero_();
-    grad_complete_ = true;
+void FlatParam::complete_full_grad() {
+  if (!full_grad_.defined() || grad_complete_) return;
+  int64_t end = 0;  // of the last slot zeroed or written (slots lie in order)
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (!grad_written_[i]) full_grad_.narrow(0, slots_[i].offset, slots_[i].numel).zero_();
+    grad_written_[i] = true;
+    end = slots_[i].offset + slots_[i].numel;
   }
+  full_grad_.narrow(0, end, full_grad_.numel() - end).zero_();
+  grad_complete_ = true;
+}
+
+at::Tensor& FlatParam::full_grad() {
+  complete_full_grad();
   return full_grad_;
 }
 

@@ -82,6 +82,8 @@ class FlatParam {
   // Adds `grad` into slot i's part of the buffer; false, doing nothing, when there is no buffer
   // or `grad` has another shape than the parameter.
   bool accumulate_grad(size_t slot, const at::Tensor& grad);
+  // Zeroes what no accumulate_grad wrote; once per buffer (full_grad() calls it).
+  void complete_full_grad();
   // Drops the parameters' .grad views and the buffer.
   void free_full_grad();
   int64_t full_grad_bytes() const;

@@ -414,7 +414,7 @@ void Unit::finish_backward() {
   if (in_backward_ && !post_backward_done_) post_backward();
   // A buffer kept past backward (no_sync) is what the parameters' .grad show: zero where no
   // gradient came.
-  if (flat_.has_full_grad()) flat_.full_grad();
+  flat_.complete_full_grad();
   reshard();
   in_backward_ = false;
   forwarded_ = false;
