@@ -6,3 +6,9 @@ include(${CMAKE_CURRENT_SOURCE_DIR}/llama.cmake)
 fsdp_unit_test(test_attention test_attention.cpp)  # fused against explicit attention (2.x)
 # The fused, chunked head and cross entropy against the unfused path (issue 48, item 1).
 fsdp_unit_test(test_fused_loss test_fused_loss.cpp)
+# The fused element-wise nodes (RMSNorm, gated activations, RoPE) against the composite ops, on the
+# CPU, and with FSDP_TEST_DEVICE=cuda their CUDA kernels (skipped with the reason without a GPU).
+fsdp_test_executable(test_fused_ops test_fused_ops.cpp)
+add_test(NAME test_fused_ops COMMAND test_fused_ops)
+add_test(NAME fused_ops_cuda COMMAND test_fused_ops)
+set_tests_properties(fused_ops_cuda PROPERTIES ENVIRONMENT FSDP_TEST_DEVICE=cuda SKIP_RETURN_CODE 77)

@@ -854,6 +854,7 @@ std::map<std::string, Change> changes() {
       {"model.embedding_scale", {[](TrainConfig& c) { c.model.embedding_scale = 8; }, true}},
       {"model.activation", {[](TrainConfig& c) { c.model.activation = "gelu_tanh"; }, true}},
       {"model.attention_scale", {[](TrainConfig& c) { c.model.attention_scale = 0.0625; }, true}},
+      {"model.fused_ops", {[](TrainConfig& c) { c.model.fused_ops = false; }, true}},
       {"model.sliding_layers",
        {[](TrainConfig& c) {
           c.model.sliding_layers = {0, 2};

@@ -344,7 +344,7 @@ bool operator==(const ModelConfig& a, const ModelConfig& b) {
                     m.nope_layers, m.rope_short_factor, m.rope_long_factor, m.rope_attention_factor,
                     m.partial_rotary_factor, m.fused_projections, m.norm_offset, m.sandwich_norms,
                     m.embedding_scale, m.activation, m.attention_scale, m.sliding_layers,
-                    m.sliding_window, m.local_rope_theta);
+                    m.sliding_window, m.local_rope_theta, m.fused_ops);
   };
   return fields(a) == fields(b);
 }

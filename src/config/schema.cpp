@@ -528,6 +528,10 @@ std::vector<Option> model_section() {
                                      "embeddings multiplied by it (Gemma 3: sqrt(dim)); 0: not")),
       only_for(llama, choice_setting("model.activation", FIELD(model.activation), kActivations,
                                      "the feed-forward gate's activation")),
+      only_for(llama,
+               bool_setting("model.fused_ops", FIELD(model.fused_ops),
+                            "RMSNorm, the gated activation and RoPE each one autograd node (CUDA "
+                            "kernels on a GPU); false: ATen's composite ops")),
       only_for(llama, number_setting("model.attention_scale", FIELD(model.attention_scale),
                                      "attention scores multiplied by it (Gemma 3: "
                                      "query_pre_attn_scalar^-0.5); 0: 1 / sqrt(head_dim)")),

@@ -86,6 +86,7 @@ CausalLM build_llama(const TrainConfig& config) {
   c.local_rope_theta = m.local_rope_theta;
   c.partial_rotary_factor = m.partial_rotary_factor;
   c.nope_layers = m.nope_layers;
+  c.fused_ops = m.fused_ops;
   c.deferred = true;
   Llama model(c);
   return {

@@ -26,6 +26,7 @@
 #include "fsdp/hooks.h"
 #include "fsdp/init.h"
 #include "fsdp/models/fused_loss.h"
+#include "fsdp/models/fused_ops.h"
 #include "fsdp/models/gpt2.h"  // parameter_seed, gpt2_loss
 
 namespace fsdp {
@@ -132,18 +133,13 @@ LlamaConfig LlamaConfig::tiny() {
 
 // --- modules ------------------------------------------------------------------------------------
 
-LlamaRMSNormImpl::LlamaRMSNormImpl(int64_t dim, double eps, bool offset)
-    : eps(eps), offset(offset) {
+LlamaRMSNormImpl::LlamaRMSNormImpl(int64_t dim, double eps, bool offset, bool fused)
+    : eps(eps), offset(offset), fused(fused) {
   weight = register_parameter("weight", offset ? at::zeros({dim}) : at::ones({dim}));
 }
 
 at::Tensor LlamaRMSNormImpl::forward(const at::Tensor& x) {
-  // HF's order exactly: Llama normalises in fp32, casts back, then scales; Gemma scales by
-  // (1 + weight) in fp32 and casts last.
-  at::Tensor h = x.to(at::kFloat);
-  h = h * at::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  if (offset) return (h * (1.0 + weight.to(at::kFloat))).to(x.scalar_type());
-  return weight * h.to(x.scalar_type());
+  return rms_norm(x, weight, eps, offset, fused);
 }
 
 namespace {
@@ -244,7 +240,7 @@ std::pair<at::Tensor, at::Tensor> LlamaRotaryEmbedding::tables_at(const at::Tens
   const at::Tensor rows = positions.reshape({-1});
   auto gather = [&](const at::Tensor& table) {
     return table.index_select(0, rows)
-        .view({positions.size(0), 1, positions.size(1), table.size(1)})
+        .view({positions.size(0), positions.size(1), table.size(1)})
         .to(like.options());
   };
   return {gather(cos), gather(sin)};
@@ -254,12 +250,6 @@ namespace {
 
 torch::nn::Linear linear(int64_t in_features, int64_t out_features, bool bias = false) {
   return torch::nn::Linear(torch::nn::LinearOptions(in_features, out_features).bias(bias));
-}
-
-// [..., hs] -> [..., hs]: (x1, x2) -> (-x2, x1) over the two halves of the last dimension.
-at::Tensor rotate_half(const at::Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
 // [B, nkv, T, hs] -> [B, nkv * n_rep, T, hs]: key/value head j serves query heads
@@ -280,6 +270,7 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& config,
       rotary_dim(config.rotary_dim()),
       attention(config.attention),
       scale(config.attention_scale),
+      fused(config.fused_ops),
       rope_(std::move(rope)) {
   if (config.fused_projections) {  // Phi-3 registers o_proj first
     o_proj = register_module("o_proj", linear(n_head * head_dim, config.dim, config.o_bias));
@@ -292,18 +283,15 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& config,
     o_proj = register_module("o_proj", linear(n_head * head_dim, config.dim, config.o_bias));
   }
   if (config.qk_norm) {
-    q_norm = register_module("q_norm", LlamaRMSNorm(head_dim, config.norm_eps, config.norm_offset));
-    k_norm = register_module("k_norm", LlamaRMSNorm(head_dim, config.norm_eps, config.norm_offset));
+    q_norm = register_module(
+        "q_norm", LlamaRMSNorm(head_dim, config.norm_eps, config.norm_offset, config.fused_ops));
+    k_norm = register_module(
+        "k_norm", LlamaRMSNorm(head_dim, config.norm_eps, config.norm_offset, config.fused_ops));
   }
 }
 
 at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const SequenceLayout& layout) {
   const int64_t B = x.size(0), T = x.size(1), hs = head_dim;
-  // Qwen3's norms act on each head's channels, before the heads move to dimension 1.
-  auto heads = [&](const at::Tensor& t, int64_t n, LlamaRMSNorm& norm) {
-    at::Tensor h = t.reshape({B, T, n, hs});
-    return (norm ? norm->forward(h) : h).transpose(1, 2);
-  };
   at::Tensor q_rows, k_rows, v_rows;
   if (qkv_proj) {  // Phi-3: one projection, rows of the queries, then keys, then values
     const at::Tensor qkv = qkv_proj->forward(x);
@@ -315,26 +303,29 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const SequenceLayout
     k_rows = k_proj->forward(x);
     v_rows = v_proj->forward(x);
   }
-  LlamaRMSNorm none{nullptr};
-  at::Tensor q = heads(q_rows, n_head, q_norm);     // [B, nh, T, hs]
-  at::Tensor k = heads(k_rows, n_kv_head, k_norm);  // [B, nkv, T, hs]
-  at::Tensor v = heads(v_rows, n_kv_head, none);
+  // [B, T, n, hs]: Qwen3's norms act on each head's channels, then the rotary embedding turns
+  // queries and keys by their position (cos and sin [B or 1, T, rd], shared by the heads; a
+  // partial one turns the first rd channels), before the heads move to dimension 1.
+  at::Tensor q = q_rows.reshape({B, T, n_head, hs});
+  at::Tensor k = k_rows.reshape({B, T, n_kv_head, hs});
+  if (q_norm) {
+    q = q_norm->forward(q);
+    k = k_norm->forward(k);
+  }
   if (rope_) {
-    // Rotate queries and keys by their position; cos/sin [T, rd] broadcast over B and heads. A
-    // partial rotary embedding turns the first rd channels and passes the rest.
     auto [cos, sin] =
         layout.positions.defined() ? rope_->tables_at(layout.positions, x) : rope_->tables(T, x);
-    auto rotate = [&, cos = cos, sin = sin](const at::Tensor& t) {
-      if (rotary_dim == hs) return t * cos + rotate_half(t) * sin;
-      const at::Tensor r = t.narrow(-1, 0, rotary_dim);
-      return at::cat({r * cos + rotate_half(r) * sin, t.narrow(-1, rotary_dim, hs - rotary_dim)},
-                     -1);
-    };
-    q = rotate(q);
-    k = rotate(k);
+    if (cos.dim() == 2) {
+      cos = cos.unsqueeze(0);
+      sin = sin.unsqueeze(0);
+    }
+    q = rotary_embedding(q, cos, sin, fused);
+    k = rotary_embedding(k, cos, sin, fused);
   }
-  k = repeat_kv(k, n_head / n_kv_head);
-  v = repeat_kv(v, n_head / n_kv_head);
+  q = q.transpose(1, 2);  // [B, nh, T, hs]
+  k = repeat_kv(k.transpose(1, 2), n_head / n_kv_head);
+  at::Tensor v =
+      repeat_kv(v_rows.reshape({B, T, n_kv_head, hs}).transpose(1, 2), n_head / n_kv_head);
   // [B, nh, T, hs] -> [B, T, nh * hs]; the explicit softmax in fp32, as HF's eager path.
   const AttentionOptions options{scale, window, layout.same_sequence};
   at::Tensor y = causal_attention(q, k, v, attention, /*softmax_in_fp32=*/true, options)
@@ -344,7 +335,8 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const SequenceLayout
   return o_proj->forward(y);
 }
 
-LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& config) : gelu_tanh(config.gelu_tanh) {
+LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& config)
+    : gelu_tanh(config.gelu_tanh), fused(config.fused_ops) {
   const int64_t C = config.dim, F = config.intermediate_size;
   if (config.fused_projections) {
     gate_up_proj = register_module("gate_up_proj", linear(C, 2 * F, config.mlp_bias));
@@ -356,14 +348,12 @@ LlamaMLPImpl::LlamaMLPImpl(const LlamaConfig& config) : gelu_tanh(config.gelu_ta
 }
 
 at::Tensor LlamaMLPImpl::forward(const at::Tensor& x) {
-  auto act = [this](const at::Tensor& gate) {
-    return gelu_tanh ? at::gelu(gate, "tanh") : at::silu(gate);
-  };
+  const GateActivation act = gelu_tanh ? GateActivation::kGeluTanh : GateActivation::kSilu;
   if (gate_up_proj) {  // Phi-3: gate then up in one projection
-    const auto halves = gate_up_proj->forward(x).chunk(2, -1);
-    return down_proj->forward(halves[1] * act(halves[0]));
+    return down_proj->forward(gated_activation(gate_up_proj->forward(x), act, fused));
   }
-  return down_proj->forward(act(gate_proj->forward(x)) * up_proj->forward(x));
+  return down_proj->forward(
+      gated_activation(gate_proj->forward(x), up_proj->forward(x), act, fused));
 }
 
 LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& config,
@@ -371,7 +361,8 @@ LlamaDecoderLayerImpl::LlamaDecoderLayerImpl(const LlamaConfig& config,
   self_attn = register_module("self_attn", LlamaAttention(config, std::move(rope)));
   mlp = register_module("mlp", LlamaMLP(config));
   auto norm = [&](const char* name) {
-    return register_module(name, LlamaRMSNorm(config.dim, config.norm_eps, config.norm_offset));
+    return register_module(
+        name, LlamaRMSNorm(config.dim, config.norm_eps, config.norm_offset, config.fused_ops));
   };
   input_layernorm = norm("input_layernorm");
   post_attention_layernorm = norm("post_attention_layernorm");
@@ -420,7 +411,8 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& config) {
     layers->push_back(built(layer, config));
   }
   norm = register_module(
-      "norm", built(LlamaRMSNorm(config.dim, config.norm_eps, config.norm_offset), config));
+      "norm", built(LlamaRMSNorm(config.dim, config.norm_eps, config.norm_offset, config.fused_ops),
+                    config));
 }
 
 LlamaImpl::LlamaImpl(LlamaConfig config) : config_(config) {

@@ -27,7 +27,9 @@
 // at the end of backward, as PyTorch FSDP does: ShardingOptions::split_root_reduction off),
 // `onepiece` (split, its early part in one piece: ShardingOptions::root_reduction_chunks 1),
 // `unfused` (the logits [B, T, V] whole, then the loss: train.fused_loss false), `fusedadam`
-// (AdamWImpl::kFused: on a GPU ATen's fused kernel instead of the default op-by-op step).
+// (AdamWImpl::kFused: on a GPU ATen's fused kernel instead of the default op-by-op step),
+// `composite` (a Llama's RMSNorm, gated activation and RoPE as ATen's composite ops instead of
+// the fused nodes: model.fused_ops false).
 // --profile DIR (an existing folder): after each run's timed steps, one more step under
 // LibTorch's profiler (rank 0's), its time by GPU kernel (by CPU operator on the CPU) in
 // DIR/MODEL-STRATEGY-VARIANT-bBATCH.md and the Chrome trace beside it (.trace.json);
@@ -336,13 +338,12 @@ Args parse_args(int argc, char** argv) {
     const std::vector<std::string> features = split_variant(v);
     const bool known = std::all_of(features.begin(), features.end(), [](const std::string& f) {
       return f == "prefetch" || f == "ac" || f == "offload" || f == "whole" || f == "onepiece" ||
-             f == "unfused" || f == "fusedadam";
+             f == "unfused" || f == "fusedadam" || f == "composite";
     });
     if (v != "plain" && (features.empty() || !known)) {
       throw std::invalid_argument(
-          "--variants: plain, or prefetch, ac, offload, whole, onepiece, unfused and fusedadam "
-          "joined by "
-          "'+'; got " +
+          "--variants: plain, or prefetch, ac, offload, whole, onepiece, unfused, fusedadam and "
+          "composite joined by '+'; got " +
           v);
     }
     if (has_feature(v, "whole") && has_feature(v, "onepiece")) {
@@ -395,6 +396,7 @@ fsdp::TrainConfig bench_config(const Args& a, const std::string& strategy,
   c.data.seq_len = a.seq;
   c.train.micro_batch_size = a.batch;
   c.train.fused_loss = !has_feature(variant, "unfused");
+  c.model.fused_ops = !has_feature(variant, "composite");
   c.mixed_precision = a.dtype == "bf16"   ? fsdp::DType::kBFloat16
                       : a.dtype == "fp16" ? fsdp::DType::kFloat16
                                           : fsdp::DType::kFloat32;
@@ -831,6 +833,7 @@ std::string json_record(const Args& a, int n, const std::string& backend, const 
   o << "{\"model\": \"" << model_name(a) << "\", \"parameters\": " << r.plan.parameters
     << ", \"vocab_size\": " << c.model.vocab_size
     << ", \"fused_loss\": " << (c.train.fused_loss ? "true" : "false")
+    << ", \"fused_ops\": " << (c.model.fused_ops ? "true" : "false")
     << ", \"flops_per_token\": " << static_cast<int64_t>(flops)  // a whole count
     << ", \"tflops_per_rank\": " << tflops_per_rank(a, r);
   if (a.peak_tflops > 0) {
@@ -1047,7 +1050,7 @@ constexpr const char* kUsage =
     "           [--batch 1] [--steps 3] [--peak-tflops P]\n"
     "           [--repeats 1] [--dtype fp32|bf16|fp16] [--strategies NO_SHARD,SHARD_GRAD_OP,...]\n"
     "           [--variants "
-    "plain,prefetch,ac,prefetch+ac,offload,whole,onepiece,unfused,fusedadam]\n"
+    "plain,prefetch,ac,prefetch+ac,offload,whole,onepiece,unfused,fusedadam,composite]\n"
     "           [--allocator fsdp|glibc] [--json FILE] [--label TEXT] [--checkpoint DIR]\n"
     "           [--nproc 2] [--device cpu|cuda] [--root-chunks N] [--profile DIR]\n"
     "           [--intra-gbit G --inter-gbit G [--intra-us U] [--inter-us U] [--comm-cpu-gbit G]\n"

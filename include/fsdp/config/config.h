@@ -120,6 +120,9 @@ struct ModelConfig {
   double local_rope_theta = 10000.0;
   // Layers without rotary embeddings (SmolLM3's NoPE layers), by index. Default none.
   std::vector<int64_t> nope_layers;
+  // RMSNorm, the gated activation and the rotary embedding each one autograd node (CUDA kernels
+  // on a GPU; fsdp/models/fused_ops.h); false: ATen's composite ops. Default true.
+  bool fused_ops = true;
 
   // The width of the residual stream of this type: n_embd for GPT-2, dim for Llama.
   int64_t width() const { return type == ModelType::kGPT2 ? n_embd : dim; }

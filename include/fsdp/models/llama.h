@@ -109,6 +109,10 @@ struct LlamaConfig {
   double local_rope_theta = 10000.0;
   // The attention kernel (fsdp/models/attention.h). Default kAuto: fused on LibTorch 2.x.
   AttentionKernel attention = AttentionKernel::kAuto;
+  // RMSNorm, the gated activation and the rotary embedding each one autograd node with a written
+  // backward and, on a GPU, its own kernels (fsdp/models/fused_ops.h); false: ATen's composite
+  // ops, HF's modules written out (the reference). Default true.
+  bool fused_ops = true;
   // Build the parameters deferred (fsdp/init.h), for fully_shard with
   // param_init(llama_param_init(seed)) to materialise each rank's shard. Default false: built and
   // initialised with init_llama_weights(seed 0).
@@ -139,13 +143,15 @@ struct LlamaConfig {
 // cast back and scaled by the weight. No bias, no mean subtraction.
 class LlamaRMSNormImpl : public torch::nn::Module {
  public:
-  // offset: Gemma's form, scaled by (1 + weight) in fp32 before the cast back, weight from 0.
-  LlamaRMSNormImpl(int64_t dim, double eps, bool offset = false);
+  // offset: Gemma's form, scaled by (1 + weight) in fp32 before the cast back, weight from 0;
+  // fused: one autograd node (fsdp/models/fused_ops.h), else ATen's composite ops.
+  LlamaRMSNormImpl(int64_t dim, double eps, bool offset = false, bool fused = true);
   at::Tensor forward(const at::Tensor& x);  // [..., dim] -> [..., dim]
 
   at::Tensor weight;  // (dim)
   double eps = 0;
   bool offset = false;
+  bool fused = true;
 };
 TORCH_MODULE(LlamaRMSNorm);
 
@@ -159,9 +165,9 @@ class LlamaRotaryEmbedding {
   // Rows [0, T) of the tables in `like`'s dtype and device: cos and sin, each [T, rotary_dim]; a
   // longrope model's long tables when T exceeds original_max_position_embeddings.
   std::pair<at::Tensor, at::Tensor> tables(int64_t T, const at::Tensor& like) const;
-  // The rows at `positions` [B, T] (CPU, int64), each [B, 1, T, rotary_dim] to broadcast over
-  // the heads; a longrope model's long tables when the largest position reaches past
-  // original_max_position_embeddings (transformers decides by max(position_ids) + 1 there).
+  // The rows at `positions` [B, T] (CPU, int64), each [B, T, rotary_dim]; a longrope model's long
+  // tables when the largest position reaches past original_max_position_embeddings (transformers
+  // decides by max(position_ids) + 1 there).
   std::pair<at::Tensor, at::Tensor> tables_at(const at::Tensor& positions,
                                               const at::Tensor& like) const;
 
@@ -191,6 +197,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
   AttentionKernel attention = AttentionKernel::kAuto;
   double scale = 0;    // 0: 1 / sqrt(head_dim)
   int64_t window = 0;  // a sliding-window layer's window; 0: every earlier position
+  bool fused = true;   // the rotary embedding one node (fsdp/models/fused_ops.h)
 
  private:
   std::shared_ptr<const LlamaRotaryEmbedding> rope_;
@@ -209,6 +216,7 @@ class LlamaMLPImpl : public torch::nn::Module {
   torch::nn::Linear gate_up_proj{nullptr};
   torch::nn::Linear down_proj{nullptr};  // intermediate_size -> C
   bool gelu_tanh = false;                // the gate's activation: GELU (tanh) instead of SiLU
+  bool fused = true;                     // the activation one node (fsdp/models/fused_ops.h)
 };
 TORCH_MODULE(LlamaMLP);
 

@@ -1,0 +1,279 @@
+// The fused element-wise nodes (fsdp/models/fused_ops.h): the composite ops they replace (the
+// reference), their autograd functions, and those functions' CPU arithmetic in ATen ops. A
+// device with kernels of its own (fused_kernels.h: CUDA) computes forward and backward there.
+#include "fsdp/models/fused_ops.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "models/fused_kernels.h"
+
+namespace fsdp {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+const detail::FusedKernels* kernels_for(const at::Tensor& t) {
+  return detail::fused_kernels(t.device());
+}
+
+// Whether the fused node takes t's dtype: a device's kernels fp32, fp16 and bf16; the CPU's ATen
+// arithmetic any floating dtype (fp64 for the tests' gradcheck).
+bool fusable(const at::Tensor& t) {
+  const at::ScalarType s = t.scalar_type();
+  if (kernels_for(t) == nullptr) return at::isFloatingType(s);
+  return s == at::kFloat || s == at::kHalf || s == at::kBFloat16;
+}
+
+// --- RMSNorm ---------------------------------------------------------------------------------
+
+at::Tensor rms_norm_composite(const at::Tensor& x, const at::Tensor& w, double eps, bool offset) {
+  // HF's order exactly: Llama normalises in fp32, casts back, then scales; Gemma scales by
+  // (1 + weight) in fp32 and casts last.
+  at::Tensor h = x.to(at::kFloat);
+  h = h * at::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  if (offset) return (h * (1.0 + w.to(at::kFloat))).to(x.scalar_type());
+  return w * h.to(x.scalar_type());
+}
+
+// The composite ops' forward over rows [R, C], with the per-row rsqrt kept: bit for bit theirs.
+std::pair<at::Tensor, at::Tensor> rms_norm_forward_cpu(const at::Tensor& x, const at::Tensor& w,
+                                                       double eps, bool offset) {
+  const at::Tensor x32 = x.to(at::kFloat);
+  const at::Tensor rstd = at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);  // [R, 1]
+  const at::Tensor h = x32 * rstd;
+  at::Tensor y =
+      offset ? (h * (1.0 + w.to(at::kFloat))).to(x.scalar_type()) : w * h.to(x.scalar_type());
+  return {std::move(y), rstd.view({-1})};
+}
+
+// y_j = w'_j h_j with h = x r, r = (mean(x^2) + eps)^(-1/2) and w' = w or 1 + w, so with
+// dh = dy w': dx = r dh - r^3 x mean(dh x), and dw = the rows' sum of dy h (h rounded to x's
+// dtype first where forward rounded it before the scaling).
+std::pair<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& dy, const at::Tensor& x,
+                                                        const at::Tensor& w, const at::Tensor& rstd,
+                                                        bool offset) {
+  const at::Tensor x32 = x.to(at::kFloat), g32 = dy.to(at::kFloat);
+  const at::Tensor r = rstd.unsqueeze(1);
+  const at::Tensor dh = g32 * (offset ? w.to(at::kFloat) + 1.0 : w.to(at::kFloat));
+  const at::Tensor mean_dhx = (dh * x32).mean(-1, /*keepdim=*/true);
+  at::Tensor dx = (r * dh - x32 * (r.pow(3) * mean_dhx)).to(x.scalar_type());
+  at::Tensor h = x32 * r;
+  if (!offset) h = h.to(x.scalar_type()).to(at::kFloat);
+  return {std::move(dx), (g32 * h).sum(0)};
+}
+
+struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            double eps, bool offset) {
+    const at::Tensor rows = x.contiguous().view({-1, x.size(-1)});
+    const at::Tensor weight = w.contiguous();
+    const detail::FusedKernels* k = kernels_for(x);
+    auto [y, rstd] = k ? k->rms_norm_forward(rows, weight, eps, offset)
+                       : rms_norm_forward_cpu(rows, weight, eps, offset);
+    ctx->save_for_backward({rows, weight, rstd});
+    ctx->saved_data["offset"] = offset;
+    return y.view(x.sizes());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &rows = saved[0], &w = saved[1], &rstd = saved[2];
+    const bool offset = ctx->saved_data["offset"].toBool();
+    const at::Tensor dy = grads[0].contiguous().view(rows.sizes());
+    const detail::FusedKernels* k = kernels_for(rows);
+    auto [dx, dw] = k ? k->rms_norm_backward(dy, rows, w, rstd, offset)
+                      : rms_norm_backward_cpu(dy, rows, w, rstd, offset);
+    return {dx.view(grads[0].sizes()), dw.to(w.scalar_type()), at::Tensor(), at::Tensor()};
+  }
+};
+
+// --- gated activation ------------------------------------------------------------------------
+
+at::Tensor activation(const at::Tensor& gate, GateActivation act) {
+  return act == GateActivation::kGeluTanh ? at::gelu(gate, "tanh") : at::silu(gate);
+}
+
+at::Tensor activation_backward(const at::Tensor& grad, const at::Tensor& gate, GateActivation act) {
+  return act == GateActivation::kGeluTanh ? at::gelu_backward(grad, gate, "tanh")
+                                          : at::silu_backward(grad, gate);
+}
+
+// Rows [R, F] of t's last dimension: a view wherever the leading dimensions collapse (a
+// projection's halves are rows 2F apart), a contiguous copy otherwise.
+at::Tensor as_rows(const at::Tensor& t) {
+  at::Tensor rows = t.reshape({-1, t.size(-1)});
+  return rows.stride(1) == 1 ? rows : rows.contiguous();
+}
+
+at::Tensor gated_forward(const at::Tensor& gate, const at::Tensor& up, GateActivation act) {
+  if (const detail::FusedKernels* k = kernels_for(gate)) {
+    return k->gated_forward(as_rows(gate), as_rows(up), act == GateActivation::kGeluTanh)
+        .view(gate.sizes());
+  }
+  return activation(gate, act) * up;  // the composite ops' own arithmetic (and roundings)
+}
+
+// Autograd's own arithmetic through the composite ops: the product's two gradients, then the
+// activation's. {d gate, d up}.
+std::pair<at::Tensor, at::Tensor> gated_backward_cpu(const at::Tensor& dy, const at::Tensor& gate,
+                                                     const at::Tensor& up, GateActivation act) {
+  return {activation_backward(dy * up, gate, act), dy * activation(gate, act)};
+}
+
+struct GatedFunction : public torch::autograd::Function<GatedFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up,
+                            int64_t act) {
+    ctx->save_for_backward({gate, up});
+    ctx->saved_data["act"] = act;
+    return gated_forward(gate, up, static_cast<GateActivation>(act));
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &gate = saved[0], &up = saved[1];
+    const auto act = static_cast<GateActivation>(ctx->saved_data["act"].toInt());
+    const at::Tensor dy = grads[0].contiguous();
+    const detail::FusedKernels* k = kernels_for(gate);
+    if (k == nullptr) {
+      auto [dgate, dup] = gated_backward_cpu(dy, gate, up, act);
+      return {dgate, dup, at::Tensor()};
+    }
+    const at::Tensor dgate = at::empty(gate.sizes(), gate.options());
+    const at::Tensor dup = at::empty(up.sizes(), up.options());
+    k->gated_backward(as_rows(dy), as_rows(gate), as_rows(up), act == GateActivation::kGeluTanh,
+                      as_rows(dgate), as_rows(dup));
+    return {dgate, dup, at::Tensor()};
+  }
+};
+
+// One tensor [..., 2F], gate then up: its gradient is written as one tensor, in halves.
+struct GatedPairFunction : public torch::autograd::Function<GatedPairFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_up, int64_t act) {
+    ctx->save_for_backward({gate_up});
+    ctx->saved_data["act"] = act;
+    const int64_t F = gate_up.size(-1) / 2;
+    return gated_forward(gate_up.narrow(-1, 0, F), gate_up.narrow(-1, F, F),
+                         static_cast<GateActivation>(act));
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor gate_up = ctx->get_saved_variables()[0];
+    const auto act = static_cast<GateActivation>(ctx->saved_data["act"].toInt());
+    const int64_t F = gate_up.size(-1) / 2;
+    const at::Tensor gate = gate_up.narrow(-1, 0, F), up = gate_up.narrow(-1, F, F);
+    const at::Tensor dy = grads[0].contiguous();
+    const detail::FusedKernels* k = kernels_for(gate_up);
+    if (k == nullptr) {
+      auto [dgate, dup] = gated_backward_cpu(dy, gate, up, act);
+      return {at::cat({dgate, dup}, -1), at::Tensor()};
+    }
+    const at::Tensor d = at::empty(gate_up.sizes(), gate_up.options());
+    // Views of d (its rows collapse: it is contiguous), so the kernel writes d itself.
+    k->gated_backward(as_rows(dy), as_rows(gate), as_rows(up), act == GateActivation::kGeluTanh,
+                      d.narrow(-1, 0, F).reshape({-1, F}), d.narrow(-1, F, F).reshape({-1, F}));
+    return {d, at::Tensor()};
+  }
+};
+
+// --- rotary embedding ------------------------------------------------------------------------
+
+// [..., rd] -> [..., rd]: (x1, x2) -> (-x2, x1) over the two halves of the last dimension.
+at::Tensor rotate_half(const at::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+// The rotation on the first rd channels, the rest passed; backward the transpose:
+// d x = g cos - rotate_half(g sin).
+at::Tensor rotary_composite(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                            bool backward) {
+  const int64_t D = x.size(-1), rd = cos.size(-1);
+  const at::Tensor c = cos.unsqueeze(-2), s = sin.unsqueeze(-2);  // over the heads
+  const at::Tensor r = rd == D ? x : x.narrow(-1, 0, rd);
+  at::Tensor y = backward ? r * c - rotate_half(r * s) : r * c + rotate_half(r) * s;
+  return rd == D ? y : at::cat({y, x.narrow(-1, rd, D - rd)}, -1);
+}
+
+at::Tensor rotary_on_device(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                            bool backward) {
+  if (const detail::FusedKernels* k = kernels_for(x)) {
+    return k->rotary(x.contiguous(), cos.contiguous(), sin.contiguous(), backward);
+  }
+  return rotary_composite(x, cos, sin, backward);
+}
+
+struct RotaryFunction : public torch::autograd::Function<RotaryFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
+                            const at::Tensor& sin) {
+    ctx->save_for_backward({cos, sin});
+    return rotary_on_device(x, cos, sin, /*backward=*/false);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    return {rotary_on_device(grads[0], saved[0], saved[1], /*backward=*/true), at::Tensor(),
+            at::Tensor()};
+  }
+};
+
+void check_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const bool ok = x.dim() == 4 && cos.dim() == 3 && sin.sizes() == cos.sizes() &&
+                  (cos.size(0) == 1 || cos.size(0) == x.size(0)) && cos.size(1) == x.size(1) &&
+                  cos.size(2) % 2 == 0 && cos.size(2) <= x.size(3);
+  if (!ok) {
+    throw std::invalid_argument(
+        "rotary_embedding: x [B, T, H, D] with cos and sin [B or 1, T, rd], rd even and at most "
+        "D; got x " +
+        std::to_string(x.dim()) + "-d, cos " + std::to_string(cos.dim()) + "-d");
+  }
+}
+
+}  // namespace
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool offset,
+                    bool fused) {
+  if (!fused || !fusable(x) || weight.scalar_type() != x.scalar_type() || weight.dim() != 1 ||
+      weight.size(0) != x.size(-1) || weight.device() != x.device()) {
+    return rms_norm_composite(x, weight, eps, offset);
+  }
+  return RmsNormFunction::apply(x, weight, eps, offset);
+}
+
+at::Tensor gated_activation(const at::Tensor& gate, const at::Tensor& up, GateActivation act,
+                            bool fused) {
+  if (!fused || !fusable(gate) || up.sizes() != gate.sizes() ||
+      up.scalar_type() != gate.scalar_type() || up.device() != gate.device()) {
+    return activation(gate, act) * up;
+  }
+  return GatedFunction::apply(gate, up, static_cast<int64_t>(act));
+}
+
+at::Tensor gated_activation(const at::Tensor& gate_up, GateActivation act, bool fused) {
+  if (gate_up.size(-1) % 2 != 0) {
+    throw std::invalid_argument("gated_activation: gate_up's last dimension must be even, got " +
+                                std::to_string(gate_up.size(-1)));
+  }
+  const int64_t F = gate_up.size(-1) / 2;
+  if (!fused || !fusable(gate_up)) {
+    return gate_up.narrow(-1, F, F) * activation(gate_up.narrow(-1, 0, F), act);
+  }
+  return GatedPairFunction::apply(gate_up, static_cast<int64_t>(act));
+}
+
+at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                            bool fused) {
+  check_rotary(x, cos, sin);
+  if (!fused || !fusable(x) || cos.scalar_type() != x.scalar_type() ||
+      sin.scalar_type() != x.scalar_type() || cos.device() != x.device()) {
+    return rotary_composite(x, cos, sin, /*backward=*/false);
+  }
+  return RotaryFunction::apply(x, cos, sin);
+}
+
+}  // namespace fsdp

@@ -1,0 +1,235 @@
+// The fused element-wise nodes (fsdp/models/fused_ops.h) against the composite ops they replace,
+// on the device under test (FSDP_TEST_DEVICE: the CPU in test_fused_ops, the GPU's kernels in
+// fused_ops_cuda, skipped with the reason where there is none): RMSNorm (Llama's and Gemma's),
+// the gated activations (SiLU and GELU, two tensors and one halved), the rotary embedding (whole
+// and partial, one table or one per row), then whole Llama blocks with and without them.
+//
+// What must hold, and why these bounds:
+// - forward equals the composite ops: on the CPU bit for bit (it is their computation); a GPU
+//   kernel rounds at the same points but computes exp, tanh and rsqrt with CUDA's own functions
+//   and sums in another order, so within one rounding of the dtype (2 eps relative to the largest
+//   value, eps = 2^-23, 2^-10, 2^-7 for fp32, fp16, bf16);
+// - backward against the derivative in fp64 from the same inputs (autograd through the composite
+//   ops): the fused node computes in fp32 and rounds once, so its error is one rounding of its
+//   output plus fp32's arithmetic: within 2 eps of the largest gradient (fp32: 1e-5, for sums
+//   over a thousand channels). The gated activation and the rotation's CPU backward are autograd's
+//   own ops, so on the CPU they also equal the composite backward bit for bit.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <functional>
+#include <string>
+
+#include "fsdp/models/attention.h"
+#include "fsdp/models/fused_ops.h"
+#include "fsdp/models/gpt2.h"
+#include "fsdp/models/llama.h"
+#include "test_util.h"
+
+namespace fsdp {
+namespace {
+
+// max |a - b| over max |b|: a relative error that a few near-zero entries do not dominate.
+double rel(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor a64 = a.detach().to(at::kCPU).to(at::kDouble);
+  const at::Tensor b64 = b.detach().to(at::kCPU).to(at::kDouble);
+  return (a64 - b64).abs().max().item<double>() / std::max(1e-30, b64.abs().max().item<double>());
+}
+
+double eps_of(at::ScalarType t) {
+  return t == at::kFloat ? 1.0 / (1 << 23) : t == at::kHalf ? 1.0 / (1 << 10) : 1.0 / (1 << 7);
+}
+
+double forward_bound(at::ScalarType t, const c10::Device& d) {
+  return d.is_cpu() ? 0.0 : 2 * eps_of(t);
+}
+
+double backward_bound(at::ScalarType t) { return t == at::kFloat ? 1e-5 : 2 * eps_of(t); }
+
+std::vector<at::ScalarType> dtypes() {
+  // fp16 on the CPU needs LibTorch 2.x's kernels (1.13 has no fp16 SiLU or GELU there).
+  if (test::device_under_test().is_cpu() && !test::fp16_skip_reason().empty()) {
+    return {at::kFloat, at::kBFloat16};
+  }
+  return {at::kFloat, at::kHalf, at::kBFloat16};
+}
+
+// Inputs on the device in `dtype`, requiring gradients.
+std::vector<at::Tensor> leaves(const std::vector<at::Tensor>& values, at::ScalarType dtype) {
+  std::vector<at::Tensor> out;
+  for (const auto& v : values) {
+    out.push_back(v.to(test::device_under_test()).to(dtype).detach().requires_grad_(true));
+  }
+  return out;
+}
+
+struct Run {
+  at::Tensor y;
+  std::vector<at::Tensor> grads;
+};
+
+// y = f(inputs), then backward with upstream gradient `dy` (to y's device and dtype).
+Run run(const std::function<at::Tensor(const std::vector<at::Tensor>&)>& f,
+        const std::vector<at::Tensor>& inputs, const at::Tensor& dy) {
+  at::Tensor y = f(inputs);
+  y.backward(dy.to(y.device()).to(y.scalar_type()));
+  Run r{y.detach(), {}};
+  for (const auto& x : inputs) r.grads.push_back(x.grad());
+  return r;
+}
+
+// The fused node against the composite ops on the device under test in every dtype, and the
+// fused gradients against the composite ones in fp64 from the same inputs. `bitwise_backward`:
+// on the CPU the fused backward is the composite one's arithmetic.
+void expect_matches_composite(
+    const std::string& what,
+    const std::function<at::Tensor(const std::vector<at::Tensor>&, bool fused)>& f,
+    const std::vector<at::Tensor>& values, const at::Tensor& dy, bool bitwise_backward) {
+  const c10::Device device = test::device_under_test();
+  for (const at::ScalarType dtype : dtypes()) {
+    SCOPED_TRACE(what + " in " + c10::toString(dtype) + " on " + device.str());
+    auto fused_f = [&](const std::vector<at::Tensor>& in) { return f(in, true); };
+    auto composite_f = [&](const std::vector<at::Tensor>& in) { return f(in, false); };
+    const std::vector<at::Tensor> inputs = leaves(values, dtype);
+    const Run fused = run(fused_f, inputs, dy);
+    const Run composite = run(composite_f, leaves(values, dtype), dy);
+    // fp64 from the very inputs the two above started from, on the CPU.
+    std::vector<at::Tensor> exact_inputs;
+    for (const auto& x : inputs) {
+      exact_inputs.push_back(x.detach().to(at::kCPU).to(at::kDouble).requires_grad_(true));
+    }
+    const Run exact = run(composite_f, exact_inputs, dy.to(dtype).to(at::kDouble));
+
+    EXPECT_EQ(fused.y.scalar_type(), composite.y.scalar_type());
+    EXPECT_EQ(fused.y.sizes(), composite.y.sizes());
+    EXPECT_LE(rel(fused.y, composite.y), forward_bound(dtype, device)) << "forward";
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      SCOPED_TRACE("gradient of input " + std::to_string(i));
+      ASSERT_TRUE(fused.grads[i].defined());
+      EXPECT_EQ(fused.grads[i].scalar_type(), inputs[i].scalar_type());
+      EXPECT_EQ(fused.grads[i].sizes(), inputs[i].sizes());
+      EXPECT_LE(rel(fused.grads[i], exact.grads[i]), backward_bound(dtype));
+      if (bitwise_backward && device.is_cpu()) {
+        EXPECT_TRUE(at::equal(fused.grads[i], composite.grads[i]));
+      }
+    }
+  }
+}
+
+TEST(FusedOps, RmsNormMatchesTheComposite) {
+  torch::manual_seed(1);
+  // 96 channels (a head's width: one warp a row on a GPU) and 1,000 (a residual stream's, not a
+  // multiple of any block), Llama's and Gemma's forms.
+  for (const int64_t C : {96, 1000}) {
+    for (const bool offset : {false, true}) {
+      const at::Tensor x = torch::randn({3, 5, C}) * 3 + 0.5;
+      const at::Tensor w = torch::randn({C}) * 0.5 + (offset ? 0.0 : 1.0);
+      auto f = [&](const std::vector<at::Tensor>& in, bool fused) {
+        return rms_norm(in[0], in[1], 1e-6, offset, fused);
+      };
+      expect_matches_composite("rms_norm C=" + std::to_string(C) + (offset ? " offset" : ""), f,
+                               {x, w}, torch::randn({3, 5, C}), /*bitwise_backward=*/false);
+    }
+  }
+}
+
+TEST(FusedOps, GatedActivationsMatchTheComposite) {
+  torch::manual_seed(2);
+  for (const auto act : {GateActivation::kSilu, GateActivation::kGeluTanh}) {
+    const std::string name = act == GateActivation::kSilu ? "silu" : "gelu_tanh";
+    auto two = [&](const std::vector<at::Tensor>& in, bool fused) {
+      return gated_activation(in[0], in[1], act, fused);
+    };
+    expect_matches_composite(name + " gate, up", two,
+                             {torch::randn({2, 7, 300}) * 3, torch::randn({2, 7, 300})},
+                             torch::randn({2, 7, 300}), /*bitwise_backward=*/true);
+    auto halves = [&](const std::vector<at::Tensor>& in, bool fused) {
+      return gated_activation(in[0], act, fused);
+    };
+    expect_matches_composite(name + " gate_up", halves, {torch::randn({2, 7, 600}) * 3},
+                             torch::randn({2, 7, 300}), /*bitwise_backward=*/true);
+  }
+}
+
+TEST(FusedOps, RotaryEmbeddingMatchesTheComposite) {
+  torch::manual_seed(3);
+  // Whole and partial (12 of 16 channels: Phi-4-mini's 0.75), one table for every row and one
+  // per row (packed sequences' positions). Random tables: the backward must not lean on cos and
+  // sin repeating over the halves, as RoPE's own do.
+  for (const int64_t rd : {16, 12}) {
+    for (const int64_t table_rows : {1, 2}) {
+      const at::Tensor cos = torch::rand({table_rows, 6, rd}) * 2 - 1;
+      const at::Tensor sin = torch::rand({table_rows, 6, rd}) * 2 - 1;
+      auto f = [&](const std::vector<at::Tensor>& in, bool fused) {
+        return rotary_embedding(in[0], cos.to(in[0].options()), sin.to(in[0].options()), fused);
+      };
+      expect_matches_composite(
+          "rotary rd=" + std::to_string(rd) + " tables=" + std::to_string(table_rows), f,
+          {torch::randn({2, 6, 3, 16})}, torch::randn({2, 6, 3, 16}), /*bitwise_backward=*/true);
+    }
+  }
+}
+
+TEST(FusedOps, RotaryEmbeddingRefusesMismatchedTables) {
+  const at::Tensor x = torch::randn({2, 6, 3, 16});
+  const at::Tensor odd = torch::randn({1, 6, 7});
+  EXPECT_THROW(rotary_embedding(x, odd, odd, true), std::invalid_argument);
+  const at::Tensor wide = torch::randn({1, 6, 18});
+  EXPECT_THROW(rotary_embedding(x, wide, wide, true), std::invalid_argument);
+  const at::Tensor rows = torch::randn({3, 6, 16});  // neither 1 nor B tables
+  EXPECT_THROW(rotary_embedding(x, rows, rows, true), std::invalid_argument);
+}
+
+// Whole models: a Llama with every fused node in use (Qwen3's q/k norms, Phi-3's fused
+// projections with a partial rotation, Gemma's offset and sandwich norms with GeGLU), with and
+// without them, from the same weights on the same tokens, plain and packed (positions per row).
+// fp32: forward is the same computation (the loss bit for bit on the CPU); the gradients differ
+// by fp32 roundings of a written-out derivative: 1e-5 of the largest (1e-4 on a GPU, where the
+// kernels' sums run in another order through 2 layers).
+TEST(FusedOps, LlamaTrainsTheSameWithAndWithout) {
+  const c10::Device device = test::device_under_test();
+  LlamaConfig kin = LlamaConfig::tiny();
+  kin.qk_norm = true;
+  kin.fused_projections = true;
+  kin.partial_rotary_factor = 0.75;
+  kin.norm_offset = true;
+  kin.sandwich_norms = true;
+  kin.gelu_tanh = true;
+  for (const LlamaConfig& base : {LlamaConfig::tiny(), kin}) {
+    for (const bool packed : {false, true}) {
+      SCOPED_TRACE(std::string(base.qk_norm ? "Llama kin" : "Llama") + (packed ? " packed" : ""));
+      torch::manual_seed(4);
+      const at::Tensor idx = torch::randint(0, base.vocab_size, {2, 12}, torch::kLong);
+      SequenceLayout layout;
+      if (packed) {
+        layout = packed_layout(
+            torch::tensor({0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6}).view({1, 12}).repeat({2, 1}),
+            device);
+      }
+      std::vector<at::Tensor> losses;
+      std::vector<std::vector<at::Tensor>> grads;
+      for (const bool fused : {true, false}) {
+        LlamaConfig c = base;
+        c.fused_ops = fused;
+        Llama model(c);
+        init_llama_weights(*model, 9);
+        model->to(device);
+        const at::Tensor logits = model->forward(idx.to(device), layout);
+        const at::Tensor loss = gpt2_loss(logits, idx.to(device));
+        loss.backward();
+        losses.push_back(loss.detach());
+        std::vector<at::Tensor> g;
+        for (const auto& p : model->parameters()) g.push_back(p.grad());
+        grads.push_back(g);
+      }
+      EXPECT_LE(rel(losses[0], losses[1]), device.is_cpu() ? 0.0 : 1e-6);
+      for (size_t i = 0; i < grads[0].size(); ++i) {
+        EXPECT_LE(rel(grads[0][i], grads[1][i]), device.is_cpu() ? 1e-5 : 1e-4)
+            << "parameter " << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fsdp
