@@ -15,8 +15,8 @@
 # (scripts/fetch_assets.sh) and carry assets/ along, or the tests that need them skip.
 # --llama [BATCH...]: issue 48's workload instead of run_bench's: Llama 3.2 1B's shape, sequence
 # 2048, bf16 with fp32 master weights, at each BATCH (default 4 8): fsdp-bench FULL_SHARD prefetch
-# (and with ATen's fused AdamW kernel instead of the default op-by-op step, and with activation
-# checkpointing), each run's one-step profile by kernel in RESULTS_DIR/profile/, PyTorch eager,
+# (and with ATen's composite ops instead of the fused RMSNorm, SwiGLU and RoPE kernels, with ATen's
+# fused AdamW kernel instead of the default op-by-op step, and with activation checkpointing), each run's one-step profile by kernel in RESULTS_DIR/profile/, PyTorch eager,
 # FSDP2 and FSDP2 with the blocks torch.compile'd on the same GPU; table with MFU against the
 # GPU's peak (--peak-tflops: PEAK_TFLOPS, default 989, an H100 SXM's dense bf16; an H200's is the
 # same) in RESULTS_DIR/llama_bench.md.
@@ -151,7 +151,8 @@ run_llama() {
   mkdir -p "$r/profile"
   for b in "${batches[@]}"; do
     "$bin/fsdp-bench" --device cuda --nproc 1 --model llama-1b --seq 2048 --dtype bf16 --batch "$b" \
-      --steps 5 --strategies FULL_SHARD --variants prefetch,prefetch+fusedadam,prefetch+ac \
+      --steps 5 --strategies FULL_SHARD \
+      --variants prefetch,prefetch+composite,prefetch+fusedadam,prefetch+ac \
       --profile "$r/profile" \
       --peak-tflops "${PEAK_TFLOPS:-989}" --json "$r/ours-llama-$b.json" >"$r/ours-llama-$b.log" 2>&1 ||
       echo "gpu: fsdp-bench llama-1b batch $b failed: $(tail -n 3 "$r/ours-llama-$b.log")"

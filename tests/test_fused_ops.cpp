@@ -5,15 +5,16 @@
 // and partial, one table or one per row), then whole Llama blocks with and without them.
 //
 // What must hold, and why these bounds:
-// - forward equals the composite ops: on the CPU bit for bit (it is their computation); a GPU
-//   kernel rounds at the same points but computes exp, tanh and rsqrt with CUDA's own functions
-//   and sums in another order, so within one rounding of the dtype (2 eps relative to the largest
-//   value, eps = 2^-23, 2^-10, 2^-7 for fp32, fp16, bf16);
+// - forward equals the composite ops within one rounding of the dtype (2 eps relative to the
+//   largest value, eps = 2^-10, 2^-7 for fp16, bf16; fp32 1e-6, a few roundings of a sum over a
+//   thousand channels: 4.3e-7 measured): the kernels round at the same points, but sum a row's
+//   squares in another order (and a GPU's take exp, tanh and rsqrt from CUDA's library, and may
+//   contract a product and a sum into one rounding);
 // - backward against the derivative in fp64 from the same inputs (autograd through the composite
 //   ops): the fused node computes in fp32 and rounds once, so its error is one rounding of its
 //   output plus fp32's arithmetic: within 2 eps of the largest gradient (fp32: 1e-5, for sums
-//   over a thousand channels). The gated activation and the rotation's CPU backward are autograd's
-//   own ops, so on the CPU they also equal the composite backward bit for bit.
+//   over a thousand channels). The gated activation on the CPU is ATen's ops with autograd's own
+//   arithmetic, so there it equals the composite forward and backward bit for bit.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -40,9 +41,7 @@ double eps_of(at::ScalarType t) {
   return t == at::kFloat ? 1.0 / (1 << 23) : t == at::kHalf ? 1.0 / (1 << 10) : 1.0 / (1 << 7);
 }
 
-double forward_bound(at::ScalarType t, const c10::Device& d) {
-  return d.is_cpu() ? 0.0 : 2 * eps_of(t);
-}
+double forward_bound(at::ScalarType t) { return t == at::kFloat ? 1e-6 : 2 * eps_of(t); }
 
 double backward_bound(at::ScalarType t) { return t == at::kFloat ? 1e-5 : 2 * eps_of(t); }
 
@@ -79,12 +78,12 @@ Run run(const std::function<at::Tensor(const std::vector<at::Tensor>&)>& f,
 }
 
 // The fused node against the composite ops on the device under test in every dtype, and the
-// fused gradients against the composite ones in fp64 from the same inputs. `bitwise_backward`:
-// on the CPU the fused backward is the composite one's arithmetic.
+// fused gradients against the composite ones in fp64 from the same inputs. `bitwise_on_cpu`: on the
+// CPU the fused node is the composite ops' arithmetic, forward and backward.
 void expect_matches_composite(
     const std::string& what,
     const std::function<at::Tensor(const std::vector<at::Tensor>&, bool fused)>& f,
-    const std::vector<at::Tensor>& values, const at::Tensor& dy, bool bitwise_backward) {
+    const std::vector<at::Tensor>& values, const at::Tensor& dy, bool bitwise_on_cpu) {
   const c10::Device device = test::device_under_test();
   for (const at::ScalarType dtype : dtypes()) {
     SCOPED_TRACE(what + " in " + c10::toString(dtype) + " on " + device.str());
@@ -102,14 +101,17 @@ void expect_matches_composite(
 
     EXPECT_EQ(fused.y.scalar_type(), composite.y.scalar_type());
     EXPECT_EQ(fused.y.sizes(), composite.y.sizes());
-    EXPECT_LE(rel(fused.y, composite.y), forward_bound(dtype, device)) << "forward";
+    EXPECT_LE(rel(fused.y, composite.y), forward_bound(dtype)) << "forward";
+    if (bitwise_on_cpu && device.is_cpu()) {
+      EXPECT_TRUE(at::equal(fused.y, composite.y));
+    }
     for (size_t i = 0; i < inputs.size(); ++i) {
       SCOPED_TRACE("gradient of input " + std::to_string(i));
       ASSERT_TRUE(fused.grads[i].defined());
       EXPECT_EQ(fused.grads[i].scalar_type(), inputs[i].scalar_type());
       EXPECT_EQ(fused.grads[i].sizes(), inputs[i].sizes());
       EXPECT_LE(rel(fused.grads[i], exact.grads[i]), backward_bound(dtype));
-      if (bitwise_backward && device.is_cpu()) {
+      if (bitwise_on_cpu && device.is_cpu()) {
         EXPECT_TRUE(at::equal(fused.grads[i], composite.grads[i]));
       }
     }
@@ -128,7 +130,7 @@ TEST(FusedOps, RmsNormMatchesTheComposite) {
         return rms_norm(in[0], in[1], 1e-6, offset, fused);
       };
       expect_matches_composite("rms_norm C=" + std::to_string(C) + (offset ? " offset" : ""), f,
-                               {x, w}, torch::randn({3, 5, C}), /*bitwise_backward=*/false);
+                               {x, w}, torch::randn({3, 5, C}), /*bitwise_on_cpu=*/false);
     }
   }
 }
@@ -142,12 +144,12 @@ TEST(FusedOps, GatedActivationsMatchTheComposite) {
     };
     expect_matches_composite(name + " gate, up", two,
                              {torch::randn({2, 7, 300}) * 3, torch::randn({2, 7, 300})},
-                             torch::randn({2, 7, 300}), /*bitwise_backward=*/true);
+                             torch::randn({2, 7, 300}), /*bitwise_on_cpu=*/true);
     auto halves = [&](const std::vector<at::Tensor>& in, bool fused) {
       return gated_activation(in[0], act, fused);
     };
     expect_matches_composite(name + " gate_up", halves, {torch::randn({2, 7, 600}) * 3},
-                             torch::randn({2, 7, 300}), /*bitwise_backward=*/true);
+                             torch::randn({2, 7, 300}), /*bitwise_on_cpu=*/true);
   }
 }
 
@@ -165,7 +167,7 @@ TEST(FusedOps, RotaryEmbeddingMatchesTheComposite) {
       };
       expect_matches_composite(
           "rotary rd=" + std::to_string(rd) + " tables=" + std::to_string(table_rows), f,
-          {torch::randn({2, 6, 3, 16})}, torch::randn({2, 6, 3, 16}), /*bitwise_backward=*/true);
+          {torch::randn({2, 6, 3, 16})}, torch::randn({2, 6, 3, 16}), /*bitwise_on_cpu=*/false);
     }
   }
 }
@@ -183,9 +185,8 @@ TEST(FusedOps, RotaryEmbeddingRefusesMismatchedTables) {
 // Whole models: a Llama with every fused node in use (Qwen3's q/k norms, Phi-3's fused
 // projections with a partial rotation, Gemma's offset and sandwich norms with GeGLU), with and
 // without them, from the same weights on the same tokens, plain and packed (positions per row).
-// fp32: forward is the same computation (the loss bit for bit on the CPU); the gradients differ
-// by fp32 roundings of a written-out derivative: 1e-5 of the largest (1e-4 on a GPU, where the
-// kernels' sums run in another order through 2 layers).
+// fp32: the loss within 1e-6 (the norms' sums in another order), the gradients within fp32
+// roundings of a written-out derivative through 2 layers: 1e-5 of the largest (1e-4 on a GPU).
 TEST(FusedOps, LlamaTrainsTheSameWithAndWithout) {
   const c10::Device device = test::device_under_test();
   LlamaConfig kin = LlamaConfig::tiny();
@@ -222,7 +223,7 @@ TEST(FusedOps, LlamaTrainsTheSameWithAndWithout) {
         for (const auto& p : model->parameters()) g.push_back(p.grad());
         grads.push_back(g);
       }
-      EXPECT_LE(rel(losses[0], losses[1]), device.is_cpu() ? 0.0 : 1e-6);
+      EXPECT_LE(rel(losses[0], losses[1]), 1e-6);
       for (size_t i = 0; i < grads[0].size(); ++i) {
         EXPECT_LE(rel(grads[0][i], grads[1][i]), device.is_cpu() ? 1e-5 : 1e-4)
             << "parameter " << i;

@@ -1,9 +1,9 @@
 // A device's kernels for the fused element-wise nodes (fsdp/models/fused_ops.h): one table per
-// device type, looked up by the tensors' device. The CUDA build's table is in
-// fused_kernels_cuda.cpp (its kernels in fused_kernels.cu); every other build links
-// fused_kernels_none.cpp, whose lookup finds nothing, and the nodes compute with ATen's ops. The
-// node checks shapes and dtypes before it calls a kernel: rows contiguous in the last dimension,
-// the dtypes the node's comment names.
+// device type, for fp32, fp16 and bf16. The CPU's is in fused_kernels_cpu.cpp; the CUDA build's in
+// fused_kernels_cuda.cpp (its kernels in fused_kernels.cu), and every other build links
+// fused_kernels_none.cpp, which has none. Where a table or one of its entries is missing (another
+// dtype, device or operation), the node computes with ATen's ops. The node checks shapes and
+// dtypes before it calls a kernel: rows contiguous in the last dimension, as each entry says.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -32,8 +32,8 @@ struct FusedKernels {
                        bool backward);
 };
 
-// The kernels for `device`'s type, or nullptr where this build has none.
-const FusedKernels* fused_kernels(const c10::Device& device);
+const FusedKernels* cpu_fused_kernels();
+const FusedKernels* cuda_fused_kernels();  // nullptr in a build without CUDA
 
 }  // namespace detail
 }  // namespace fsdp

@@ -102,9 +102,7 @@ const FusedKernels kCuda = {rms_norm_forward, rms_norm_backward, gated_forward, 
 
 }  // namespace
 
-const FusedKernels* fused_kernels(const c10::Device& device) {
-  return device.is_cuda() ? &kCuda : nullptr;
-}
+const FusedKernels* cuda_fused_kernels() { return &kCuda; }
 
 }  // namespace detail
 }  // namespace fsdp

@@ -1,11 +1,11 @@
-// The builds without a device's element-wise kernels (fused_kernels.h): every CPU-only LibTorch.
-// The fused nodes compute with ATen's ops wherever this lookup finds nothing.
+// The builds without CUDA kernels for the fused element-wise nodes (fused_kernels.h): every
+// CPU-only LibTorch.
 #include "models/fused_kernels.h"
 
 namespace fsdp {
 namespace detail {
 
-const FusedKernels* fused_kernels(const c10::Device& /*device*/) { return nullptr; }
+const FusedKernels* cuda_fused_kernels() { return nullptr; }
 
 }  // namespace detail
 }  // namespace fsdp

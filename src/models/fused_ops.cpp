@@ -1,6 +1,7 @@
 // The fused element-wise nodes (fsdp/models/fused_ops.h): the composite ops they replace (the
-// reference), their autograd functions, and those functions' CPU arithmetic in ATen ops. A
-// device with kernels of its own (fused_kernels.h: CUDA) computes forward and backward there.
+// reference) and their autograd functions, which call a device's kernels (fused_kernels.h: the
+// CPU's loops, CUDA's kernels) and compute with ATen's ops where a table has no entry for the
+// operation or the dtype (the gated activation on the CPU, fp64 anywhere).
 #include "fsdp/models/fused_ops.h"
 
 #include <ATen/ATen.h>
@@ -18,17 +19,16 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// The kernels for t's device and dtype (fp32, fp16, bf16), or nullptr: then the node computes with
+// ATen's ops (any floating dtype on any device: fp64 for the tests' exact reference).
 const detail::FusedKernels* kernels_for(const at::Tensor& t) {
-  return detail::fused_kernels(t.device());
+  const at::ScalarType s = t.scalar_type();
+  if (s != at::kFloat && s != at::kHalf && s != at::kBFloat16) return nullptr;
+  if (t.is_cpu()) return detail::cpu_fused_kernels();
+  return t.is_cuda() ? detail::cuda_fused_kernels() : nullptr;
 }
 
-// Whether the fused node takes t's dtype: a device's kernels fp32, fp16 and bf16; the CPU's ATen
-// arithmetic any floating dtype (fp64 for the tests' gradcheck).
-bool fusable(const at::Tensor& t) {
-  const at::ScalarType s = t.scalar_type();
-  if (kernels_for(t) == nullptr) return at::isFloatingType(s);
-  return s == at::kFloat || s == at::kHalf || s == at::kBFloat16;
-}
+bool fusable(const at::Tensor& t) { return at::isFloatingType(t.scalar_type()); }
 
 // --- RMSNorm ---------------------------------------------------------------------------------
 
@@ -42,8 +42,8 @@ at::Tensor rms_norm_composite(const at::Tensor& x, const at::Tensor& w, double e
 }
 
 // The composite ops' forward over rows [R, C], with the per-row rsqrt kept: bit for bit theirs.
-std::pair<at::Tensor, at::Tensor> rms_norm_forward_cpu(const at::Tensor& x, const at::Tensor& w,
-                                                       double eps, bool offset) {
+std::pair<at::Tensor, at::Tensor> rms_norm_forward_aten(const at::Tensor& x, const at::Tensor& w,
+                                                        double eps, bool offset) {
   const at::Tensor x32 = x.to(at::kFloat);
   const at::Tensor rstd = at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);  // [R, 1]
   const at::Tensor h = x32 * rstd;
@@ -55,9 +55,9 @@ std::pair<at::Tensor, at::Tensor> rms_norm_forward_cpu(const at::Tensor& x, cons
 // y_j = w'_j h_j with h = x r, r = (mean(x^2) + eps)^(-1/2) and w' = w or 1 + w, so with
 // dh = dy w': dx = r dh - r^3 x mean(dh x), and dw = the rows' sum of dy h (h rounded to x's
 // dtype first where forward rounded it before the scaling).
-std::pair<at::Tensor, at::Tensor> rms_norm_backward_cpu(const at::Tensor& dy, const at::Tensor& x,
-                                                        const at::Tensor& w, const at::Tensor& rstd,
-                                                        bool offset) {
+std::pair<at::Tensor, at::Tensor> rms_norm_backward_aten(const at::Tensor& dy, const at::Tensor& x,
+                                                         const at::Tensor& w,
+                                                         const at::Tensor& rstd, bool offset) {
   const at::Tensor x32 = x.to(at::kFloat), g32 = dy.to(at::kFloat);
   const at::Tensor r = rstd.unsqueeze(1);
   const at::Tensor dh = g32 * (offset ? w.to(at::kFloat) + 1.0 : w.to(at::kFloat));
@@ -75,7 +75,7 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     const at::Tensor weight = w.contiguous();
     const detail::FusedKernels* k = kernels_for(x);
     auto [y, rstd] = k ? k->rms_norm_forward(rows, weight, eps, offset)
-                       : rms_norm_forward_cpu(rows, weight, eps, offset);
+                       : rms_norm_forward_aten(rows, weight, eps, offset);
     ctx->save_for_backward({rows, weight, rstd});
     ctx->saved_data["offset"] = offset;
     return y.view(x.sizes());
@@ -88,7 +88,7 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     const at::Tensor dy = grads[0].contiguous().view(rows.sizes());
     const detail::FusedKernels* k = kernels_for(rows);
     auto [dx, dw] = k ? k->rms_norm_backward(dy, rows, w, rstd, offset)
-                      : rms_norm_backward_cpu(dy, rows, w, rstd, offset);
+                      : rms_norm_backward_aten(dy, rows, w, rstd, offset);
     return {dx.view(grads[0].sizes()), dw.to(w.scalar_type()), at::Tensor(), at::Tensor()};
   }
 };
@@ -112,7 +112,8 @@ at::Tensor as_rows(const at::Tensor& t) {
 }
 
 at::Tensor gated_forward(const at::Tensor& gate, const at::Tensor& up, GateActivation act) {
-  if (const detail::FusedKernels* k = kernels_for(gate)) {
+  const detail::FusedKernels* k = kernels_for(gate);
+  if (k && k->gated_forward) {
     return k->gated_forward(as_rows(gate), as_rows(up), act == GateActivation::kGeluTanh)
         .view(gate.sizes());
   }
@@ -121,8 +122,8 @@ at::Tensor gated_forward(const at::Tensor& gate, const at::Tensor& up, GateActiv
 
 // Autograd's own arithmetic through the composite ops: the product's two gradients, then the
 // activation's. {d gate, d up}.
-std::pair<at::Tensor, at::Tensor> gated_backward_cpu(const at::Tensor& dy, const at::Tensor& gate,
-                                                     const at::Tensor& up, GateActivation act) {
+std::pair<at::Tensor, at::Tensor> gated_backward_aten(const at::Tensor& dy, const at::Tensor& gate,
+                                                      const at::Tensor& up, GateActivation act) {
   return {activation_backward(dy * up, gate, act), dy * activation(gate, act)};
 }
 
@@ -140,8 +141,8 @@ struct GatedFunction : public torch::autograd::Function<GatedFunction> {
     const auto act = static_cast<GateActivation>(ctx->saved_data["act"].toInt());
     const at::Tensor dy = grads[0].contiguous();
     const detail::FusedKernels* k = kernels_for(gate);
-    if (k == nullptr) {
-      auto [dgate, dup] = gated_backward_cpu(dy, gate, up, act);
+    if (!k || !k->gated_backward) {
+      auto [dgate, dup] = gated_backward_aten(dy, gate, up, act);
       return {dgate, dup, at::Tensor()};
     }
     const at::Tensor dgate = at::empty(gate.sizes(), gate.options());
@@ -169,8 +170,8 @@ struct GatedPairFunction : public torch::autograd::Function<GatedPairFunction> {
     const at::Tensor gate = gate_up.narrow(-1, 0, F), up = gate_up.narrow(-1, F, F);
     const at::Tensor dy = grads[0].contiguous();
     const detail::FusedKernels* k = kernels_for(gate_up);
-    if (k == nullptr) {
-      auto [dgate, dup] = gated_backward_cpu(dy, gate, up, act);
+    if (!k || !k->gated_backward) {
+      auto [dgate, dup] = gated_backward_aten(dy, gate, up, act);
       return {at::cat({dgate, dup}, -1), at::Tensor()};
     }
     const at::Tensor d = at::empty(gate_up.sizes(), gate_up.options());
@@ -202,7 +203,8 @@ at::Tensor rotary_composite(const at::Tensor& x, const at::Tensor& cos, const at
 
 at::Tensor rotary_on_device(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                             bool backward) {
-  if (const detail::FusedKernels* k = kernels_for(x)) {
+  const detail::FusedKernels* k = kernels_for(x);
+  if (k && k->rotary) {
     return k->rotary(x.contiguous(), cos.contiguous(), sin.contiguous(), backward);
   }
   return rotary_composite(x, cos, sin, backward);

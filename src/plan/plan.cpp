@@ -214,10 +214,11 @@ int64_t block_activation_elems(const ModelConfig& m, int64_t b, int64_t s) {
     return b * s * 16 * h;
   }
   // x, norm, q, k and v, rotated q and k, attention output, residual, norm, gate, up, silu(gate)
-  // and their product.
+  // and their product; the fused activation (model.fused_ops) keeps no silu(gate).
   const int64_t head = m.head_dim > 0 ? m.head_dim : h / a;
   const int64_t q = a * head, kv = m.kv_heads() * head;
-  return b * s * (4 * h + 3 * q + 3 * kv + 4 * m.intermediate_size);
+  const int64_t feed_forward = (m.fused_ops ? 3 : 4) * m.intermediate_size;
+  return b * s * (4 * h + 3 * q + 3 * kv + feed_forward);
 }
 
 // Bytes the attention kernel of one block keeps for backward: the explicit path its softmax

@@ -3,15 +3,18 @@
 // ATen's composite ops, RMSNorm alone is eight kernels forward and more backward and keeps an fp32
 // copy of its input, its square and its normalised output for backward; on an H200 the 1B Llama's
 // step spent a quarter of its kernel time in such element-wise kernels (bench/NOTES.md). Fused, a
-// node keeps only its inputs (and RMSNorm a number per row) and, on a GPU, runs one kernel forward
-// and one or two backward (fused_kernels_cuda.cpp); on the CPU forward is the composite ops' own
-// computation and backward the derivative written in ATen ops.
+// node keeps only its inputs (and RMSNorm a number per row) and runs one kernel forward and one or
+// two backward: on a GPU CUDA's (fused_kernels.cu), on the CPU loops over rows for RMSNorm and the
+// rotation (fused_kernels_cpu.cpp); the gated activation on the CPU is ATen's vectorised ops, with
+// autograd's own arithmetic.
 //
-// The numbers: forward rounds where HF's eager modules round (on the CPU it is their computation,
-// bit for bit; on a GPU the same roundings in one kernel). Backward computes in fp32 and rounds
-// once to the inputs' dtype, where autograd through the composite ops rounds every intermediate
-// gradient: below fp32 the fused gradients are the more exact ones (tests/test_fused_ops.cpp).
-// `fused` false runs the composite ops (HF's modules written out), the reference.
+// The numbers: forward rounds where HF's eager modules round (the normalised value before the
+// weight, the activation before the product, each of the rotation's products before their sum),
+// so it equals the composite ops to within their sums' order and CUDA's exp and tanh (the CPU's
+// gated activation bit for bit). Backward computes in fp32 and rounds once to the inputs' dtype,
+// where autograd through the composite ops rounds every intermediate gradient: below fp32 the
+// fused gradients are the more exact ones (tests/test_fused_ops.cpp). `fused` false runs the
+// composite ops (HF's modules written out), the reference.
 #pragma once
 
 #include <ATen/core/Tensor.h>
