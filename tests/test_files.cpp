@@ -128,6 +128,33 @@ TEST(Files, TwoWritersNeverShareATemporary) {
   fs::remove_all(d);
 }
 
+// Every writer's loop (checkpoint files, token files, the corpus cache's text): all the bytes, or
+// false with the error, never a silent short file.
+TEST(Files, WriteAllWritesEverythingOrSaysWhy) {
+  const fs::path d = fresh_dir("write_all");
+  const std::string big(3 << 20, 'x');  // larger than one write() of a pipe or a page cache batch
+  const int fd = ::open((d / "out").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(fsdp::files::write_all(fd, big.data(), big.size()));
+  ::close(fd);
+  EXPECT_EQ(read(d / "out"), big);
+
+  const int full = ::open("/dev/full", O_WRONLY | O_CLOEXEC);  // every write: ENOSPC
+  if (full >= 0) {
+    errno = 0;
+    EXPECT_FALSE(fsdp::files::write_all(full, big.data(), big.size()));
+    EXPECT_EQ(errno, ENOSPC);
+    ::close(full);
+  }
+  const int readonly = ::open((d / "out").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(readonly, 0);
+  errno = 0;
+  EXPECT_FALSE(fsdp::files::write_all(readonly, "y", 1));
+  EXPECT_EQ(errno, EBADF);
+  ::close(readonly);
+  fs::remove_all(d);
+}
+
 // The output that appeared while a writer wrote is left as its writer made it, and the second
 // writer is told; an output that existed is replaced only while it is still the same file.
 TEST(Files, RenameIntoPlaceNeverReplacesAnotherWritersOutput) {

@@ -66,14 +66,7 @@ int64_t File::size() const {
 }
 
 void File::append(const void* data, size_t bytes) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::write(fd_, p, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail("cannot write", path_);
-    p += n;
-    bytes -= static_cast<size_t>(n);
-  }
+  if (!files::write_all(fd_, data, bytes)) fail("cannot write", path_);
 }
 
 void File::read_at(int64_t offset, void* out, size_t bytes) const {

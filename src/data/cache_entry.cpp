@@ -39,17 +39,11 @@ void write_text_atomic(const std::string& path, const std::string& text) {
   files::TempGuard guard;
   const int fd = files::create_temp_file(path, &guard);
   const std::string& tmp = guard.path();
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ::close(fd);
-      throw std::runtime_error("corpus: cannot write " + tmp + ": " + std::strerror(errno));
-    }
-    done += static_cast<size_t>(n);
+  if (!files::write_all(fd, text.data(), text.size()) || ::fsync(fd) != 0) {
+    const int error = errno;
+    ::close(fd);
+    throw std::runtime_error("corpus: cannot write " + tmp + ": " + std::strerror(error));
   }
-  ::fsync(fd);
   ::close(fd);
   if (std::rename(tmp.c_str(), path.c_str()) != 0)
     throw std::runtime_error("corpus: cannot rename " + tmp + " to " + path + ": " +

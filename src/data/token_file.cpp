@@ -38,14 +38,7 @@ struct Fd {
 };
 
 void write_all(int fd, const void* data, size_t n, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) fail(path, "write failed: " + errno_text());
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
+  if (!files::write_all(fd, data, n)) fail(path, "write failed: " + errno_text());
 }
 
 // The tokens in the file's width: uint16 when every one fits, else uint32.

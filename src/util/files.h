@@ -235,6 +235,24 @@ inline void test_stop_point() {
   throw std::runtime_error(what + " '" + path + "': " + std::strerror(errno));
 }
 
+// Writes the n bytes at `data` to fd whole, again after a signal interrupts it. False, with errno
+// set, on an error; a write that takes nothing counts as one (EIO), so that no caller loops
+// forever.
+inline bool write_all(int fd, const void* data, size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      if (w == 0) errno = EIO;
+      return false;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
 // A new temporary file beside `path`, open for writing (created exclusively, never through a
 // link) and registered in `guard`. Returns the descriptor.
 inline int create_temp_file(const std::string& path, TempGuard* guard) {
