@@ -748,6 +748,19 @@ TEST(ConfigFsdp, PrefetchAndCheckpointingBecomeShardingOptions) {
                                    "fsdp_activation_checkpointing: true\n")
                            .what(),
                        "NO_WRAP wraps none"));
+  // Every N-th unit: reaches the options; below 1, or without checkpointing on, refused by name.
+  EXPECT_EQ(o.checkpoint_every_, 1);
+  EXPECT_EQ(parse("fsdp_config:\n  fsdp_activation_checkpointing: true\n"
+                  "  activation_checkpointing_every: 3\n")
+                .sharding_options()
+                .checkpoint_every_,
+            3);
+  EXPECT_TRUE(contains(parse_error("fsdp_config:\n  fsdp_activation_checkpointing: true\n"
+                                   "  activation_checkpointing_every: 0\n")
+                           .what(),
+                       "fsdp_config.activation_checkpointing_every"));
+  EXPECT_TRUE(contains(parse_error("fsdp_config:\n  activation_checkpointing_every: 2\n").what(),
+                       "activation checkpointing is off"));
 }
 
 TEST(ConfigUnsupported, CodeBuiltConfigsAreCheckedToo) {
@@ -793,6 +806,10 @@ std::map<std::string, Change> changes() {
       {"fsdp_config.fsdp_offload_params", {[](TrainConfig& c) { c.fsdp.offload_params = true; }}},
       {"fsdp_config.fsdp_activation_checkpointing",
        {[](TrainConfig& c) { c.fsdp.activation_checkpointing = true; }}},
+      {"fsdp_config.activation_checkpointing_every", {[](TrainConfig& c) {
+         c.fsdp.activation_checkpointing = true;
+         c.fsdp.activation_checkpointing_every = 2;
+       }}},
       {"fsdp_config.fsdp_state_dict_type",
        {[](TrainConfig& c) { c.fsdp.state_dict_type = fsdp::StateDictType::kFullStateDict; }}},
       {"fsdp_config.fsdp_sync_module_states",

@@ -326,31 +326,34 @@ struct CountingNetImpl : torch::nn::Module {
 TORCH_MODULE(CountingNet);
 
 // Checkpointed blocks run their forward twice per step (once more in backward) and give the
-// gradients of the plain run exactly: same kernels, same inputs, same random mask.
+// gradients of the plain run exactly: same kernels, same inputs, same random mask. Every block
+// (checkpoint_units "*"), and every second one (checkpoint_every 2: the first block only, of two).
 TEST(ActivationCheckpointing, RecomputesAndGivesTheSameGradients) {
   constexpr int64_t kDim = 7;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(17);
   const at::Tensor x = at::randn({5, kDim}, gen);
-  std::map<std::string, std::map<std::string, at::Tensor>> params;
-  for (const bool checkpoint : {false, true}) {
+  std::map<int, std::map<std::string, at::Tensor>> params;  // by checkpoint_every; 0: none
+  for (const int every : {0, 1, 2}) {
     CountingNet net(kDim);
     ShardingOptions options = ShardingOptions().wrap(WrapPolicy::by_type({"CountingBlock"}));
-    if (checkpoint) options.checkpoint_units({"*"});
+    if (every > 0) options.checkpoint_units({"*"}).checkpoint_every(every);
     auto sharded = fully_shard(net.ptr(), test::world(), options);
     std::vector<ShardedParam> shards = sharded_params(*sharded);
     SGD sgd(shards, SGDOptions{0.1});
     for (int step = 0; step < 2; ++step) {
-      at::manual_seed(100 + step);  // the same masks in both runs
+      at::manual_seed(100 + step);  // the same masks in every run
       sgd.zero_grad();
       fsdp::forward(net, x).backward();
       sgd.step();
     }
-    EXPECT_EQ(net->a->runs, checkpoint ? 4 : 2);
-    EXPECT_EQ(net->b->runs, checkpoint ? 4 : 2);
-    params[checkpoint ? "checkpointed" : "plain"] = sharded->gather_full_params();
+    EXPECT_EQ(net->a->runs, every > 0 ? 4 : 2) << "checkpoint_every " << every;
+    EXPECT_EQ(net->b->runs, every == 1 ? 4 : 2) << "checkpoint_every " << every;
+    params[every] = sharded->gather_full_params();
   }
-  for (const auto& [name, value] : params["plain"]) {
-    EXPECT_TRUE(at::equal(value, params["checkpointed"][name])) << name;
+  for (const int every : {1, 2}) {
+    for (const auto& [name, value] : params[0]) {
+      EXPECT_TRUE(at::equal(value, params[every][name])) << name << ", every " << every;
+    }
   }
 }
 
@@ -365,6 +368,12 @@ TEST(BadInput, CheckpointUnitsMustNameBlocks) {
   expect_error(
       [&] { fully_shard(net.ptr(), test::world(), ShardingOptions().checkpoint_units({"*"})); },
       "no wrapped units to checkpoint");
+  expect_error(
+      [&] {
+        fully_shard(net.ptr(), test::world(),
+                    by_block().checkpoint_units({"*"}).checkpoint_every(0));
+      },
+      "checkpoint_every must be at least 1, got 0");
 }
 
 // Two wrapped blocks share one weight: it must live in a single unit (the root, gathered

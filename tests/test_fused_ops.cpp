@@ -32,6 +32,7 @@ namespace {
 
 // max |a - b| over max |b|: a relative error that a few near-zero entries do not dominate.
 double rel(const at::Tensor& a, const at::Tensor& b) {
+  if (b.numel() == 0) return a.numel() == 0 ? 0.0 : 1.0;
   const at::Tensor a64 = a.detach().to(at::kCPU).to(at::kDouble);
   const at::Tensor b64 = b.detach().to(at::kCPU).to(at::kDouble);
   return (a64 - b64).abs().max().item<double>() / std::max(1e-30, b64.abs().max().item<double>());
@@ -118,20 +119,58 @@ void expect_matches_composite(
   }
 }
 
+// Shapes for a GPU's kernels as much as for the CPU's loops: 96 and 128 channels (a head's
+// width: one warp a row), 129 and 300 (128 threads), 1,000 (256, not a multiple of any block),
+// 150 rows (the weight's gradient summed in 3 parts), 40,000 rows of 8 (512 parts, the most, each
+// lane looping), no rows at all; on a GPU also 2^20 + 5 rows (more than the grid: the row loop).
+// Llama's and Gemma's forms.
 TEST(FusedOps, RmsNormMatchesTheComposite) {
   torch::manual_seed(1);
-  // 96 channels (a head's width: one warp a row on a GPU) and 1,000 (a residual stream's, not a
-  // multiple of any block), Llama's and Gemma's forms.
-  for (const int64_t C : {96, 1000}) {
+  std::vector<std::vector<int64_t>> shapes = {{3, 5, 96},   {2, 3, 128}, {2, 3, 129}, {3, 50, 300},
+                                              {3, 5, 1000}, {40000, 8},  {0, 64}};
+  if (test::device_under_test().is_cuda()) shapes.push_back({(1 << 20) + 5, 1});
+  for (const auto& shape : shapes) {
+    const int64_t C = shape.back();
     for (const bool offset : {false, true}) {
-      const at::Tensor x = torch::randn({3, 5, C}) * 3 + 0.5;
+      const at::Tensor x = torch::randn(shape) * 3 + 0.5;
       const at::Tensor w = torch::randn({C}) * 0.5 + (offset ? 0.0 : 1.0);
       auto f = [&](const std::vector<at::Tensor>& in, bool fused) {
         return rms_norm(in[0], in[1], 1e-6, offset, fused);
       };
-      expect_matches_composite("rms_norm C=" + std::to_string(C) + (offset ? " offset" : ""), f,
-                               {x, w}, torch::randn({3, 5, C}), /*bitwise_on_cpu=*/false);
+      expect_matches_composite("rms_norm " + std::to_string(x.numel() / std::max<int64_t>(C, 1)) +
+                                   " rows x " + std::to_string(C) + (offset ? " offset" : ""),
+                               f, {x, w}, torch::randn(shape), /*bitwise_on_cpu=*/false);
     }
+  }
+}
+
+// What a caller may do with a node's input and output as with the composite ops': a frozen
+// weight, a forward without autograd, an input that is not contiguous (a transpose), the output
+// changed in place before backward.
+TEST(FusedOps, NodesBehaveAsTheCompositeOpsForCallers) {
+  torch::manual_seed(5);
+  const c10::Device device = test::device_under_test();
+  const at::Tensor x0 = torch::randn({6, 32}).to(device);
+  const at::Tensor w = (torch::randn({32}) + 1).to(device);  // frozen: no gradient wanted
+  at::Tensor x = x0.clone().requires_grad_(true);
+  rms_norm(x, w, 1e-6, false, true).sum().backward();
+  at::Tensor xc = x0.clone().requires_grad_(true);
+  rms_norm(xc, w, 1e-6, false, false).sum().backward();
+  EXPECT_LE(rel(x.grad(), xc.grad()), 1e-5);
+  {
+    torch::NoGradGuard no_grad;
+    EXPECT_LE(rel(rms_norm(x0, w, 1e-6, false, true), rms_norm(x0, w, 1e-6, false, false)), 1e-6);
+  }
+  const at::Tensor t = x0.t().contiguous().t();  // [6, 32], not contiguous
+  ASSERT_FALSE(t.is_contiguous());
+  EXPECT_LE(rel(rms_norm(t, w, 1e-6, true, true), rms_norm(t, w, 1e-6, true, false)), 1e-6);
+  for (const bool fused : {true, false}) {
+    at::Tensor a = x0.clone().requires_grad_(true);
+    at::Tensor y = rms_norm(a, w, 1e-6, false, fused);
+    y.add_(1);
+    at::Tensor g = gated_activation(y, y * 2, GateActivation::kSilu, fused);
+    g.mul_(3);
+    EXPECT_NO_THROW(g.sum().backward()) << (fused ? "fused" : "composite");
   }
 }
 
@@ -150,6 +189,17 @@ TEST(FusedOps, GatedActivationsMatchTheComposite) {
     };
     expect_matches_composite(name + " gate_up", halves, {torch::randn({2, 7, 600}) * 3},
                              torch::randn({2, 7, 300}), /*bitwise_on_cpu=*/true);
+    // More rows than a GPU grid's second dimension, one tensor of two halves.
+    expect_matches_composite(name + " gate_up 70000 rows", halves, {torch::randn({70000, 12})},
+                             torch::randn({70000, 6}), /*bitwise_on_cpu=*/true);
+    // Two views of one tensor: rows 33,000 apart in the inputs, 16,500 in the output, wider than
+    // a GPU row's blocks cover in one pass.
+    auto strided = [&](const std::vector<at::Tensor>& in, bool fused) {
+      return gated_activation(in[0].narrow(-1, 0, 16500), in[0].narrow(-1, 16500, 16500), act,
+                              fused);
+    };
+    expect_matches_composite(name + " strided", strided, {torch::randn({2, 33000})},
+                             torch::randn({2, 16500}), /*bitwise_on_cpu=*/true);
   }
 }
 
@@ -169,6 +219,21 @@ TEST(FusedOps, RotaryEmbeddingMatchesTheComposite) {
           "rotary rd=" + std::to_string(rd) + " tables=" + std::to_string(table_rows), f,
           {torch::randn({2, 6, 3, 16})}, torch::randn({2, 6, 3, 16}), /*bitwise_on_cpu=*/false);
     }
+  }
+  // More (b, t) rows than a GPU grid's second dimension, with a table per row and a partial
+  // rotation; then a row wider than a GPU row's blocks cover in one pass.
+  struct Large {
+    std::vector<int64_t> x;
+    int64_t table_rows, rd;
+  };
+  for (const Large& l : {Large{{2, 33000, 1, 8}, 2, 6}, Large{{1, 2, 130, 128}, 1, 64}}) {
+    const at::Tensor cos = torch::rand({l.table_rows, l.x[1], l.rd}) * 2 - 1;
+    const at::Tensor sin = torch::rand({l.table_rows, l.x[1], l.rd}) * 2 - 1;
+    auto f = [&](const std::vector<at::Tensor>& in, bool fused) {
+      return rotary_embedding(in[0], cos.to(in[0].options()), sin.to(in[0].options()), fused);
+    };
+    expect_matches_composite("rotary " + std::to_string(l.x[1]) + " positions", f,
+                             {torch::randn(l.x)}, torch::randn(l.x), /*bitwise_on_cpu=*/false);
   }
 }
 

@@ -349,6 +349,10 @@ TEST_P(Parity, ActivationCheckpointingMatchesSingleProcess) {
   expect_parity(reference(run), train_sharded(run), kFp32);
   run.micro_batches = 4;
   expect_parity(reference(run), train_sharded(run), kFp32);
+  // Selective, by layer: every second block recomputes, the others keep their activations.
+  run.micro_batches = 1;
+  run.tune = [](ShardingOptions& o) { o.checkpoint_units({"*"}).checkpoint_every(2); };
+  expect_parity(reference(run), train_sharded(run), kFp32);
 }
 
 // bf16 mixed precision against a single-process bf16 run (bf16 compute, fp32 master weights and

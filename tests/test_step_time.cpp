@@ -438,6 +438,12 @@ TEST(StepTime, FlopsCountTheMatricesTheHeadAndAttention) {
   const ComputeProfile checkpointed = profile_from_rates(c, plan.parameters, 1e9, 1e9);
   EXPECT_NEAR(checkpointed.backward, 3 * p.forward, 1e-12);
   EXPECT_NEAR(achieved_flops_per_second(c, plan.parameters, checkpointed), 1e9, 1e-3);
+  c.fsdp.activation_checkpointing_every = 2;  // 2 of the 4 blocks recompute
+  const ComputeProfile selective = profile_from_rates(c, plan.parameters, 1e9, 1e9);
+  EXPECT_NEAR(selective.backward, 2.5 * p.forward, 1e-12);
+  EXPECT_NEAR(achieved_flops_per_second(c, plan.parameters, selective), 1e9, 1e-3);
+  c.fsdp.activation_checkpointing_every = 3;  // blocks 0 and 3
+  EXPECT_NEAR(profile_from_rates(c, plan.parameters, 1e9, 1e9).backward, 2.5 * p.forward, 1e-12);
   EXPECT_THROW(profile_from_rates(c, plan.parameters, 0, 1e9), std::invalid_argument);
 }
 

@@ -124,6 +124,11 @@ struct ShardingOptions {
   // their inputs in forward and run their forward again in backward. Their modules must be
   // called through fsdp::forward with tensor (or non-tensor, copied) arguments. Default: none.
   std::vector<std::string> checkpoint_units_;
+  // Selective activation checkpointing by layer (torchtitan's selective_ac_option "N"): "*" takes
+  // every N-th unit in forward order (the 1st, the (N+1)-th, ...; the root not counted), so
+  // that the rest keep their activations and skip the recomputation. Units named in
+  // checkpoint_units are checkpointed whatever N. Must be at least 1. Default 1: every unit.
+  int checkpoint_every_ = 1;
   // CPU offload (PyTorch's CPUOffload(offload_params=True), FSDP2's CPUOffloadPolicy): master
   // shards, gradient shards and the optimizer state, which follows the shards, live in host
   // memory, pinned when the device is a GPU; the device holds only gathered parameters, unsharded
@@ -207,6 +212,10 @@ struct ShardingOptions {
   }
   ShardingOptions& checkpoint_units(std::vector<std::string> units) {
     checkpoint_units_ = std::move(units);
+    return *this;
+  }
+  ShardingOptions& checkpoint_every(int n) {
+    checkpoint_every_ = n;
     return *this;
   }
   ShardingOptions& offload_params(bool on) {

@@ -382,15 +382,15 @@ bool operator==(const FsdpConfig& a, const FsdpConfig& b) {
   return std::tie(a.sharding_strategy, a.auto_wrap_policy, a.transformer_layer_cls_to_wrap,
                   a.min_num_params, a.backward_prefetch, a.forward_prefetch, a.prefetch_depth,
                   a.limit_all_gathers, a.split_root_reduction, a.root_reduction_chunks,
-                  a.offload_params, a.activation_checkpointing, a.state_dict_type,
-                  a.sync_module_states, a.cpu_ram_efficient_loading, a.shard_group_size, a.version,
-                  a.dp_shard_size, a.dp_replicate_size) ==
+                  a.offload_params, a.activation_checkpointing, a.activation_checkpointing_every,
+                  a.state_dict_type, a.sync_module_states, a.cpu_ram_efficient_loading,
+                  a.shard_group_size, a.version, a.dp_shard_size, a.dp_replicate_size) ==
          std::tie(b.sharding_strategy, b.auto_wrap_policy, b.transformer_layer_cls_to_wrap,
                   b.min_num_params, b.backward_prefetch, b.forward_prefetch, b.prefetch_depth,
                   b.limit_all_gathers, b.split_root_reduction, b.root_reduction_chunks,
-                  b.offload_params, b.activation_checkpointing, b.state_dict_type,
-                  b.sync_module_states, b.cpu_ram_efficient_loading, b.shard_group_size, b.version,
-                  b.dp_shard_size, b.dp_replicate_size);
+                  b.offload_params, b.activation_checkpointing, b.activation_checkpointing_every,
+                  b.state_dict_type, b.sync_module_states, b.cpu_ram_efficient_loading,
+                  b.shard_group_size, b.version, b.dp_shard_size, b.dp_replicate_size);
 }
 
 bool operator==(const GradScalerOptions& a, const GradScalerOptions& b) {
@@ -420,7 +420,9 @@ ShardingOptions TrainConfig::sharding_options() const {
       .split_root_reduction(fsdp.split_root_reduction)
       .root_reduction_chunks(fsdp.root_reduction_chunks)
       .offload_params(fsdp.offload_params);
-  if (fsdp.activation_checkpointing) options.checkpoint_units({"*"});
+  if (fsdp.activation_checkpointing) {
+    options.checkpoint_units({"*"}).checkpoint_every(fsdp.activation_checkpointing_every);
+  }
   switch (fsdp.auto_wrap_policy) {
     case AutoWrapPolicy::kTransformerBased: {
       std::vector<std::string> classes;

@@ -389,6 +389,9 @@ std::vector<Option> fsdp_section() {
                    "optimizer steps on the CPU"),
       bool_setting(p + "fsdp_activation_checkpointing", FIELD(fsdp.activation_checkpointing),
                    "recompute each unit's activations in backward instead of keeping them"),
+      int_setting(p + "activation_checkpointing_every", FIELD(fsdp.activation_checkpointing_every),
+                  "with fsdp_activation_checkpointing: only every N-th wrapped unit recomputes, "
+                  "the rest keep their activations; 1: every unit (fsdp.cpp's key)"),
       [p] {
         Option o = setting(p + "fsdp_state_dict_type", "SHARDED_STATE_DICT|FULL_STATE_DICT",
                            "checkpoints: one file per rank (loadable at any world size), or the "

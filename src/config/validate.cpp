@@ -207,6 +207,12 @@ void check_fsdp(const Checks& k, const TrainConfig& c) {
   k.at_least("fsdp_config.prefetch_depth", f.prefetch_depth, 1);
   k.at_least("fsdp_config.root_reduction_chunks", f.root_reduction_chunks, 0);
   k.at_least("fsdp_config.limit_all_gathers", f.limit_all_gathers, 0);
+  k.at_least("fsdp_config.activation_checkpointing_every", f.activation_checkpointing_every, 1);
+  k.require(
+      f.activation_checkpointing_every == 1 || f.activation_checkpointing,
+      {"fsdp_config.activation_checkpointing_every", "fsdp_config.fsdp_activation_checkpointing"},
+      "activation_checkpointing_every picks the units that recompute, and activation "
+      "checkpointing is off");
   k.require(!f.activation_checkpointing || f.auto_wrap_policy != AutoWrapPolicy::kNoWrap,
             {"fsdp_config.fsdp_activation_checkpointing", "fsdp_config.fsdp_auto_wrap_policy"},
             "activation checkpointing recomputes wrapped units, and NO_WRAP wraps none");

@@ -269,8 +269,9 @@ void Runtime::build_units(std::vector<UnitSpec> specs) {
              ": some ranks would hold no parameters");
   check_unit_names(specs);
   try {
+    int64_t blocks = 0;  // units other than the root so far, in forward order
     for (auto& spec : specs) {
-      const UnitPolicy policy = policy_of(spec.name, spec.is_root);
+      const UnitPolicy policy = policy_of(spec.name, spec.is_root, spec.is_root ? -1 : blocks++);
       units_.push_back(std::make_shared<Unit>(*this, spec.name, spec.module, std::move(spec.slots),
                                               spec.is_root, policy));
       set_module_hooks(spec.module, units_.back());
@@ -295,6 +296,8 @@ void Runtime::check_unit_names(const std::vector<UnitSpec>& specs) const {
     FSDP_CHECK(names.count(name), "reshard_after_forward names '", name, "', which is not a unit (",
                kUnits, ")");
   }
+  FSDP_CHECK(options_.checkpoint_every_ >= 1, "checkpoint_every must be at least 1, got ",
+             options_.checkpoint_every_);
   FSDP_CHECK(options_.checkpoint_units_.empty() || names.size() > 2,
              "activation checkpointing: there are no wrapped units to checkpoint (the wrap "
              "policy made the whole model one unit)");
@@ -307,7 +310,7 @@ void Runtime::check_unit_names(const std::vector<UnitSpec>& specs) const {
   }
 }
 
-UnitPolicy Runtime::policy_of(const std::string& name, bool is_root) const {
+UnitPolicy Runtime::policy_of(const std::string& name, bool is_root, int64_t block) const {
   UnitPolicy policy;
   const auto& chosen = options_.reshard_after_forward_;
   auto it = chosen.find(name);
@@ -316,8 +319,9 @@ UnitPolicy Runtime::policy_of(const std::string& name, bool is_root) const {
   policy.reshard_after_forward =
       it != chosen.end() ? it->second : !is_root && reshards_after_forward(options_.strategy_);
   const auto& ac = options_.checkpoint_units_;
+  const bool every_nth = block % options_.checkpoint_every_ == 0;
   policy.checkpoint = !is_root && std::any_of(ac.begin(), ac.end(), [&](const std::string& n) {
-    return n == "*" || n == name;
+    return (n == "*" && every_nth) || n == name;
   });
   return policy;
 }

@@ -256,7 +256,8 @@ class Runtime {
   void complete_reduce(PendingReduce& pending);
   void land_offloaded_grads();
   void release_copied_grads();
-  UnitPolicy policy_of(const std::string& name, bool is_root) const;
+  // `block`: the unit's index among the units other than the root, in forward order (-1: the root).
+  UnitPolicy policy_of(const std::string& name, bool is_root, int64_t block) const;
   void check_prefetch_options() const;
   void check_unit_names(const std::vector<UnitSpec>& specs) const;
 

@@ -23,7 +23,8 @@ struct FusedKernels {
                                                          const at::Tensor& rstd, bool offset);
   // gate, up [R, F], each row contiguous, any row stride -> act(gate) * up, [R, F] contiguous.
   at::Tensor (*gated_forward)(const at::Tensor& gate, const at::Tensor& up, bool gelu);
-  // Writes d gate and d up into dgate and dup ([R, F], rows contiguous, any row stride).
+  // dy [R, F] contiguous; writes d gate and d up into dgate and dup ([R, F], rows contiguous, any
+  // row stride).
   void (*gated_backward)(const at::Tensor& dy, const at::Tensor& gate, const at::Tensor& up,
                          bool gelu, const at::Tensor& dgate, const at::Tensor& dup);
   // x [B, T, H, D] contiguous, cos and sin [B or 1, T, rd] contiguous in x's dtype -> the rotated

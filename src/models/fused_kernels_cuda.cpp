@@ -31,8 +31,9 @@ KernelDtype kernel_dtype(const at::Tensor& t) {
 
 void check(cudaError_t err, const char* kernel) {
   if (err != cudaSuccess) {
-    throw std::runtime_error(std::string("fused kernels: ") + kernel + ": " +
-                             cudaGetErrorString(err));
+    // cudaGetLastError also reports an earlier kernel's asynchronous failure.
+    throw std::runtime_error(std::string("fused kernels: ") + kernel +
+                             " (or a kernel before it): " + cudaGetErrorString(err));
   }
 }
 

@@ -78,7 +78,8 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
                        : rms_norm_forward_aten(rows, weight, eps, offset);
     ctx->save_for_backward({rows, weight, rstd});
     ctx->saved_data["offset"] = offset;
-    return y.view(x.sizes());
+    // Not a view of y: autograd would refuse in-place changes of a view made inside a function.
+    return at::_unsafe_view(y, x.sizes());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -114,8 +115,9 @@ at::Tensor as_rows(const at::Tensor& t) {
 at::Tensor gated_forward(const at::Tensor& gate, const at::Tensor& up, GateActivation act) {
   const detail::FusedKernels* k = kernels_for(gate);
   if (k && k->gated_forward) {
-    return k->gated_forward(as_rows(gate), as_rows(up), act == GateActivation::kGeluTanh)
-        .view(gate.sizes());
+    return at::_unsafe_view(
+        k->gated_forward(as_rows(gate), as_rows(up), act == GateActivation::kGeluTanh),
+        gate.sizes());
   }
   return activation(gate, act) * up;  // the composite ops' own arithmetic (and roundings)
 }
@@ -224,6 +226,12 @@ struct RotaryFunction : public torch::autograd::Function<RotaryFunction> {
   }
 };
 
+std::string shape(const at::Tensor& t) {
+  std::string s = "[";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
+}
+
 void check_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   const bool ok = x.dim() == 4 && cos.dim() == 3 && sin.sizes() == cos.sizes() &&
                   (cos.size(0) == 1 || cos.size(0) == x.size(0)) && cos.size(1) == x.size(1) &&
@@ -232,7 +240,7 @@ void check_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
     throw std::invalid_argument(
         "rotary_embedding: x [B, T, H, D] with cos and sin [B or 1, T, rd], rd even and at most "
         "D; got x " +
-        std::to_string(x.dim()) + "-d, cos " + std::to_string(cos.dim()) + "-d");
+        shape(x) + ", cos " + shape(cos) + ", sin " + shape(sin));
   }
 }
 
@@ -241,7 +249,8 @@ void check_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool offset,
                     bool fused) {
   if (!fused || !fusable(x) || weight.scalar_type() != x.scalar_type() || weight.dim() != 1 ||
-      weight.size(0) != x.size(-1) || weight.device() != x.device()) {
+      x.dim() == 0 || weight.size(0) != x.size(-1) || x.size(-1) == 0 ||
+      weight.device() != x.device()) {
     return rms_norm_composite(x, weight, eps, offset);
   }
   return RmsNormFunction::apply(x, weight, eps, offset);
@@ -249,8 +258,9 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, b
 
 at::Tensor gated_activation(const at::Tensor& gate, const at::Tensor& up, GateActivation act,
                             bool fused) {
-  if (!fused || !fusable(gate) || up.sizes() != gate.sizes() ||
-      up.scalar_type() != gate.scalar_type() || up.device() != gate.device()) {
+  if (!fused || !fusable(gate) || up.sizes() != gate.sizes() || gate.dim() == 0 ||
+      gate.size(-1) == 0 || up.scalar_type() != gate.scalar_type() ||
+      up.device() != gate.device()) {
     return activation(gate, act) * up;
   }
   return GatedFunction::apply(gate, up, static_cast<int64_t>(act));
@@ -262,7 +272,7 @@ at::Tensor gated_activation(const at::Tensor& gate_up, GateActivation act, bool 
                                 std::to_string(gate_up.size(-1)));
   }
   const int64_t F = gate_up.size(-1) / 2;
-  if (!fused || !fusable(gate_up)) {
+  if (!fused || !fusable(gate_up) || F == 0) {
     return gate_up.narrow(-1, F, F) * activation(gate_up.narrow(-1, 0, F), act);
   }
   return GatedPairFunction::apply(gate_up, static_cast<int64_t>(act));
@@ -271,8 +281,10 @@ at::Tensor gated_activation(const at::Tensor& gate_up, GateActivation act, bool 
 at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                             bool fused) {
   check_rotary(x, cos, sin);
-  if (!fused || !fusable(x) || cos.scalar_type() != x.scalar_type() ||
-      sin.scalar_type() != x.scalar_type() || cos.device() != x.device()) {
+  // Tables that want a gradient get one from the composite ops only.
+  if (!fused || !fusable(x) || x.size(-1) == 0 || cos.scalar_type() != x.scalar_type() ||
+      sin.scalar_type() != x.scalar_type() || cos.device() != x.device() ||
+      sin.device() != x.device() || cos.requires_grad() || sin.requires_grad()) {
     return rotary_composite(x, cos, sin, /*backward=*/false);
   }
   return RotaryFunction::apply(x, cos, sin);

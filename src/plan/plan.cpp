@@ -249,6 +249,16 @@ int64_t logits_estimate(const TrainConfig& c, int64_t elem) {
   return rows * V * (4 + (elem != 4 ? elem : 0)) + V * h * elem + n * h * elem;
 }
 
+}  // namespace
+
+int64_t checkpointed_blocks(const TrainConfig& c) {
+  if (!c.fsdp.activation_checkpointing) return 0;
+  const int64_t every = std::max(1, c.fsdp.activation_checkpointing_every);
+  return (c.model.n_layer + every - 1) / every;
+}
+
+namespace {
+
 // [Note: plan activations] in docs/plan.md.
 int64_t activation_estimate(const TrainConfig& c, int64_t elem) {
   const ModelConfig& m = c.model;
@@ -257,9 +267,15 @@ int64_t activation_estimate(const TrainConfig& c, int64_t elem) {
       block_activation_elems(m, b, s) * elem + attention_saved_bytes(m, b, s, elem);
   // Final norm's input and output, and the logits' share.
   const int64_t head = 2 * b * s * h * elem + logits_estimate(c, elem);
-  if (c.fsdp.activation_checkpointing) {
-    // Each block keeps its input; one block's activations exist again while it recomputes.
-    return m.n_layer * b * s * h * elem + block + head;
+  const int64_t recomputed = checkpointed_blocks(c);
+  if (recomputed > 0) {
+    // A checkpointed block keeps its input, the others all they keep. One block's activations
+    // exist again while it recomputes, on top of all the others' only when the last block is one
+    // that recomputes: backward has freed the later blocks' by the time an earlier one does.
+    const int64_t every = std::max(1, c.fsdp.activation_checkpointing_every);
+    const bool last_recomputes = (m.n_layer - 1) % every == 0;
+    return recomputed * b * s * h * elem + (m.n_layer - recomputed) * block +
+           (last_recomputes ? block : 0) + head;
   }
   return m.n_layer * block + head;
 }

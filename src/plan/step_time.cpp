@@ -453,6 +453,14 @@ double forward_flops(const TrainConfig& c, int64_t parameters) {
   return 2 * tokens * std::max(0.0, matrices) + head_flops(c) + attention;
 }
 
+namespace {
+// The share of the blocks' forward that backward runs again (activation checkpointing).
+double recomputed_fraction(const TrainConfig& c) {
+  if (c.model.n_layer <= 0) return c.fsdp.activation_checkpointing ? 1.0 : 0.0;
+  return static_cast<double>(checkpointed_blocks(c)) / static_cast<double>(c.model.n_layer);
+}
+}  // namespace
+
 ComputeProfile profile_from_rates(const TrainConfig& c, int64_t parameters, double flops_per_second,
                                   double memory_bandwidth) {
   if (flops_per_second <= 0 || memory_bandwidth <= 0) {
@@ -460,7 +468,7 @@ ComputeProfile profile_from_rates(const TrainConfig& c, int64_t parameters, doub
   }
   ComputeProfile p;
   p.forward = forward_flops(c, parameters) / flops_per_second;
-  p.backward = p.forward * (c.fsdp.activation_checkpointing ? 3 : 2);
+  p.backward = p.forward * (2 + recomputed_fraction(c));
   // AdamW reads the parameter, its gradient, m and v (fp32) and writes all but the gradient.
   p.optimizer = 28.0 * static_cast<double>(parameters) / memory_bandwidth;
   char buf[160];
@@ -472,7 +480,7 @@ ComputeProfile profile_from_rates(const TrainConfig& c, int64_t parameters, doub
 
 double achieved_flops_per_second(const TrainConfig& c, int64_t parameters,
                                  const ComputeProfile& p) {
-  const double passes = c.fsdp.activation_checkpointing ? 4 : 3;
+  const double passes = 3 + recomputed_fraction(c);
   const double seconds = p.forward + p.backward;
   return seconds > 0 ? passes * forward_flops(c, parameters) / seconds : 0;
 }

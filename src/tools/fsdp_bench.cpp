@@ -22,7 +22,8 @@
 // the model FLOPs utilisation (bench/README.md has the FLOP count: 6 x the parameters a token's
 // matmuls use, plus attention's).
 // Started without a launcher it re-launches itself under `mpirun -np 2` (--nproc). A variant is
-// `plain` or features joined by '+': `prefetch`, `ac` (activation checkpointing), `offload` (CPU
+// `plain` or features joined by '+': `prefetch`, `ac` (activation checkpointing), `ac2` (of every
+// second block: fsdp_config.activation_checkpointing_every 2), `offload` (CPU
 // offload: shards and AdamW in host memory), `whole` (the root's gradients reduced in one piece
 // at the end of backward, as PyTorch FSDP does: ShardingOptions::split_root_reduction off),
 // `onepiece` (split, its early part in one piece: ShardingOptions::root_reduction_chunks 1),
@@ -337,13 +338,13 @@ Args parse_args(int argc, char** argv) {
   for (const auto& v : a.variants) {
     const std::vector<std::string> features = split_variant(v);
     const bool known = std::all_of(features.begin(), features.end(), [](const std::string& f) {
-      return f == "prefetch" || f == "ac" || f == "offload" || f == "whole" || f == "onepiece" ||
-             f == "unfused" || f == "fusedadam" || f == "composite";
+      return f == "prefetch" || f == "ac" || f == "ac2" || f == "offload" || f == "whole" ||
+             f == "onepiece" || f == "unfused" || f == "fusedadam" || f == "composite";
     });
     if (v != "plain" && (features.empty() || !known)) {
       throw std::invalid_argument(
-          "--variants: plain, or prefetch, ac, offload, whole, onepiece, unfused, fusedadam and "
-          "composite joined by '+'; got " +
+          "--variants: plain, or prefetch, ac, ac2, offload, whole, onepiece, unfused, fusedadam "
+          "and composite joined by '+'; got " +
           v);
     }
     if (has_feature(v, "whole") && has_feature(v, "onepiece")) {
@@ -405,7 +406,8 @@ fsdp::TrainConfig bench_config(const Args& a, const std::string& strategy,
   c.fsdp.forward_prefetch = prefetch;
   c.fsdp.backward_prefetch =
       prefetch ? fsdp::BackwardPrefetch::kBackwardPre : fsdp::BackwardPrefetch::kNoPrefetch;
-  c.fsdp.activation_checkpointing = has_feature(variant, "ac");
+  c.fsdp.activation_checkpointing = has_feature(variant, "ac") || has_feature(variant, "ac2");
+  if (has_feature(variant, "ac2")) c.fsdp.activation_checkpointing_every = 2;
   c.fsdp.offload_params = has_feature(variant, "offload");
   c.fsdp.split_root_reduction = !has_feature(variant, "whole");
   c.fsdp.root_reduction_chunks = !c.fsdp.split_root_reduction       ? 0
@@ -619,9 +621,11 @@ double cores_per_rank(const Args& a, fsdp::Comm& world) {
 // The time model's options for `variant` (its compute measured once per activation-checkpointing
 // setting, in `profiles`), on this job's links and hosts.
 fsdp::TimeModelOptions time_options(const Args& a, const std::string& variant, fsdp::Comm& world,
-                                    std::map<bool, fsdp::ComputeProfile>& profiles) {
-  const bool ac = has_feature(variant, "ac");
-  if (!profiles.count(ac)) profiles[ac] = compute_alone(a, ac ? "ac" : "plain", world);
+                                    std::map<std::string, fsdp::ComputeProfile>& profiles) {
+  const std::string ac = has_feature(variant, "ac2")  ? "ac2"
+                         : has_feature(variant, "ac") ? "ac"
+                                                      : "plain";
+  if (!profiles.count(ac)) profiles[ac] = compute_alone(a, ac, world);
   fsdp::TimeModelOptions o;
   o.compute = profiles[ac];
   o.intra = fsdp::link_from_gbit(a.intra_gbit, a.intra_us, a.intra_cpu_gbit);
@@ -1050,7 +1054,7 @@ constexpr const char* kUsage =
     "           [--batch 1] [--steps 3] [--peak-tflops P]\n"
     "           [--repeats 1] [--dtype fp32|bf16|fp16] [--strategies NO_SHARD,SHARD_GRAD_OP,...]\n"
     "           [--variants "
-    "plain,prefetch,ac,prefetch+ac,offload,whole,onepiece,unfused,fusedadam,composite]\n"
+    "plain,prefetch,ac,ac2,prefetch+ac,offload,whole,onepiece,unfused,fusedadam,composite]\n"
     "           [--allocator fsdp|glibc] [--json FILE] [--label TEXT] [--checkpoint DIR]\n"
     "           [--nproc 2] [--device cpu|cuda] [--root-chunks N] [--profile DIR]\n"
     "           [--intra-gbit G --inter-gbit G [--intra-us U] [--inter-us U] [--comm-cpu-gbit G]\n"
@@ -1080,7 +1084,7 @@ int main(int argc, char** argv) {
     const int n = world->size();
     std::vector<Result> results;
     std::vector<IoResult> io;
-    std::map<bool, fsdp::ComputeProfile> profiles;  // by activation checkpointing
+    std::map<std::string, fsdp::ComputeProfile> profiles;  // by activation checkpointing
     for (int repeat = 0; repeat < a.repeats; ++repeat) {
       // Each repeat measures the compute alone again, for its own predictions: this project's
       // VMs drift (the same compute took 2.6 to 5.3 s over one day), a repeat's cells less.

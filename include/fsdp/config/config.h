@@ -255,6 +255,10 @@ struct FsdpConfig {
   // Recompute every wrapped unit's forward in backward (ShardingOptions::checkpoint_units "*").
   // Default false.
   bool activation_checkpointing = false;
+  // With activation_checkpointing: only every N-th wrapped unit recomputes (the 1st, the (N+1)-th,
+  // ...), the rest keep their activations (ShardingOptions::checkpoint_every; torchtitan's
+  // selective per-layer checkpointing). At least 1. Default 1: every unit.
+  int activation_checkpointing_every = 1;
   // How checkpoints are written: sharded, one file per rank (default), or full on rank 0.
   StateDictType state_dict_type = StateDictType::kShardedStateDict;
   // Broadcast rank 0's parameters to every rank before training. Default false: initialisation is

@@ -13,7 +13,8 @@
 // so it equals the composite ops to within their sums' order and CUDA's exp and tanh (the CPU's
 // gated activation bit for bit). Backward computes in fp32 and rounds once to the inputs' dtype,
 // where autograd through the composite ops rounds every intermediate gradient: below fp32 the
-// fused gradients are the more exact ones (tests/test_fused_ops.cpp). `fused` false runs the
+// fused gradients are the more exact ones (tests/test_fused_ops.cpp). The backward is not itself
+// differentiable (no second derivatives: create_graph needs `fused` false). `fused` false runs the
 // composite ops (HF's modules written out), the reference.
 #pragma once
 

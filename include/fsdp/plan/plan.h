@@ -73,6 +73,11 @@ std::vector<UnitSize> plan_units(const TrainConfig& config);
 Plan plan_training(const TrainConfig& config, int world_size, int local_size,
                    std::vector<UnitSize> units);
 
+// The transformer blocks that recompute their forward in backward: none without activation
+// checkpointing, else every activation_checkpointing_every-th of model.n_layer (the 1st, the
+// (N+1)-th, ...), as the runtime picks its units.
+int64_t checkpointed_blocks(const TrainConfig& config);
+
 // Units a prefetch gathers ahead of the one in use: `prefetch_depth`, capped by
 // `limit_all_gathers` and by the blocks (non-root units) there are.
 int64_t prefetch_ahead(const FsdpConfig& fsdp, int64_t blocks);
