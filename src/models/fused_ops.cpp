@@ -32,20 +32,13 @@ bool fusable(const at::Tensor& t) { return at::isFloatingType(t.scalar_type()); 
 
 // --- RMSNorm ---------------------------------------------------------------------------------
 
-at::Tensor rms_norm_composite(const at::Tensor& x, const at::Tensor& w, double eps, bool offset) {
-  // HF's order exactly: Llama normalises in fp32, casts back, then scales; Gemma scales by
-  // (1 + weight) in fp32 and casts last.
-  at::Tensor h = x.to(at::kFloat);
-  h = h * at::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  if (offset) return (h * (1.0 + w.to(at::kFloat))).to(x.scalar_type());
-  return w * h.to(x.scalar_type());
-}
-
-// The composite ops' forward over rows [R, C], with the per-row rsqrt kept: bit for bit theirs.
+// HF's order exactly, over x [..., C]: Llama normalises in fp32, casts back, then scales; Gemma
+// scales by (1 + weight) in fp32 and casts last. With the rsqrt of each row [R] kept. The
+// composite ops themselves when autograd records them; the fused node's ATen forward when not.
 std::pair<at::Tensor, at::Tensor> rms_norm_forward_aten(const at::Tensor& x, const at::Tensor& w,
                                                         double eps, bool offset) {
   const at::Tensor x32 = x.to(at::kFloat);
-  const at::Tensor rstd = at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);  // [R, 1]
+  const at::Tensor rstd = at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);  // [..., 1]
   const at::Tensor h = x32 * rstd;
   at::Tensor y =
       offset ? (h * (1.0 + w.to(at::kFloat))).to(x.scalar_type()) : w * h.to(x.scalar_type());
@@ -251,7 +244,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, b
   if (!fused || !fusable(x) || weight.scalar_type() != x.scalar_type() || weight.dim() != 1 ||
       x.dim() == 0 || weight.size(0) != x.size(-1) || x.size(-1) == 0 ||
       weight.device() != x.device()) {
-    return rms_norm_composite(x, weight, eps, offset);
+    return rms_norm_forward_aten(x, weight, eps, offset).first;
   }
   return RmsNormFunction::apply(x, weight, eps, offset);
 }

@@ -227,7 +227,8 @@ std::pair<at::Tensor, at::Tensor> LlamaRotaryEmbedding::tables(int64_t T,
   const at::Tensor& cos = long_tables ? long_cos_ : cos_;
   const at::Tensor& sin = long_tables ? long_sin_ : sin_;
   // A no-op conversion for fp32 on the CPU; otherwise rounded to the compute dtype, as HF does.
-  return {cos.narrow(0, 0, T).to(like.options()), sin.narrow(0, 0, T).to(like.options())};
+  return {cos.narrow(0, 0, T).unsqueeze(0).to(like.options()),
+          sin.narrow(0, 0, T).unsqueeze(0).to(like.options())};
 }
 
 std::pair<at::Tensor, at::Tensor> LlamaRotaryEmbedding::tables_at(const at::Tensor& positions,
@@ -267,7 +268,6 @@ LlamaAttentionImpl::LlamaAttentionImpl(const LlamaConfig& config,
     : n_head(config.n_head),
       n_kv_head(config.kv_heads()),
       head_dim(config.head_dim()),
-      rotary_dim(config.rotary_dim()),
       attention(config.attention),
       scale(config.attention_scale),
       fused(config.fused_ops),
@@ -313,12 +313,8 @@ at::Tensor LlamaAttentionImpl::forward(const at::Tensor& x, const SequenceLayout
     k = k_norm->forward(k);
   }
   if (rope_) {
-    auto [cos, sin] =
+    const auto [cos, sin] =
         layout.positions.defined() ? rope_->tables_at(layout.positions, x) : rope_->tables(T, x);
-    if (cos.dim() == 2) {
-      cos = cos.unsqueeze(0);
-      sin = sin.unsqueeze(0);
-    }
     q = rotary_embedding(q, cos, sin, fused);
     k = rotary_embedding(k, cos, sin, fused);
   }

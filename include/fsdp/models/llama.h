@@ -162,7 +162,7 @@ TORCH_MODULE(LlamaRMSNorm);
 class LlamaRotaryEmbedding {
  public:
   explicit LlamaRotaryEmbedding(const LlamaConfig& config);
-  // Rows [0, T) of the tables in `like`'s dtype and device: cos and sin, each [T, rotary_dim]; a
+  // Rows [0, T) of the tables in `like`'s dtype and device: cos and sin, each [1, T, rotary_dim]; a
   // longrope model's long tables when T exceeds original_max_position_embeddings.
   std::pair<at::Tensor, at::Tensor> tables(int64_t T, const at::Tensor& like) const;
   // The rows at `positions` [B, T] (CPU, int64), each [B, T, rotary_dim]; a longrope model's long
@@ -193,7 +193,7 @@ class LlamaAttentionImpl : public torch::nn::Module {
   LlamaRMSNorm k_norm{nullptr};
   // config.fused_projections: C -> (nh + 2 * nkv) * hs in place of q_proj, k_proj and v_proj.
   torch::nn::Linear qkv_proj{nullptr};
-  int64_t n_head = 0, n_kv_head = 0, head_dim = 0, rotary_dim = 0;
+  int64_t n_head = 0, n_kv_head = 0, head_dim = 0;
   AttentionKernel attention = AttentionKernel::kAuto;
   double scale = 0;    // 0: 1 / sqrt(head_dim)
   int64_t window = 0;  // a sliding-window layer's window; 0: every earlier position
