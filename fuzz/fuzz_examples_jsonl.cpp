@@ -1,8 +1,9 @@
 // Fuzz target: an instruction fine-tuning JSONL file (fsdp/data/examples.h), as the trainer reads
 // it: detect_format on it, read_conversations (the messages format's checks), and prepare_examples
-// in the text and prompt/completion formats into a cache of its own, with a 263-token GPT-2
-// style tokenizer (the tokenizer_files seed mini_vocab: GPT-2's own took a second an input to
-// load under the sanitizers).
+// in the text, prompt/completion and messages formats into a cache of its own, with a 263-token
+// GPT-2 style tokenizer (the tokenizer_files seed mini_vocab: GPT-2's own took a second an input
+// to load under the sanitizers) and a chat template that takes content as a string or as a list
+// of text parts (Gemma 3's way), so that assistant spans and the parts' check run too.
 // Malformed files are a std::runtime_error; a file tokenized into the cache has, per split, one
 // flag per token, no more targets than tokens, and one line number per example.
 #include <unistd.h>
@@ -34,6 +35,12 @@ const fs::path& scratch() {
     fsdp::fuzz::require(nul != std::string::npos, "mini_vocab: no NUL between its two files");
     std::ofstream(d / "tok" / "encoder.json", std::ios::binary) << both.substr(0, nul);
     std::ofstream(d / "tok" / "vocab.bpe", std::ios::binary) << both.substr(nul + 1);
+    std::ofstream(d / "tok" / "chat_template.jinja", std::ios::binary)
+        << "{% for m in messages %}<{{ m.role }}>{% if m.content is string %}{{ m.content | trim }}"
+           "{% else %}{% for p in m.content %}{% if p.type == 'text' %}{{ p.text | trim }}{% endif "
+           "%}"
+           "{% endfor %}{% endif %}</s>{% endfor %}{% if add_generation_prompt %}<assistant>"
+           "{% endif %}";
     return d;
   }();
   return dir;
@@ -65,7 +72,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fsdp::data::read_conversations(file.string());
   } catch (const std::runtime_error&) {
   }
-  for (DataFormat format : {DataFormat::kJsonlText, DataFormat::kPromptCompletion}) {
+  for (DataFormat format :
+       {DataFormat::kJsonlText, DataFormat::kPromptCompletion, DataFormat::kMessages}) {
     fsdp::data::ExampleOptions o;
     o.format = format;
     o.tokenizer_dir = (scratch() / "tok").string();

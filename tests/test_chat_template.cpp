@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "data/jinja.h"
@@ -108,8 +109,16 @@ bool assets_present() { return fs::exists(kAssets + "/templates.json"); }
 
 std::vector<ChatMessage> conversation(const std::string& name) {
   std::vector<ChatMessage> out;
-  for (const auto& m : goldens().file["conversations"][name])
-    out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  for (const auto& m : goldens().file["conversations"][name]) {
+    ChatMessage msg(m["role"].get<std::string>(), "");
+    if (m["content"].is_string()) {
+      msg.content = m["content"].get<std::string>();
+    } else {
+      msg.parts.emplace();
+      for (const auto& part : m["content"]) msg.parts->push_back(part["text"].get<std::string>());
+    }
+    out.push_back(std::move(msg));
+  }
   return out;
 }
 
@@ -246,6 +255,38 @@ TEST(ChatGoldens, AssistantSpansByPrefixes) {
   } catch (const ChatTemplateError& e) {
     EXPECT_NE(std::string(e.what()).find("not prefix-stable"), std::string::npos) << e.what();
   }
+}
+
+// The families' templates on the same words as parts: a template written for them (Gemma 3's)
+// passes the check and renders what it renders for string content; one written for strings only
+// (Llama 3's prints the list, Qwen3's drops it) is refused, where transformers would have trained
+// on that text.
+TEST(ChatGoldens, PartsOfEachFamilyAreRenderedOrRefused) {
+  if (!assets_present()) GTEST_SKIP() << "run scripts/fetch_assets.sh for " << kAssets;
+  const auto& families = goldens().file["families"];
+  std::set<std::string> rendered, refused;
+  for (auto it = families.begin(); it != families.end(); ++it) {
+    const ChatTemplate t = family_template(it.value(), nlohmann::json::object());
+    const ChatVariables extra = {{"date_string", "26 Jul 2024"}};
+    const std::vector<ChatMessage> parts = conversation("parts");
+    std::string text;
+    try {
+      text = t.render(parts, false, extra);
+      t.check_parts_rendered(parts, text);
+    } catch (const ChatTemplateError& e) {
+      refused.insert(it.key());
+      continue;
+    }
+    rendered.insert(it.key());
+    EXPECT_EQ(text, t.render(conversation("multi_turn"), false, extra)) << it.key();
+  }
+  std::string listed;
+  for (const std::string& f : rendered) listed += " " + f;
+  std::cout << "[ parts ] rendered by" << listed << "; refused for the " << refused.size()
+            << " others\n";
+  EXPECT_TRUE(rendered.count("gemma3")) << "Gemma 3's template renders parts";
+  EXPECT_TRUE(refused.count("llama3.1")) << "Llama 3.1's prints the list";
+  EXPECT_TRUE(refused.count("qwen3")) << "Qwen3's drops it";
 }
 
 // ---- the engine ----
@@ -602,6 +643,60 @@ TEST(ChatTemplate, SpansAndThePrefixRule) {
       "{% for m in messages %}{{ m.content }}{% if loop.last %}!{% endif %}{% endfor %}");
   EXPECT_THROW(last.render_with_spans(ms), ChatTemplateError);
   EXPECT_FALSE(t.has_generation_tags());
+}
+
+// Content as a list of text parts reaches the template as transformers passes it, and the check
+// after rendering tells a template that rendered the parts' words from one that printed the list
+// as a string or left it out (the two ways a template written for string content meets a list).
+ChatMessage parts_message(const std::string& role, std::vector<std::string> parts) {
+  ChatMessage m(role, "");
+  m.parts = std::move(parts);
+  return m;
+}
+
+std::string parts_error(const ChatTemplate& t, const std::vector<ChatMessage>& ms) {
+  try {
+    t.check_parts_rendered(ms, t.render(ms, false));
+  } catch (const ChatTemplateError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ChatTemplate, PartsAreRenderedOrRefused) {
+  const std::vector<ChatMessage> ms = {parts_message("user", {" Hi ", "there\n"}),
+                                       parts_message("assistant", {"it's \"me\""})};
+  const ChatTemplate parts = ChatTemplate::from_string(
+      "{% for m in messages %}<{{ m.role }}>{% if m.content is string %}{{ m.content }}{% else %}"
+      "{% for p in m.content %}{% if p.type == 'text' %}{{ p.text | trim }}{% endif %}{% endfor %}"
+      "{% endif %}{% endfor %}",
+      {}, "parts.jinja");
+  EXPECT_EQ(parts.render(ms, false), "<user>Hithere<assistant>it's \"me\"");
+  EXPECT_EQ(parts_error(parts, ms), "");
+  // The Python form of the list, as jinja2's trim filter writes it; found and refused.
+  const ChatTemplate trim = ChatTemplate::from_string(
+      "{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}{% endfor %}", {}, "trim.jinja");
+  EXPECT_EQ(trim.render({ms[1]}, false), "<assistant>[{'type': 'text', 'text': 'it\\'s \"me\"'}]");
+  EXPECT_EQ(parts_error(trim, ms),
+            "trim.jinja: message 0 has its content as a list of parts, and the template prints "
+            "that list as a string (it expects string content): give the content as a string");
+  // Qwen3's way: content that is not a string rendered as "".
+  const ChatTemplate dropped = ChatTemplate::from_string(
+      "{% for m in messages %}<{{ m.role }}>{% if m.content is string %}{{ m.content }}"
+      "{% endif %}{% endfor %}",
+      {}, "dropped.jinja");
+  EXPECT_EQ(parts_error(dropped, ms),
+            "dropped.jinja: message 0 has its content as a list of parts, and the template "
+            "leaves the text of part 0 out of the rendering (it expects string content): give "
+            "the content as a string");
+  // Parts in the other order are a rendering of other words.
+  const ChatTemplate reversed = ChatTemplate::from_string(
+      "{% for m in messages %}{% for p in m.content | reverse %}{{ p.text }}{% endfor %}"
+      "{% endfor %}",
+      {}, "reversed.jinja");
+  EXPECT_NE(parts_error(reversed, ms).find("leaves the text of part 1 out"), std::string::npos);
+  // String content is not the check's business.
+  EXPECT_EQ(parts_error(trim, {{"user", "[{'type': 'text', 'text': 'x'}]"}}), "");
 }
 
 }  // namespace

@@ -227,6 +227,112 @@ TEST(Sft, PackedRowsGiveEachSequenceItsOwnLogits) {
   }
 }
 
+// ---- content as a list of parts ----------------------------------------------------------------
+
+// The fixture's tokenizer with a published template of assets/chat_templates (by its model).
+fs::path tokenizer_with_template(const fs::path& dir, const std::string& model) {
+  std::ifstream in(fs::path(FSDP_CHAT_TEMPLATES_DIR) / "templates.json");
+  for (const auto& e : json::parse(in)) {
+    if (e["model"] != model) continue;
+    fs::create_directories(dir);
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+      fs::copy_file(kSft / "model" / f, dir / f);
+    std::ofstream(dir / "chat_template.jinja", std::ios::binary)
+        << e["chat_template"].get<std::string>();
+    return dir;
+  }
+  ADD_FAILURE() << "no template of " << model << " in the assets";
+  return dir;
+}
+
+// The fixture's conversations with each content (or the system messages' only) as one text part:
+// [{"type": "text", "text": c}].
+std::string as_parts(const fs::path& jsonl, bool system_only = false) {
+  std::ifstream in(jsonl);
+  std::string line, out;
+  while (std::getline(in, line)) {
+    json j = json::parse(line);
+    for (auto& m : j["messages"]) {
+      if (system_only && m["role"] != "system") continue;
+      m["content"] = json::array({{{"type", "text"}, {"text", m["content"]}}});
+    }
+    out += j.dump() + "\n";
+  }
+  return out;
+}
+
+data::ExampleCorpus prepare_with(const fs::path& dir, const fs::path& tokenizer,
+                                 const std::string& name, const std::string& text) {
+  const fs::path file = dir / name;
+  std::ofstream(file, std::ios::binary) << text;
+  data::ExampleOptions o = options_for(dir / ("cache-" + name), data::DataFormat::kMessages);
+  o.tokenizer_dir = tokenizer.string();
+  return data::prepare_examples(file.string(), o);
+}
+
+// Through Gemma 3's published template, which takes content as a string or as parts (a system
+// message only as parts: it reads content[0].text), the same words give the same tokens and the
+// same targets either way. Through Llama 3.1's, written for
+// strings (it prints the list in Python's form, as transformers would train on), the line is
+// refused; so are parts other than text, and content of another type.
+TEST(Sft, ContentAsTextPartsTrainsOnItsWords) {
+  if (!fs::exists(fs::path(FSDP_CHAT_TEMPLATES_DIR) / "templates.json"))
+    GTEST_SKIP() << "run scripts/fetch_assets.sh for " << FSDP_CHAT_TEMPLATES_DIR;
+  TempDir dir;
+  const fs::path gemma = tokenizer_with_template(dir.path / "gemma3", "library/gemma3:1b");
+  const data::ExampleCorpus a =
+      prepare_with(dir.path, gemma, "strings.jsonl", as_parts(kSft / "messages.jsonl", true));
+  const data::ExampleCorpus b =
+      prepare_with(dir.path, gemma, "parts.jsonl", as_parts(kSft / "messages.jsonl"));
+  EXPECT_EQ(b.train.examples, a.train.examples);
+  EXPECT_GT(a.train.targets, 0);
+  EXPECT_EQ(data::TokenFile::open(b.train.tokens_path).tokens(),
+            data::TokenFile::open(a.train.tokens_path).tokens());
+  EXPECT_EQ(data::TokenFile::open(b.train.flags_path).tokens(),
+            data::TokenFile::open(a.train.flags_path).tokens());
+
+  const fs::path llama = tokenizer_with_template(dir.path / "llama3.1", "library/llama3.1:8b");
+  const auto error = [&](const fs::path& tokenizer, const std::string& text) -> std::string {
+    try {
+      prepare_with(dir.path, tokenizer, "bad.jsonl", text);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const std::string llama_error = error(llama, as_parts(kSft / "messages.jsonl"));
+  EXPECT_NE(llama_error.find("bad.jsonl' line 1: "), std::string::npos) << llama_error;
+  EXPECT_NE(llama_error.find("message 0 has its content as a list of parts, and the template "
+                             "prints that list as a string"),
+            std::string::npos)
+      << llama_error;
+  // Qwen2.5's adds the list to a string: the engine's error, and why.
+  const fs::path qwen = tokenizer_with_template(dir.path / "qwen2.5", "library/qwen2.5:0.5b");
+  const std::string qwen_error = error(qwen, as_parts(kSft / "messages.jsonl"));
+  EXPECT_NE(qwen_error.find("bad.jsonl' line 1: "), std::string::npos) << qwen_error;
+  EXPECT_NE(qwen_error.find("(a message's content is a list of parts; this template may take "
+                            "string content only)"),
+            std::string::npos)
+      << qwen_error;
+  const std::string user = R"({"messages": [{"role": "user", "content": )";
+  const std::string answer = R"(}, {"role": "assistant", "content": "a"}]})"
+                             "\n";
+  EXPECT_NE(error(gemma, user + R"([{"type": "text", "text": "x"}, {"type": "image"}])" + answer)
+                .find("line 1: messages[0]: content[1]: a part of type 'image'; only text parts"),
+            std::string::npos);
+  EXPECT_NE(error(gemma, user + R"(["x"])" + answer)
+                .find("line 1: messages[0]: content[0] is a JSON string, not a {\"type\""),
+            std::string::npos);
+  EXPECT_NE(error(gemma, user + R"([{"type": "text"}])" + answer)
+                .find("line 1: messages[0]: content[0]: no \"text\" field"),
+            std::string::npos);
+  EXPECT_NE(error(gemma, user + "[]" + answer).find("line 1: messages[0]: \"content\" is an empty"),
+            std::string::npos);
+  EXPECT_NE(error(gemma, user + "7" + answer)
+                .find("line 1: messages[0]: \"content\" is a JSON number, neither a string nor"),
+            std::string::npos);
+}
+
 // ---- hostile files ---------------------------------------------------------------------------
 
 std::string error_of(const std::string& text, data::DataFormat format = data::DataFormat::kAuto) {

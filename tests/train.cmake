@@ -69,7 +69,8 @@ target_compile_definitions(test_hf PRIVATE FSDP_HF_FIXTURES="${PROJECT_SOURCE_DI
 # Instruction fine-tuning: JSONL examples, packing and the masked loss against transformers
 # (tests/data/hf/sft), and hostile JSONL files.
 fsdp_unit_test(test_sft test_sft.cpp)
-target_compile_definitions(test_sft PRIVATE FSDP_HF_FIXTURES="${PROJECT_SOURCE_DIR}/tests/data/hf")
+target_compile_definitions(test_sft PRIVATE FSDP_HF_FIXTURES="${PROJECT_SOURCE_DIR}/tests/data/hf"
+                           FSDP_CHAT_TEMPLATES_DIR="${PROJECT_SOURCE_DIR}/assets/chat_templates")
 
 # Instruction fine-tuning under fsdp-run (tests/sft_e2e.sh): the first step's loss equal to
 # transformers' at world sizes 1 and 2, packed and padded.

@@ -5,6 +5,7 @@
 #include "fsdp/data/chat_template.h"
 
 #include <filesystem>
+#include <string_view>
 
 #include "data/jinja.h"
 #include "util/json.h"
@@ -82,9 +83,36 @@ std::string template_in_config(const nlohmann::json& config, const std::string& 
                     (names.empty() ? "none" : names) + ")");
 }
 
+// A message's content as the template sees it: a string, or the list of {"type": "text",
+// "text": ...} parts the dataset gave.
+jinja::Value content_value(const ChatMessage& m) {
+  if (!m.parts) return jinja::Value::string(m.content);
+  std::vector<jinja::Value> parts;
+  parts.reserve(m.parts->size());
+  for (const std::string& text : *m.parts) {
+    parts.push_back(jinja::Value::dict(
+        {{"type", jinja::Value::string("text")}, {"text", jinja::Value::string(text)}}));
+  }
+  return jinja::Value::list(std::move(parts));
+}
+
 jinja::Value message_value(const ChatMessage& m) {
   return jinja::Value::dict(
-      {{"role", jinja::Value::string(m.role)}, {"content", jinja::Value::string(m.content)}});
+      {{"role", jinja::Value::string(m.role)}, {"content", content_value(m)}});
+}
+
+// Python's str.strip() on ASCII whitespace.
+std::string_view stripped(std::string_view s) {
+  const char* const space = " \t\n\r\v\f";
+  const size_t b = s.find_first_not_of(space);
+  if (b == std::string_view::npos) return {};
+  return s.substr(b, s.find_last_not_of(space) - b + 1);
+}
+
+// What a template that prints a list of parts as a string writes: Python's repr of the list.
+std::string python_form(const jinja::Value& parts) {
+  static const jinja::Template print = jinja::Template::parse("{{ c }}", "parts");
+  return print.render({{"c", parts}});
 }
 
 jinja::Value chat_value(const ChatValue& v) {
@@ -208,6 +236,29 @@ ChatRendering ChatTemplate::render_with_spans(const std::vector<ChatMessage>& me
     out.assistant_spans.emplace_back(prompt.size(), end);
   }
   return out;
+}
+
+void ChatTemplate::check_parts_rendered(const std::vector<ChatMessage>& messages,
+                                        const std::string& text) const {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (!m.parts) continue;
+    const std::string here = impl_->origin + ": message " + std::to_string(i) +
+                             " has its content as a list of parts, and the template ";
+    if (!m.parts->empty() && text.find(python_form(content_value(m))) != std::string::npos)
+      throw plain_error(here + "prints that list as a string (it expects string content): " +
+                        "give the content as a string");
+    size_t at = 0;
+    for (size_t k = 0; k < m.parts->size(); ++k) {
+      const std::string_view words = stripped((*m.parts)[k]);
+      const size_t found = text.find(words, at);
+      if (found == std::string::npos)
+        throw plain_error(here + "leaves the text of part " + std::to_string(k) +
+                          " out of the rendering (it expects string content): give the "
+                          "content as a string");
+      at = found + words.size();
+    }
+  }
 }
 
 bool ChatTemplate::has_generation_tags() const { return impl_->tmpl.has_generation(); }

@@ -156,6 +156,45 @@ Example prompt_completion_example(const Json& j, const std::string& at, const To
   return e;
 }
 
+// A message's content: a string, or a list of text parts [{"type": "text", "text": ...}] (the
+// form multimodal templates take); another part type is refused, since the model reads text only.
+ChatMessage content_of(const Json& m, const std::string& here) {
+  ChatMessage msg;
+  const auto it = m.find("content");
+  if (it == m.end() || it->is_string()) {
+    msg.content = text_field(m, "content", here);
+    return msg;
+  }
+  if (!it->is_array()) {
+    throw std::runtime_error(here + ": \"content\" is a JSON " + std::string(it->type_name()) +
+                             ", neither a string nor a list of {\"type\": \"text\", \"text\": "
+                             "...} parts");
+  }
+  msg.parts.emplace();
+  for (size_t k = 0; k < it->size(); ++k) {
+    const Json& part = (*it)[k];
+    const std::string at = here + ": content[" + std::to_string(k) + "]";
+    if (!part.is_object()) {
+      throw std::runtime_error(at + " is a JSON " + std::string(part.type_name()) +
+                               ", not a {\"type\": \"text\", \"text\": ...} object");
+    }
+    const std::string type = text_field(part, "type", at);
+    if (type != "text") {
+      throw std::runtime_error(at + ": a part of type '" + type +
+                               "'; only text parts can be trained on (the model reads text)");
+    }
+    msg.parts->push_back(text_field(part, "text", at));
+  }
+  // A template written for strings prints an empty list as "[]", which no check could tell from
+  // words; an empty message is "".
+  if (msg.parts->empty()) {
+    throw std::runtime_error(here +
+                             ": \"content\" is an empty list of parts (an empty message "
+                             "is \"\")");
+  }
+  return msg;
+}
+
 std::vector<ChatMessage> messages_of(const Json& j, const std::string& at) {
   const auto it = j.find("messages");
   if (it == j.end()) throw std::runtime_error(at + ": no \"messages\" field");
@@ -171,7 +210,9 @@ std::vector<ChatMessage> messages_of(const Json& j, const std::string& at) {
       throw std::runtime_error(here + " is a JSON " + std::string(m.type_name()) +
                                ", not a {\"role\", \"content\"} object");
     }
-    ChatMessage msg{text_field(m, "role", here), text_field(m, "content", here)};
+    std::string role = text_field(m, "role", here);
+    ChatMessage msg = content_of(m, here);
+    msg.role = std::move(role);
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant") {
       throw std::runtime_error(here + ": role '" + msg.role +
                                "' is not one of system, user, assistant");
@@ -227,8 +268,17 @@ Example messages_example(const Json& j, const std::string& at, const Tokenizer& 
   std::string whole;
   try {
     whole = chat.render(messages, /*add_generation_prompt=*/false);
+    chat.check_parts_rendered(messages, whole);
   } catch (const ChatTemplateError& err) {
-    throw std::runtime_error(at + ": " + err.what());
+    // Most templates written for string content fail on a list of parts (Qwen's adds it to a
+    // string): the error names the template's line, this says why.
+    const bool parts = std::any_of(messages.begin(), messages.end(),
+                                   [](const ChatMessage& m) { return m.parts.has_value(); });
+    throw std::runtime_error(at + ": " + err.what() +
+                             (parts && !err.raised() && err.line() > 0
+                                  ? " (a message's content is a list of parts; this template may "
+                                    "take string content only)"
+                                  : ""));
   }
   e.ids = tok.encode(whole);
   if (train_on == TrainOn::kAll) {

@@ -323,9 +323,15 @@ std::vector<SampleInput> sample_inputs(const SampleOptions& o, const TrainConfig
   }
   if (!chats.empty()) {
     const data::ChatTemplate chat = data::ChatTemplate::from_folder(c.data.tokenizer_dir);
-    for (const auto& conversation : chats) {
+    for (size_t i = 0; i < chats.size(); ++i) {
       // apply_chat_template(tokenize=True): the template writes its own BOS.
-      const std::string text = chat.render(conversation, /*add_generation_prompt=*/true);
+      const std::string text = chat.render(chats[i], /*add_generation_prompt=*/true);
+      try {
+        chat.check_parts_rendered(chats[i], text);
+      } catch (const data::ChatTemplateError& e) {
+        throw std::invalid_argument("sample: --chat-file " + o.chat_file + ", conversation " +
+                                    std::to_string(i + 1 - o.chats.size()) + ": " + e.what());
+      }
       in.push_back({"chat", widened(tokenizer.encode(text))});
     }
     if (const auto eot = end_of_turn(chat, tokenizer)) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -22,9 +23,18 @@
 
 namespace fsdp::data {
 
+// A message's content is a string, or, as multimodal datasets and templates (Gemma 3's) write it,
+// a list of parts [{"type": "text", "text": ...}, ...]: `parts` then holds the text of each (text
+// parts only: fsdp.cpp trains text models) and the template gets that list, as transformers
+// passes it; `content` is unused.
 struct ChatMessage {
+  ChatMessage() = default;
+  ChatMessage(std::string role, std::string content)
+      : role(std::move(role)), content(std::move(content)) {}
+
   std::string role;  // "system", "user", "assistant", "tool", ...
   std::string content;
+  std::optional<std::vector<std::string>> parts;
 };
 
 // An extra template variable: a string, a boolean, an integer or a float (a constructor each,
@@ -111,6 +121,15 @@ class ChatTemplate {
   // the reasoning of earlier turns) is a ChatTemplateError saying so and naming the message.
   ChatRendering render_with_spans(const std::vector<ChatMessage>& messages,
                                   const ChatVariables& extra = {}) const;
+
+  // Whether `text`, the rendering of `messages`, holds the words of each message given as parts:
+  // transformers passes the list to the template as it is, and a template written for string
+  // content prints it in Python's form (`content | trim`: "[{'type': 'text', ...}]") or leaves it
+  // out (Qwen3's renders content that is not a string as ""), so the model would learn something
+  // else than the conversation. Throws ChatTemplateError naming the message and what happened
+  // when the list's Python form is in `text`, or a part's text (stripped) is not in it, in order.
+  void check_parts_rendered(const std::vector<ChatMessage>& messages,
+                            const std::string& text) const;
 
   // Whether the template marks assistant text with {% generation %} tags (rendered as their body).
   bool has_generation_tags() const;

@@ -93,7 +93,8 @@ struct ExampleCorpus {
 DataFormat detect_format(const std::string& source, DataFormat requested);
 
 // The conversations of a JSONL file of {"messages": [...]} lines, checked as training data is
-// (roles system, user, assistant; string contents); throws std::runtime_error naming the line.
+// (roles system, user, assistant; contents strings or lists of text parts); throws
+// std::runtime_error naming the line.
 std::vector<std::vector<ChatMessage>> read_conversations(const std::string& path);
 
 // Tokenizes `source` (a JSONL file in options.format, not kAuto or kText) into the cache, or finds

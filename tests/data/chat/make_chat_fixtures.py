@@ -79,6 +79,22 @@ CONVERSATIONS = {
     "two_users": [msg("user", "one"), msg("user", "two")],
     "assistant_first": [msg("assistant", "I speak first."), msg("user", "ok")],
 }
+
+
+def text(*texts):
+    """Content as a list of text parts, the form multimodal templates (Gemma 3's) take."""
+    return [{"type": "text", "text": t} for t in texts]
+
+
+# The same words as list-of-parts content: templates written for it render them, others print
+# the list or drop it (what fsdp.cpp's data layer then refuses).
+CONVERSATIONS.update({
+    "parts": [msg("user", text("What is 2+2?")), msg("assistant", text("4.")),
+              msg("user", text("And 3+3?")), msg("assistant", text("6."))],
+    "parts_system": [msg("system", text("Be brief.")), msg("user", text(" Hi ", "there\n")),
+                     msg("assistant", "Hello."), msg("user", text()),
+                     msg("assistant", text("Goodbye", " now."))],
+})
 WIDE = ["system", "multi_turn"]  # for the rest of the package's templates
 
 
