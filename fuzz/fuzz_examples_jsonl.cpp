@@ -3,7 +3,8 @@
 // in the text, prompt/completion and messages formats into a cache of its own, with a 263-token
 // GPT-2 style tokenizer (the tokenizer_files seed mini_vocab: GPT-2's own took a second an input
 // to load under the sanitizers) and a chat template that takes content as a string or as a list
-// of text parts (Gemma 3's way), so that assistant spans and the parts' check run too.
+// of text parts (Gemma 3's way), tool calls and tools, so that assistant spans and the
+// rendering's checks run too.
 // Malformed files are a std::runtime_error; a file tokenized into the cache has, per split, one
 // flag per token, no more targets than tokens, and one line number per example.
 #include <unistd.h>
@@ -36,11 +37,11 @@ const fs::path& scratch() {
     std::ofstream(d / "tok" / "encoder.json", std::ios::binary) << both.substr(0, nul);
     std::ofstream(d / "tok" / "vocab.bpe", std::ios::binary) << both.substr(nul + 1);
     std::ofstream(d / "tok" / "chat_template.jinja", std::ios::binary)
-        << "{% for m in messages %}<{{ m.role }}>{% if m.content is string %}{{ m.content | trim }}"
-           "{% else %}{% for p in m.content %}{% if p.type == 'text' %}{{ p.text | trim }}{% endif "
-           "%}"
-           "{% endfor %}{% endif %}</s>{% endfor %}{% if add_generation_prompt %}<assistant>"
-           "{% endif %}";
+        << "{% if tools %}{{ tools | tojson }}{% endif %}{% for m in messages %}<{{ m.role }}>"
+           "{% if m.content is string %}{{ m.content | trim }}{% elif m.content %}"
+           "{% for p in m.content %}{% if p.type == 'text' %}{{ p.text | trim }}{% endif %}"
+           "{% endfor %}{% endif %}{% for c in m.tool_calls %}{{ c.function | tojson }}"
+           "{% endfor %}</s>{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}";
     return d;
   }();
   return dir;

@@ -25,9 +25,14 @@ namespace {
 using fsdp::data::ChatMessage;
 using fsdp::data::ChatTemplate;
 using fsdp::data::ChatTemplateError;
+using fsdp::data::ChatValue;
 using fsdp::data::ChatVariables;
 namespace jinja = fsdp::data::jinja;
 namespace fs = std::filesystem;
+
+// Ordered, as json.loads reads the goldens: messages and tools reach the template with their keys
+// in the generator's order (templates print tools with tojson).
+using Json = nlohmann::ordered_json;
 
 const std::string kAssets = FSDP_CHAT_TEMPLATES_DIR;
 const std::string kGoldens = std::string(FSDP_TEST_DATA_DIR) + "/chat/goldens.json";
@@ -90,14 +95,14 @@ std::string sha256(const std::string& data) {
 // ---- the goldens ----
 
 struct Goldens {
-  nlohmann::json file;
+  Json file;
   std::map<std::string, std::string> templates;  // model -> template (the first of duplicates)
 };
 
 const Goldens& goldens() {
   static const Goldens g = [] {
     Goldens out;
-    out.file = nlohmann::json::parse(read(kGoldens));
+    out.file = Json::parse(read(kGoldens));
     for (const auto& e : nlohmann::json::parse(read(kAssets + "/templates.json")))
       out.templates.emplace(e["model"].get<std::string>(), e["chat_template"].get<std::string>());
     return out;
@@ -113,19 +118,22 @@ std::vector<ChatMessage> conversation(const std::string& name) {
     ChatMessage msg(m["role"].get<std::string>(), "");
     if (m["content"].is_string()) {
       msg.content = m["content"].get<std::string>();
-    } else {
+    } else if (m["content"].is_array()) {
       msg.parts.emplace();
       for (const auto& part : m["content"]) msg.parts->push_back(part["text"].get<std::string>());
     }
+    msg.json = m.dump();
     out.push_back(std::move(msg));
   }
   return out;
 }
 
-ChatVariables extra_of(const nlohmann::json& j) {
+ChatVariables extra_of(const Json& j) {
   ChatVariables out;
   for (auto it = j.begin(); it != j.end(); ++it) {
-    if (it->is_boolean()) {
+    if (it->is_structured()) {
+      out.emplace(it.key(), ChatValue::json(it->dump()));  // tools
+    } else if (it->is_boolean()) {
       out.emplace(it.key(), it->get<bool>());
     } else {
       out.emplace(it.key(), it->get<std::string>());
@@ -134,13 +142,13 @@ ChatVariables extra_of(const nlohmann::json& j) {
   return out;
 }
 
-ChatTemplate family_template(const std::string& model, const nlohmann::json& tokens) {
+ChatTemplate family_template(const std::string& model, const Json& tokens) {
   return ChatTemplate::from_string(goldens().templates.at(model),
                                    tokens.get<std::map<std::string, std::string>>(), model);
 }
 
 // One case: "" when ours agrees, else what differs.
-std::string check_case(const nlohmann::json& c) {
+std::string check_case(const Json& c) {
   const std::string model = c["model"];
   if (!goldens().templates.count(model)) return "the assets have no template for it";
   if (sha256(goldens().templates.at(model)) != c["sha256"])
@@ -211,7 +219,7 @@ TEST(ChatGoldens, AssistantSpansByPrefixes) {
   size_t spans = 0;
   for (auto it = families.begin(); it != families.end(); ++it) {
     const std::string model = it.value();
-    nlohmann::json tokens;
+    Json tokens;
     for (const auto& c : goldens().file["cases"])
       if (c["model"] == model) tokens = c["tokens"];
     const ChatTemplate t = family_template(model, tokens);
@@ -248,7 +256,7 @@ TEST(ChatGoldens, AssistantSpansByPrefixes) {
     }
   }
   EXPECT_GT(spans, 30u);
-  const ChatTemplate qwen3 = family_template(families["qwen3"], nlohmann::json::object());
+  const ChatTemplate qwen3 = family_template(families["qwen3"], Json::object());
   try {
     qwen3.render_with_spans(conversation("think"));
     ADD_FAILURE() << "Qwen3's reasoning conversation was taken as prefix-stable";
@@ -266,13 +274,13 @@ TEST(ChatGoldens, PartsOfEachFamilyAreRenderedOrRefused) {
   const auto& families = goldens().file["families"];
   std::set<std::string> rendered, refused;
   for (auto it = families.begin(); it != families.end(); ++it) {
-    const ChatTemplate t = family_template(it.value(), nlohmann::json::object());
+    const ChatTemplate t = family_template(it.value(), Json::object());
     const ChatVariables extra = {{"date_string", "26 Jul 2024"}};
     const std::vector<ChatMessage> parts = conversation("parts");
     std::string text;
     try {
       text = t.render(parts, false, extra);
-      t.check_parts_rendered(parts, text);
+      t.check_rendering(parts, text, false, extra);
     } catch (const ChatTemplateError& e) {
       refused.insert(it.key());
       continue;
@@ -287,6 +295,54 @@ TEST(ChatGoldens, PartsOfEachFamilyAreRenderedOrRefused) {
   EXPECT_TRUE(rendered.count("gemma3")) << "Gemma 3's template renders parts";
   EXPECT_TRUE(refused.count("llama3.1")) << "Llama 3.1's prints the list";
   EXPECT_TRUE(refused.count("qwen3")) << "Qwen3's drops it";
+}
+
+// Tool calls through the families' templates: where a template renders them, the assistant spans
+// are the call as the template writes it and the answer after the tool's result, never the
+// result; a template without tool support (it renders the conversation the same without the
+// call) is refused.
+TEST(ChatGoldens, ToolCallsOfEachFamilyAreTrainedOnOrRefused) {
+  if (!assets_present()) GTEST_SKIP() << "run scripts/fetch_assets.sh for " << kAssets;
+  const auto& families = goldens().file["families"];
+  std::set<std::string> trained;
+  for (auto it = families.begin(); it != families.end(); ++it) {
+    const ChatTemplate t = family_template(it.value(), Json::object());
+    ChatVariables extra = {{"date_string", "26 Jul 2024"}};
+    extra.emplace("tools", ChatValue::json(goldens().file["tools"].dump()));
+    for (const char* name : {"tool_call", "tool_call_text"}) {
+      const std::vector<ChatMessage> conv = conversation(name);
+      fsdp::data::ChatRendering r;
+      try {
+        r = t.render_with_spans(conv, extra);
+        t.check_rendering(conv, r.text, false, extra);
+      } catch (const ChatTemplateError& e) {
+        continue;  // raised, failed on a null content, refused, or (Qwen3) not prefix-stable
+      }
+      trained.insert(it.key() + " " + name);
+      ASSERT_GE(r.assistant_spans.size(), 1u);
+      const auto [b, e] = r.assistant_spans[0];
+      const std::string call = r.text.substr(b, e - b);
+      EXPECT_NE(call.find("get_weather"), std::string::npos) << it.key() << ": " << call;
+      EXPECT_NE(call.find("Paris"), std::string::npos) << it.key() << ": " << call;
+      for (const auto& [from, to] : r.assistant_spans) {
+        const std::string span = r.text.substr(from, to - from);
+        EXPECT_EQ(span.find("21\n"), std::string::npos) << it.key() << " trains on the result";
+        EXPECT_EQ(span.find("temperature"), std::string::npos) << it.key() << ": " << span;
+      }
+    }
+  }
+  std::string listed;
+  for (const std::string& f : trained) listed += ", " + f;
+  std::cout << "[ tools ] trained on" << listed.substr(1) << "\n";
+  for (const char* f : {"llama3.1 tool_call", "llama3.2 tool_call_text", "qwen2.5 tool_call",
+                        "qwen2.5 tool_call_text"})
+    EXPECT_TRUE(trained.count(f)) << f;
+  for (const char* f : {"phi3.5-mini tool_call_text", "smollm2 tool_call_text"})
+    EXPECT_FALSE(trained.count(f)) << f << ": renders no tool calls";
+  // Phi-3.5's renders the conversation, without the call: refused by the check, not the renderer.
+  const ChatTemplate phi = family_template(families["phi3.5-mini"], Json::object());
+  const std::vector<ChatMessage> conv = conversation("tool_call_text");
+  EXPECT_THROW(phi.check_rendering(conv, phi.render(conv, false), false), ChatTemplateError);
 }
 
 // ---- the engine ----
@@ -450,6 +506,12 @@ TEST(Jinja, FiltersThatReturnIteratorsBehaveAsThem) {
   EXPECT_EQ(render("{{ [{'f': {'n': 'a'}}, {'f': {'n': 'b'}}]|map(attribute='f.n')|join(',') }}"
                    "{{ [[1, 2], [3, 4]]|map(attribute='1')|list }}"),
             "a,b[2, 4]");
+  // jinja2 maps and selects only `if value`: None (a tool call's content) gives nothing, where
+  // iterating None is an error (Llama Guard 3's template selects the image parts of each content).
+  EXPECT_EQ(render("{{ none|selectattr('type', 'equalto', 'image')|list }}{{ none|map('x')|list }}"
+                   "{{ ''|reject|list }}"),
+            "[][][]");
+  EXPECT_NE(error_of("{% for x in none %}{% endfor %}").find("not iterable"), std::string::npos);
   EXPECT_NE(error_of("{% if 1 if 2 %}{% endif %}").find("expected `%}`"), std::string::npos);
 }
 
@@ -656,7 +718,7 @@ ChatMessage parts_message(const std::string& role, std::vector<std::string> part
 
 std::string parts_error(const ChatTemplate& t, const std::vector<ChatMessage>& ms) {
   try {
-    t.check_parts_rendered(ms, t.render(ms, false));
+    t.check_rendering(ms, t.render(ms, false), false);
   } catch (const ChatTemplateError& e) {
     return e.what();
   }
@@ -697,6 +759,66 @@ TEST(ChatTemplate, PartsAreRenderedOrRefused) {
   EXPECT_NE(parts_error(reversed, ms).find("leaves the text of part 1 out"), std::string::npos);
   // String content is not the check's business.
   EXPECT_EQ(parts_error(trim, {{"user", "[{'type': 'text', 'text': 'x'}]"}}), "");
+}
+
+// A message's JSON object reaches the template as it is (tool_calls, name, a content of null),
+// and so do the tools a conversation offers; a template that renders the conversation the same
+// without its tool calls, or without its tools, is refused: the model would learn to answer
+// without the call it was shown, or to call tools it was never shown.
+ChatMessage json_message(const std::string& json, const std::string& role) {
+  ChatMessage m(role, "");
+  m.json = json;
+  return m;
+}
+
+TEST(ChatTemplate, ToolCallsAndToolsAreRenderedOrRefused) {
+  const std::vector<ChatMessage> ms = {
+      {"user", "Weather?"},
+      json_message(R"({"role": "assistant", "content": null, "tool_calls": [{"type": "function",)"
+                   R"( "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]})",
+                   "assistant"),
+      json_message(R"({"role": "tool", "name": "get_weather", "content": "21"})", "tool")};
+  const ChatVariables tools = {
+      {"tools", ChatValue::json(R"([{"type": "function", "function": {"name": "get_weather"}}])")}};
+  const ChatTemplate calls = ChatTemplate::from_string(
+      "{% if tools %}[{% for t in tools %}{{ t.function.name }}{% endfor %}]{% endif %}"
+      "{% for m in messages %}<{{ m.role }}>{% if m.content is none %}none{% endif %}"
+      "{% for c in m.tool_calls %}{{ c.function.name }}{{ c.function.arguments | tojson }}"
+      "{% endfor %}{{ m.content or '' }}{% endfor %}",
+      {}, "calls.jinja");
+  const std::string text = calls.render(ms, false, tools);
+  EXPECT_EQ(text,
+            "[get_weather]<user>Weather?<assistant>noneget_weather{\"city\": \"Paris\"}<tool>21");
+  EXPECT_NO_THROW(calls.check_rendering(ms, text, false, tools));
+  EXPECT_EQ(calls.render(ms, false),
+            "<user>Weather?<assistant>noneget_weather{\"city\": "
+            "\"Paris\"}<tool>21");  // tools: None unless offered
+  // Phi-3.5's way: the answer's content only.
+  const ChatTemplate content_only = ChatTemplate::from_string(
+      "{% for m in messages %}<{{ m.role }}>{{ m.content or '' }}{% endfor %}", {}, "plain.jinja");
+  try {
+    content_only.check_rendering(ms, content_only.render(ms, false), false);
+    ADD_FAILURE() << "tool calls left out, not refused";
+  } catch (const ChatTemplateError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "plain.jinja: message 1 calls tools (\"tool_calls\"), and the template renders the "
+              "conversation the same without them: it has no tool calls");
+  }
+  // Tools offered to a template that shows none of them.
+  const ChatTemplate no_tools = ChatTemplate::from_string(
+      "{% for m in messages %}{% for c in m.tool_calls %}{{ c.function.name }}{% endfor %}"
+      "{% endfor %}",
+      {}, "no_tools.jinja");
+  try {
+    no_tools.check_rendering(ms, no_tools.render(ms, true, tools), true, tools);
+    ADD_FAILURE() << "tools left out, not refused";
+  } catch (const ChatTemplateError& e) {
+    EXPECT_NE(std::string(e.what()).find("no_tools.jinja: the conversation offers tools, and the "
+                                         "template renders it the same without them"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(calls.render(ms, false, {{"tools", ChatValue::json("[1,")}}), ChatTemplateError);
 }
 
 }  // namespace

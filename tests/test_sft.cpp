@@ -16,6 +16,7 @@
 #include "fsdp/config/config.h"
 #include "fsdp/data/examples.h"
 #include "fsdp/data/packing.h"
+#include "fsdp/data/tokenizer.h"
 #include "fsdp/fully_shard.h"
 #include "fsdp/models/gpt2.h"
 #include "fsdp/models/llama.h"
@@ -333,6 +334,76 @@ TEST(Sft, ContentAsTextPartsTrainsOnItsWords) {
             std::string::npos);
 }
 
+// A tool-calling conversation (an answer that calls a tool with no content, the tool's result, the
+// answer after it) with the tools it offers, through Qwen2.5's published template: the targets are
+// the call as the template writes it and the last answer, each with its end of turn, and never
+// the tool's result. What the messages and the line give is refused by name where it is wrong.
+TEST(Sft, ToolCallsAreTrainedOnAndTheirResultsAreNot) {
+  if (!fs::exists(fs::path(FSDP_CHAT_TEMPLATES_DIR) / "templates.json"))
+    GTEST_SKIP() << "run scripts/fetch_assets.sh for " << FSDP_CHAT_TEMPLATES_DIR;
+  TempDir dir;
+  const fs::path qwen = tokenizer_with_template(dir.path / "qwen2.5", "library/qwen2.5:0.5b");
+  const std::string tools =
+      R"("tools": [{"type": "function", "function": {"name": "get_weather", "parameters": )"
+      R"({"type": "object", "properties": {"city": {"type": "string"}}}}}])";
+  const std::string call =
+      R"({"role": "assistant", "content": null, "tool_calls": [{"type": "function", )"
+      R"("function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]})";
+  const std::string line =
+      R"({"messages": [{"role": "user", "content": "Weather in Paris?"}, )" + call +
+      R"(, {"role": "tool", "name": "get_weather", "content": "sunny and 21"}, )"
+      R"({"role": "assistant", "content": "It is sunny."}], )" +
+      tools + "}\n";
+  const data::ExampleCorpus c = prepare_with(dir.path, qwen, "tools.jsonl", line);
+  const std::vector<int32_t> ids = data::TokenFile::open(c.train.tokens_path).tokens();
+  const std::vector<int32_t> flags = data::TokenFile::open(c.train.flags_path).tokens();
+  const auto tok = data::load_tokenizer(qwen.string());
+  std::vector<std::string> targets;  // each run of target tokens, decoded
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (flags[i] != data::kTokenTarget) continue;
+    if (i == 0 || flags[i - 1] != data::kTokenTarget) targets.emplace_back();
+    targets.back() += tok->decode({ids[i]});
+  }
+  EXPECT_EQ(targets, (std::vector<std::string>{
+                         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                         "\"Paris\"}}\n</tool_call><|im_end|>\n",
+                         "It is sunny.<|im_end|>\n"}));
+  const std::string whole = tok->decode(ids);
+  EXPECT_NE(whole.find("<tools>\n{\"type\": \"function\", \"function\": {\"name\": "
+                       "\"get_weather\""),
+            std::string::npos)
+      << whole;  // the tools, their keys in the file's order
+  EXPECT_NE(whole.find("<tool_response>\nsunny and 21\n</tool_response>"), std::string::npos);
+
+  const auto error = [&](const std::string& text) -> std::string {
+    try {
+      prepare_with(dir.path, qwen, "bad.jsonl", text);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const std::string user = R"({"messages": [{"role": "user", "content": "x"}, )";
+  EXPECT_NE(error(user + R"({"role": "assistant", "content": null}]})"
+                         "\n")
+                .find("line 1: messages[1]: \"content\" is a JSON null, neither a string nor a "
+                      "list of {\"type\": \"text\", \"text\": ...} parts (null only where an "
+                      "answer calls tools)"),
+            std::string::npos);
+  EXPECT_NE(error(user + R"({"role": "assistant", "content": "", "tool_calls": {}}]})"
+                         "\n")
+                .find("line 1: messages[1]: \"tool_calls\" is a JSON object, not a list"),
+            std::string::npos);
+  EXPECT_NE(error(user + R"({"role": "assistant", "content": "a"}], "tools": "get_weather"})"
+                         "\n")
+                .find("line 1: \"tools\" is a JSON string, not a list of tools"),
+            std::string::npos);
+  EXPECT_NE(error(user + R"({"role": "function", "content": "a"}]})"
+                         "\n")
+                .find("role 'function' is not one of system, user, assistant, tool"),
+            std::string::npos);
+}
+
 // ---- hostile files ---------------------------------------------------------------------------
 
 std::string error_of(const std::string& text, data::DataFormat format = data::DataFormat::kAuto) {
@@ -360,10 +431,11 @@ TEST(SftErrors, BadLinesAreNamedByLine) {
   EXPECT_NE(error_of(pc + "\n[1, 2]\n").find("line 2: a JSON array, not an object"),
             std::string::npos);
   EXPECT_NE(error_of(pc + "\n" + std::string(200, '[') + "\n").find("line 2"), std::string::npos);
-  EXPECT_NE(error_of(R"({"messages": [{"role": "bot", "content": "x"}]})"
-                     "\n")
-                .find("line 1: messages[0]: role 'bot' is not one of system, user, assistant"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"messages": [{"role": "bot", "content": "x"}]})"
+               "\n")
+          .find("line 1: messages[0]: role 'bot' is not one of system, user, assistant, tool"),
+      std::string::npos);
   EXPECT_NE(error_of(R"({"messages": "hi"})"
                      "\n")
                 .find("line 1: \"messages\" is a JSON string"),

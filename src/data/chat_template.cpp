@@ -4,6 +4,8 @@
 // Jinja engine's (data/jinja.h).
 #include "fsdp/data/chat_template.h"
 
+#include <algorithm>
+#include <climits>
 #include <filesystem>
 #include <string_view>
 
@@ -21,6 +23,7 @@ struct ChatTemplateImpl {
 namespace {
 
 namespace fs = std::filesystem;
+using OrderedJson = nlohmann::ordered_json;
 
 // The named special tokens transformers passes to templates (SPECIAL_TOKENS_ATTRIBUTES).
 const char* const kSpecialTokens[] = {"bos_token", "eos_token", "unk_token", "sep_token",
@@ -83,22 +86,64 @@ std::string template_in_config(const nlohmann::json& config, const std::string& 
                     (names.empty() ? "none" : names) + ")");
 }
 
-// A message's content as the template sees it: a string, or the list of {"type": "text",
-// "text": ...} parts the dataset gave.
-jinja::Value content_value(const ChatMessage& m) {
-  if (!m.parts) return jinja::Value::string(m.content);
-  std::vector<jinja::Value> parts;
-  parts.reserve(m.parts->size());
-  for (const std::string& text : *m.parts) {
-    parts.push_back(jinja::Value::dict(
-        {{"type", jinja::Value::string("text")}, {"text", jinja::Value::string(text)}}));
+// A JSON value as Python's json.loads makes it (objects keep their keys' order).
+jinja::Value from_json(const OrderedJson& j) {
+  switch (j.type()) {
+    case OrderedJson::value_t::null:
+      return jinja::Value::none();
+    case OrderedJson::value_t::boolean:
+      return jinja::Value::boolean(j.get<bool>());
+    case OrderedJson::value_t::number_integer:
+      return jinja::Value::integer(j.get<int64_t>());
+    case OrderedJson::value_t::number_unsigned:
+      if (j.get<uint64_t>() > uint64_t(INT64_MAX)) return jinja::Value::real(j.get<double>());
+      return jinja::Value::integer(static_cast<int64_t>(j.get<uint64_t>()));
+    case OrderedJson::value_t::number_float:
+      return jinja::Value::real(j.get<double>());
+    case OrderedJson::value_t::string:
+      return jinja::Value::string(j.get<std::string>());
+    case OrderedJson::value_t::array: {
+      std::vector<jinja::Value> items;
+      items.reserve(j.size());
+      for (const OrderedJson& v : j) items.push_back(from_json(v));
+      return jinja::Value::list(std::move(items));
+    }
+    case OrderedJson::value_t::object: {
+      std::vector<std::pair<std::string, jinja::Value>> items;
+      items.reserve(j.size());
+      for (auto it = j.begin(); it != j.end(); ++it) items.emplace_back(it.key(), from_json(*it));
+      return jinja::Value::dict(std::move(items));
+    }
+    default:
+      return jinja::Value::none();  // binary and discarded values: no JSON text makes them
   }
-  return jinja::Value::list(std::move(parts));
 }
 
+OrderedJson parse_json(const std::string& text, const std::string& what) {
+  try {
+    return json_bounds::parse<OrderedJson>(text, what);
+  } catch (const nlohmann::json::exception& e) {
+    throw plain_error(what + ": not valid JSON: " + e.what());
+  } catch (const std::runtime_error& e) {
+    throw plain_error(e.what());
+  }
+}
+
+// A message as the template sees it: its JSON object as given, else role and content (a
+// string, or the list of {"type": "text", "text": ...} parts).
 jinja::Value message_value(const ChatMessage& m) {
-  return jinja::Value::dict(
-      {{"role", jinja::Value::string(m.role)}, {"content", content_value(m)}});
+  if (!m.json.empty()) return from_json(parse_json(m.json, "a message"));
+  jinja::Value content = jinja::Value::string(m.content);
+  if (m.parts) {
+    std::vector<jinja::Value> parts;
+    parts.reserve(m.parts->size());
+    for (const std::string& text : *m.parts) {
+      parts.push_back(jinja::Value::dict(
+          {{"type", jinja::Value::string("text")}, {"text", jinja::Value::string(text)}}));
+    }
+    content = jinja::Value::list(std::move(parts));
+  }
+  return jinja::Value::dict({{"role", jinja::Value::string(m.role)}, {"content", content}});
 }
 
 // Python's str.strip() on ASCII whitespace.
@@ -109,10 +154,26 @@ std::string_view stripped(std::string_view s) {
   return s.substr(b, s.find_last_not_of(space) - b + 1);
 }
 
-// What a template that prints a list of parts as a string writes: Python's repr of the list.
-std::string python_form(const jinja::Value& parts) {
-  static const jinja::Template print = jinja::Template::parse("{{ c }}", "parts");
-  return print.render({{"c", parts}});
+// What a template that prints a message's content as a string writes: Python's repr of it.
+std::string python_form_of_content(const ChatMessage& m) {
+  static const jinja::Template print = jinja::Template::parse("{{ m.content }}", "content");
+  return print.render({{"m", message_value(m)}});
+}
+
+// Whether a message calls tools: a "tool_calls" that is not null or empty.
+bool calls_tools(const ChatMessage& m) {
+  if (m.json.empty()) return false;
+  const OrderedJson j = parse_json(m.json, "a message");
+  const auto it = j.find("tool_calls");
+  return it != j.end() && !it->is_null() && !(it->is_array() && it->empty());
+}
+
+ChatMessage without_tool_calls(const ChatMessage& m) {
+  ChatMessage out = m;
+  OrderedJson j = parse_json(m.json, "a message");
+  j.erase("tool_calls");
+  out.json = j.dump();
+  return out;
 }
 
 jinja::Value chat_value(const ChatValue& v) {
@@ -123,6 +184,8 @@ jinja::Value chat_value(const ChatValue& v) {
       return jinja::Value::boolean(v.boolean());
     case ChatValue::Type::kInt:
       return jinja::Value::integer(v.integer());
+    case ChatValue::Type::kJson:
+      return from_json(parse_json(v.str(), "a template variable"));
     default:
       return jinja::Value::real(v.real());
   }
@@ -182,8 +245,8 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
   for (const auto& [name, token] : impl_->special_tokens) vars[name] = jinja::Value::string(token);
   for (const auto& [name, v] : extra) vars[name] = chat_value(v);
   vars["messages"] = jinja::Value::list(std::move(ms));
-  vars["tools"] = jinja::Value::none();
-  vars["documents"] = jinja::Value::none();
+  vars.emplace("tools", jinja::Value::none());  // unless the caller offers tools
+  vars.emplace("documents", jinja::Value::none());
   vars["add_generation_prompt"] = jinja::Value::boolean(add_generation_prompt);
   try {
     return impl_->tmpl.render({vars.begin(), vars.end()});
@@ -238,14 +301,26 @@ ChatRendering ChatTemplate::render_with_spans(const std::vector<ChatMessage>& me
   return out;
 }
 
-void ChatTemplate::check_parts_rendered(const std::vector<ChatMessage>& messages,
-                                        const std::string& text) const {
+// Whether the template renders `messages` as `text`; a template that fails on them (Qwen2.5's
+// adds an answer's null content to a string once its tool calls are gone) does not.
+bool ChatTemplate::renders_as(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                              const ChatVariables& extra, const std::string& text) const {
+  try {
+    return render(messages, add_generation_prompt, extra) == text;
+  } catch (const ChatTemplateError&) {
+    return false;
+  }
+}
+
+void ChatTemplate::check_rendering(const std::vector<ChatMessage>& messages,
+                                   const std::string& text, bool add_generation_prompt,
+                                   const ChatVariables& extra) const {
+  const auto message = [&](size_t i) { return impl_->origin + ": message " + std::to_string(i); };
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     if (!m.parts) continue;
-    const std::string here = impl_->origin + ": message " + std::to_string(i) +
-                             " has its content as a list of parts, and the template ";
-    if (!m.parts->empty() && text.find(python_form(content_value(m))) != std::string::npos)
+    const std::string here = message(i) + " has its content as a list of parts, and the template ";
+    if (!m.parts->empty() && text.find(python_form_of_content(m)) != std::string::npos)
       throw plain_error(here + "prints that list as a string (it expects string content): " +
                         "give the content as a string");
     size_t at = 0;
@@ -257,6 +332,29 @@ void ChatTemplate::check_parts_rendered(const std::vector<ChatMessage>& messages
                           " out of the rendering (it expects string content): give the "
                           "content as a string");
       at = found + words.size();
+    }
+  }
+  // What the template makes of tool calls and tools, by rendering without them.
+  const auto caller = std::find_if(messages.begin(), messages.end(), calls_tools);
+  if (caller != messages.end()) {
+    std::vector<ChatMessage> plain;
+    for (const ChatMessage& m : messages)
+      plain.push_back(calls_tools(m) ? without_tool_calls(m) : m);
+    if (renders_as(plain, add_generation_prompt, extra, text))
+      throw plain_error(message(size_t(caller - messages.begin())) +
+                        " calls tools (\"tool_calls\"), and the template renders the "
+                        "conversation the same without them: it has no tool calls");
+  }
+  const auto tools = extra.find("tools");
+  if (tools != extra.end() && tools->second.type() == ChatValue::Type::kJson) {
+    const OrderedJson offered = parse_json(tools->second.str(), "tools");
+    if (!offered.is_null() && !(offered.is_array() && offered.empty())) {
+      ChatVariables without = extra;
+      without.erase("tools");
+      if (renders_as(messages, add_generation_prompt, without, text))
+        throw plain_error(impl_->origin +
+                          ": the conversation offers tools, and the template renders it the same "
+                          "without them: it does not show a model its tools");
     }
   }
 }

@@ -28,7 +28,9 @@ namespace {
 
 constexpr const char* kExampleCacheFormat = "fsdp-examples 2";  // bump when the layout changes
 
-using Json = nlohmann::json;
+// Ordered: a message's keys reach the template in the file's order, as json.loads keeps them
+// (a template printing a tool's schema with tojson prints them in that order).
+using Json = nlohmann::ordered_json;
 
 // ---- reading lines ---------------------------------------------------------------------------
 
@@ -87,7 +89,7 @@ void for_each_line(const std::string& path, Fn fn) {
 
 Json parse_line(const Line& line, const std::string& path) {
   try {
-    Json j = json_bounds::parse(line.text, where(path, line.number));
+    Json j = json_bounds::parse<Json>(line.text, where(path, line.number));
     if (!j.is_object()) {
       throw std::runtime_error(where(path, line.number) + ": a JSON " + j.type_name() +
                                ", not an object (each line is one example: {\"messages\": ...}, "
@@ -156,11 +158,29 @@ Example prompt_completion_example(const Json& j, const std::string& at, const To
   return e;
 }
 
+// Whether a message calls tools: a "tool_calls" list that is not empty (anything else but null
+// is refused).
+bool calls_tools(const Json& m, const std::string& here) {
+  const auto it = m.find("tool_calls");
+  if (it == m.end() || it->is_null()) return false;
+  if (!it->is_array()) {
+    throw std::runtime_error(here + ": \"tool_calls\" is a JSON " + std::string(it->type_name()) +
+                             ", not a list of {\"type\": \"function\", \"function\": ...} "
+                             "objects");
+  }
+  return !it->empty();
+}
+
 // A message's content: a string, or a list of text parts [{"type": "text", "text": ...}] (the
 // form multimodal templates take); another part type is refused, since the model reads text only.
-ChatMessage content_of(const Json& m, const std::string& here) {
+// An answer that calls tools may have none (null or no "content"), as transformers' own examples
+// write it; the template then gets it so.
+ChatMessage content_of(const Json& m, const std::string& role, bool calls,
+                       const std::string& here) {
   ChatMessage msg;
   const auto it = m.find("content");
+  const bool none = it == m.end() || it->is_null();
+  if (none && role == "assistant" && calls) return msg;
   if (it == m.end() || it->is_string()) {
     msg.content = text_field(m, "content", here);
     return msg;
@@ -168,7 +188,8 @@ ChatMessage content_of(const Json& m, const std::string& here) {
   if (!it->is_array()) {
     throw std::runtime_error(here + ": \"content\" is a JSON " + std::string(it->type_name()) +
                              ", neither a string nor a list of {\"type\": \"text\", \"text\": "
-                             "...} parts");
+                             "...} parts" +
+                             (it->is_null() ? " (null only where an answer calls tools)" : ""));
   }
   msg.parts.emplace();
   for (size_t k = 0; k < it->size(); ++k) {
@@ -195,14 +216,16 @@ ChatMessage content_of(const Json& m, const std::string& here) {
   return msg;
 }
 
-std::vector<ChatMessage> messages_of(const Json& j, const std::string& at) {
+// A {"messages": [...]} line's conversation; the template gets each message's object as it is,
+// and the line's "tools" (a list of JSON schemas) as its `tools`.
+Conversation conversation_of(const Json& j, const std::string& at) {
   const auto it = j.find("messages");
   if (it == j.end()) throw std::runtime_error(at + ": no \"messages\" field");
   if (!it->is_array()) {
     throw std::runtime_error(at + ": \"messages\" is a JSON " + std::string(it->type_name()) +
                              ", not a list of {\"role\", \"content\"} objects");
   }
-  std::vector<ChatMessage> out;
+  Conversation out;
   for (size_t i = 0; i < it->size(); ++i) {
     const Json& m = (*it)[i];
     const std::string here = at + ": messages[" + std::to_string(i) + "]";
@@ -210,16 +233,25 @@ std::vector<ChatMessage> messages_of(const Json& j, const std::string& at) {
       throw std::runtime_error(here + " is a JSON " + std::string(m.type_name()) +
                                ", not a {\"role\", \"content\"} object");
     }
-    std::string role = text_field(m, "role", here);
-    ChatMessage msg = content_of(m, here);
-    msg.role = std::move(role);
-    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant") {
-      throw std::runtime_error(here + ": role '" + msg.role +
-                               "' is not one of system, user, assistant");
+    const std::string role = text_field(m, "role", here);
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      throw std::runtime_error(here + ": role '" + role +
+                               "' is not one of system, user, assistant, tool");
     }
-    out.push_back(std::move(msg));
+    ChatMessage msg = content_of(m, role, calls_tools(m, here), here);
+    msg.role = role;
+    msg.json = m.dump();
+    out.messages.push_back(std::move(msg));
   }
-  if (out.empty()) throw std::runtime_error(at + ": \"messages\" is empty");
+  if (out.messages.empty()) throw std::runtime_error(at + ": \"messages\" is empty");
+  const auto tools = j.find("tools");
+  if (tools != j.end() && !tools->is_null()) {
+    if (!tools->is_array()) {
+      throw std::runtime_error(at + ": \"tools\" is a JSON " + std::string(tools->type_name()) +
+                               ", not a list of tools (JSON schemas)");
+    }
+    out.variables.emplace("tools", ChatValue::json(tools->dump()));
+  }
   return out;
 }
 
@@ -228,14 +260,14 @@ std::vector<ChatMessage> messages_of(const Json& j, const std::string& at) {
 // where its own rendering ends (ChatTemplate::render_with_spans). With kLastAssistant and an
 // answer last, only that answer, whose end is the text's: a template that rewrites earlier turns
 // (Qwen3 drops their reasoning) still has it.
-std::vector<std::pair<size_t, size_t>> answer_spans(const std::vector<ChatMessage>& messages,
-                                                    const std::string& whole,
+std::vector<std::pair<size_t, size_t>> answer_spans(const Conversation& c, const std::string& whole,
                                                     const ChatTemplate& chat, TrainOn train_on,
                                                     const std::string& at) {
+  const std::vector<ChatMessage>& messages = c.messages;
   const bool last_only = train_on == TrainOn::kLastAssistant;
   if (last_only && messages.back().role == "assistant") {
     const std::vector<ChatMessage> before(messages.begin(), messages.end() - 1);
-    const std::string asked = chat.render(before, /*add_generation_prompt=*/true);
+    const std::string asked = chat.render(before, /*add_generation_prompt=*/true, c.variables);
     if (whole.compare(0, asked.size(), asked) != 0) {
       throw std::runtime_error(at +
                                ": the chat template renders the conversation before its "
@@ -246,7 +278,7 @@ std::vector<std::pair<size_t, size_t>> answer_spans(const std::vector<ChatMessag
   }
   std::vector<std::pair<size_t, size_t>> spans;
   try {
-    spans = chat.render_with_spans(messages).assistant_spans;
+    spans = chat.render_with_spans(messages, c.variables).assistant_spans;
   } catch (const ChatTemplateError& e) {
     throw std::runtime_error(at + ": " + e.what() +
                              "; use data.train_on last_assistant (with the answer last) or all");
@@ -255,9 +287,25 @@ std::vector<std::pair<size_t, size_t>> answer_spans(const std::vector<ChatMessag
   return spans;
 }
 
+// Why a template may have failed on a conversation, where the data's form is the likely cause.
+std::string likely_cause(const std::vector<ChatMessage>& messages) {
+  for (const ChatMessage& m : messages) {
+    if (m.parts)
+      return " (a message's content is a list of parts; this template may take string "
+             "content only)";
+  }
+  for (const ChatMessage& m : messages) {
+    if (!m.parts && m.role == "assistant" && m.content.empty() && !m.json.empty() &&
+        !Json::parse(m.json).value("content", Json()).is_string())
+      return " (an answer that calls tools has no content; this template may need \"\" there)";
+  }
+  return "";
+}
+
 Example messages_example(const Json& j, const std::string& at, const Tokenizer& tok,
                          const ChatTemplate& chat, TrainOn train_on) {
-  const std::vector<ChatMessage> messages = messages_of(j, at);
+  const Conversation c = conversation_of(j, at);
+  const std::vector<ChatMessage>& messages = c.messages;
   const bool answered = std::any_of(messages.begin(), messages.end(),
                                     [](const ChatMessage& m) { return m.role == "assistant"; });
   if (!answered && train_on != TrainOn::kAll) {
@@ -267,18 +315,13 @@ Example messages_example(const Json& j, const std::string& at, const Tokenizer& 
   Example e;
   std::string whole;
   try {
-    whole = chat.render(messages, /*add_generation_prompt=*/false);
-    chat.check_parts_rendered(messages, whole);
+    whole = chat.render(messages, /*add_generation_prompt=*/false, c.variables);
+    chat.check_rendering(messages, whole, /*add_generation_prompt=*/false, c.variables);
   } catch (const ChatTemplateError& err) {
-    // Most templates written for string content fail on a list of parts (Qwen's adds it to a
-    // string): the error names the template's line, this says why.
-    const bool parts = std::any_of(messages.begin(), messages.end(),
-                                   [](const ChatMessage& m) { return m.parts.has_value(); });
+    // Templates written for string content fail on a list of parts or a null content (Qwen's
+    // adds it to a string): the error names the template's line, this says why.
     throw std::runtime_error(at + ": " + err.what() +
-                             (parts && !err.raised() && err.line() > 0
-                                  ? " (a message's content is a list of parts; this template may "
-                                    "take string content only)"
-                                  : ""));
+                             (!err.raised() && err.line() > 0 ? likely_cause(messages) : ""));
   }
   e.ids = tok.encode(whole);
   if (train_on == TrainOn::kAll) {
@@ -288,7 +331,7 @@ Example messages_example(const Json& j, const std::string& at, const Tokenizer& 
   // Token boundaries are the token counts of the text's prefixes, TRL's rule; a prefix whose
   // tokens are not the start of the whole's (a merge across the boundary) is counted for the log.
   std::vector<std::pair<size_t, size_t>> spans;
-  for (const auto& [from, to] : answer_spans(messages, whole, chat, train_on, at)) {
+  for (const auto& [from, to] : answer_spans(c, whole, chat, train_on, at)) {
     const std::vector<int32_t> asked = tok.encode(std::string_view(whole).substr(0, from));
     e.boundary_mismatch |= !std::equal(asked.begin(), asked.end(), e.ids.begin());
     const size_t end = to == whole.size()
@@ -455,7 +498,7 @@ DataFormat detect_format(const std::string& source, DataFormat requested) {
   }
   DataFormat found = DataFormat::kText;
   for_each_line(source, [&](const Line& line) {
-    const Json j = json_bounds::parse_or_discard(line.text);
+    const Json j = json_bounds::parse_or_discard<Json>(line.text);
     if (!j.is_object()) return false;  // text that starts with a brace
     if (j.contains("messages")) {
       found = DataFormat::kMessages;
@@ -478,10 +521,10 @@ DataFormat detect_format(const std::string& source, DataFormat requested) {
   return found;
 }
 
-std::vector<std::vector<ChatMessage>> read_conversations(const std::string& path) {
-  std::vector<std::vector<ChatMessage>> out;
+std::vector<Conversation> read_conversations(const std::string& path) {
+  std::vector<Conversation> out;
   for_each_line(path, [&](const Line& line) {
-    out.push_back(messages_of(parse_line(line, path), where(path, line.number)));
+    out.push_back(conversation_of(parse_line(line, path), where(path, line.number)));
     return true;
   });
   return out;

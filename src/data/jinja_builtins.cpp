@@ -524,6 +524,7 @@ Args rest(const Args& a, size_t skip) {
 Value f_map(Renderer& r, const Value& v, Args& a, int line) {
   const Value attr = arg(a, SIZE_MAX, "attribute");
   std::vector<Value> out;
+  if (!truthy(v)) return make_iterator(std::move(out));  // jinja2: `if value:`, so None maps to []
   for (const Value& x : iterate(r, v, line)) {
     charge(r, 1, line);
     if (!attr.is_undefined()) {
@@ -542,6 +543,7 @@ Value f_map(Renderer& r, const Value& v, Args& a, int line) {
 // the attribute's truth).
 Value select_impl(Renderer& r, const Value& v, Args& a, int line, bool attr, bool keep) {
   std::vector<Value> out;
+  if (!truthy(v)) return make_iterator(std::move(out));  // as jinja2's: None selects nothing
   const size_t test_at = attr ? 1 : 0;
   for (const Value& x : iterate(r, v, line)) {
     charge(r, 1, line);

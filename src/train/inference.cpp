@@ -310,8 +310,8 @@ std::vector<SampleInput> sample_inputs(const SampleOptions& o, const TrainConfig
   for (const std::string& p : o.prompts) {
     in.push_back({"prompt", encode_prompt(tokenizer, p, c.data.tokenizer_dir)});
   }
-  std::vector<std::vector<data::ChatMessage>> chats;
-  for (const std::string& text : o.chats) chats.push_back({{"user", text}});
+  std::vector<data::Conversation> chats;
+  for (const std::string& text : o.chats) chats.push_back({{{"user", text}}, {}});
   if (!o.chat_file.empty()) {
     try {
       for (auto& conversation : data::read_conversations(o.chat_file)) {
@@ -325,9 +325,10 @@ std::vector<SampleInput> sample_inputs(const SampleOptions& o, const TrainConfig
     const data::ChatTemplate chat = data::ChatTemplate::from_folder(c.data.tokenizer_dir);
     for (size_t i = 0; i < chats.size(); ++i) {
       // apply_chat_template(tokenize=True): the template writes its own BOS.
-      const std::string text = chat.render(chats[i], /*add_generation_prompt=*/true);
+      const data::Conversation& c = chats[i];
+      const std::string text = chat.render(c.messages, /*add_generation_prompt=*/true, c.variables);
       try {
-        chat.check_parts_rendered(chats[i], text);
+        chat.check_rendering(c.messages, text, /*add_generation_prompt=*/true, c.variables);
       } catch (const data::ChatTemplateError& e) {
         throw std::invalid_argument("sample: --chat-file " + o.chat_file + ", conversation " +
                                     std::to_string(i + 1 - o.chats.size()) + ": " + e.what());

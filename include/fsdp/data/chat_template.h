@@ -2,9 +2,9 @@
 // as transformers' tokenizer.apply_chat_template(messages, tokenize=False,
 // add_generation_prompt=...) renders it. The template is the model folder's own (Jinja), run by
 // our engine (src/data/jinja.h, a subset of Jinja: docs/chat.md) in the environment transformers
-// gives it: messages, add_generation_prompt, tools and documents (None), the tokenizer's named
-// special tokens (bos_token, eos_token, ...), raise_exception() and strftime_now(), and any extra
-// variables the caller passes (date_string, enable_thinking, ...).
+// gives it: messages, add_generation_prompt, tools and documents (None unless passed), the
+// tokenizer's named special tokens (bos_token, eos_token, ...), raise_exception() and
+// strftime_now(), and any extra variables the caller passes (date_string, enable_thinking, ...).
 //
 // A template is parsed once, when loaded: a construct outside the subset is a ChatTemplateError
 // then, naming the construct, the file and the line. Rendering a parsed template is const and may
@@ -27,6 +27,9 @@ namespace fsdp::data {
 // a list of parts [{"type": "text", "text": ...}, ...]: `parts` then holds the text of each (text
 // parts only: fsdp.cpp trains text models) and the template gets that list, as transformers
 // passes it; `content` is unused.
+// A message read from a dataset keeps its JSON object in `json`, and the template gets that
+// object as it is (transformers passes the dataset's dicts): its tool_calls, name, tool_call_id
+// or a content of null reach the template; role, content and parts then only describe it.
 struct ChatMessage {
   ChatMessage() = default;
   ChatMessage(std::string role, std::string content)
@@ -35,13 +38,20 @@ struct ChatMessage {
   std::string role;  // "system", "user", "assistant", "tool", ...
   std::string content;
   std::optional<std::vector<std::string>> parts;
+  std::string json;  // the message as a JSON object, when it came as one
 };
 
 // An extra template variable: a string, a boolean, an integer or a float (a constructor each,
-// so that a string literal never turns into a boolean).
+// so that a string literal never turns into a boolean), or any JSON value given as its text
+// (ChatValue::json: `tools`, a list of JSON schemas, say).
 class ChatValue {
  public:
-  enum class Type { kString, kBool, kInt, kFloat };
+  enum class Type { kString, kBool, kInt, kFloat, kJson };
+  static ChatValue json(std::string text) {
+    ChatValue v(std::move(text));
+    v.type_ = Type::kJson;
+    return v;
+  }
   ChatValue(const char* s) : type_(Type::kString), s_(s) {}  // NOLINT: implicit on purpose
   ChatValue(std::string s) : type_(Type::kString), s_(std::move(s)) {}  // NOLINT
   ChatValue(bool b) : type_(Type::kBool), b_(b) {}                      // NOLINT
@@ -49,7 +59,7 @@ class ChatValue {
   ChatValue(int64_t i) : type_(Type::kInt), i_(i) {}                    // NOLINT
   ChatValue(double f) : type_(Type::kFloat), f_(f) {}                   // NOLINT
   Type type() const { return type_; }
-  const std::string& str() const { return s_; }
+  const std::string& str() const { return s_; }  // kString; kJson: the JSON text
   bool boolean() const { return b_; }
   int64_t integer() const { return i_; }
   double real() const { return f_; }
@@ -122,14 +132,17 @@ class ChatTemplate {
   ChatRendering render_with_spans(const std::vector<ChatMessage>& messages,
                                   const ChatVariables& extra = {}) const;
 
-  // Whether `text`, the rendering of `messages`, holds the words of each message given as parts:
-  // transformers passes the list to the template as it is, and a template written for string
-  // content prints it in Python's form (`content | trim`: "[{'type': 'text', ...}]") or leaves it
-  // out (Qwen3's renders content that is not a string as ""), so the model would learn something
-  // else than the conversation. Throws ChatTemplateError naming the message and what happened
-  // when the list's Python form is in `text`, or a part's text (stripped) is not in it, in order.
-  void check_parts_rendered(const std::vector<ChatMessage>& messages,
-                            const std::string& text) const;
+  // Whether `text`, render(messages, ..., extra), holds what the conversation gives, where
+  // transformers renders whatever the template makes of it and a model would learn something else
+  // than the conversation. Throws ChatTemplateError naming the message and what the template did:
+  //  - content given as parts: a template written for string content prints the list in
+  //    Python's form (`content | trim`: "[{'type': 'text', ...}]") or leaves it out (Qwen3's
+  //    renders content that is not a string as ""): refused when the list's Python form is in
+  //    `text`, or a part's text (stripped) is not, in order;
+  //  - tool calls (a message's "tool_calls"), and the tools `extra` offers: a template without
+  //    tool support (Phi-3.5's, SmolLM2's) renders the conversation the same without them.
+  void check_rendering(const std::vector<ChatMessage>& messages, const std::string& text,
+                       bool add_generation_prompt, const ChatVariables& extra = {}) const;
 
   // Whether the template marks assistant text with {% generation %} tags (rendered as their body).
   bool has_generation_tags() const;
@@ -139,6 +152,8 @@ class ChatTemplate {
 
  private:
   explicit ChatTemplate(std::shared_ptr<const ChatTemplateImpl> impl) : impl_(std::move(impl)) {}
+  bool renders_as(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                  const ChatVariables& extra, const std::string& text) const;
   std::shared_ptr<const ChatTemplateImpl> impl_;
 };
 

@@ -92,10 +92,17 @@ struct ExampleCorpus {
 // object with none of those fields, naming the file and the fields it has.
 DataFormat detect_format(const std::string& source, DataFormat requested);
 
+// A {"messages": [...]} line: its messages (each with its JSON object), and what else the line
+// gives the template: "tools" (a list of JSON schemas) as `tools`.
+struct Conversation {
+  std::vector<ChatMessage> messages;
+  ChatVariables variables;
+};
+
 // The conversations of a JSONL file of {"messages": [...]} lines, checked as training data is
-// (roles system, user, assistant; contents strings or lists of text parts); throws
-// std::runtime_error naming the line.
-std::vector<std::vector<ChatMessage>> read_conversations(const std::string& path);
+// (roles system, user, assistant, tool; contents strings or lists of text parts, none where an
+// answer calls tools); throws std::runtime_error naming the line.
+std::vector<Conversation> read_conversations(const std::string& path);
 
 // Tokenizes `source` (a JSONL file in options.format, not kAuto or kText) into the cache, or finds
 // it there. Throws as described above.

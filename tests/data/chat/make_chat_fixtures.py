@@ -95,7 +95,32 @@ CONVERSATIONS.update({
                      msg("assistant", "Hello."), msg("user", text()),
                      msg("assistant", text("Goodbye", " now."))],
 })
-WIDE = ["system", "multi_turn"]  # for the rest of the package's templates
+
+# A tool call and its answer, with the tools the conversation offers (transformers' `tools`, JSON
+# schemas): each template writes them its own way (Llama 3.1's JSON in the user turn, Qwen's
+# <tool_call> tags); an answer that only calls a tool has no content (None) in the first, and an
+# empty string in the second.
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "The city's name."},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "required": ["city"]}}}
+CALL = {"type": "function", "id": "call00001",
+        "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}}
+CONVERSATIONS.update({
+    "tool_call": [msg("user", "Weather in Paris?"),
+                  {"role": "assistant", "content": None, "tool_calls": [CALL]},
+                  {"role": "tool", "name": "get_weather", "tool_call_id": "call00001",
+                   "content": "{\"temperature\": 21}"},
+                  msg("assistant", "21 degrees in Paris.")],
+    "tool_call_text": [msg("system", "Use tools."), msg("user", "Weather in Paris?"),
+                       {"role": "assistant", "content": "", "tool_calls": [CALL]},
+                       {"role": "tool", "name": "get_weather", "tool_call_id": "call00001",
+                        "content": "21"}],
+})
+TOOLS = {"tool_call": [WEATHER], "tool_call_text": [WEATHER]}
+WIDE = ["system", "multi_turn", "tool_call"]  # for the rest of the package's templates
 
 
 def render(template, messages, agp, tokens, extra):
@@ -123,8 +148,10 @@ def main():
     def add(family, model, tokens, extras, conversations):
         template = by_model[model]
         sha = hashlib.sha256(template.encode("utf-8")).hexdigest()
-        for extra in extras:
+        for extra_set in extras:
             for name in conversations:
+                # A conversation's tools go in as render_jinja_template's `tools`.
+                extra = dict(extra_set, **({"tools": TOOLS[name]} if name in TOOLS else {}))
                 for agp in (False, True):
                     case = {"family": family, "model": model, "sha256": sha, "tokens": tokens,
                             "extra": extra, "conversation": name, "add_generation_prompt": agp}
@@ -142,6 +169,7 @@ def main():
                      f" render_jinja_template, jinja2 {jinja2.__version__}",
         "templates": source,
         "families": {f: m for f, (m, _, _) in FAMILIES.items()},
+        "tools": [WEATHER],
         "conversations": CONVERSATIONS,
         # The day strftime_now() rendered (templates such as Granite's and Devstral's print it):
         # the test renders as of noon UTC that day (SOURCE_DATE_EPOCH).
