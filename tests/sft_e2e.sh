@@ -77,6 +77,15 @@ for data in prompt_completion messages; do
     fail "$data: data.train_on all gave $all, the answers-only loss $packed"
 done
 
+# Tool-calling conversations (the tool offered, a call, its result, the answer): one step at 2
+# ranks with accumulation, every row in it.
+if [[ -f $FIX/messages_tools.jsonl ]]; then
+  n=$(rows messages_tools)
+  D=(--data.dataset "$FIX/messages_tools.jsonl" --data.seq_len "$(ref messages_tools seq_len)")
+  check "messages_tools np2 accum2" "$(first_loss tools-2a 2 $((n / 4)) 2 "${D[@]}" | tail -1)" \
+    "$(ref messages_tools loss_packed)"
+fi
+
 # A short SFT run of the conversations: 6 steps straight, and 3 then resumed for 3 at 2 ranks,
 # bitwise the same (the packed rows' order is a loader state like the windows'); then the export
 # answers `sample --chat` through the template, stopping at the EOS ids of its

@@ -2,7 +2,8 @@
 
 A small Llama with the llama3 fixture's tokenizer (plus Llama 3's header and end-of-turn special
 tokens and, when given, a published chat template), a prompt/completion JSONL file and, with a
-template, a conversation JSONL file. reference.json holds, for each file:
+template, two conversation JSONL files (the second with a tool call, its result and the tool
+offered). reference.json holds, for each file:
   - every example's token ids and target flags, made the way the data layer documents
     (fsdp/data/examples.h): prompt/completion as TRL does it (tokenizer(prompt + completion) with
     special tokens, then EOS; the prompt's own token count marks where the loss starts), and
@@ -24,7 +25,8 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-SEQ_LEN = {"prompt_completion": 64, "messages": 256}  # Llama 3's system header alone is ~40
+# Llama 3's system header alone is ~40 tokens; with a tool, its instructions and schema ~450.
+SEQ_LEN = {"prompt_completion": 64, "messages": 256, "messages_tools": 1024}
 WORDS = ("the of and to in a is that for it as was with be by on not he this are or his from at "
          "which nation people war peace congress union year government").split()
 UNICODE = ["naïve café", "日本語のテキスト", "emoji 🎉 here", "Ωμέγα"]
@@ -77,19 +79,50 @@ def conversations(tok, rng, count):
             messages += [{"role": "user", "content": question},
                          {"role": "assistant", "content": answer}]
         lines.append({"messages": messages})
-        ids = tok.apply_chat_template(messages, tokenize=True, return_dict=False)
-        flags = [0] * len(ids)
-        for k, m in enumerate(messages):
-            if m["role"] != "assistant":
-                continue
-            start = len(tok.apply_chat_template(messages[:k], tokenize=True, return_dict=False,
-                                                add_generation_prompt=True))
-            end = len(tok.apply_chat_template(messages[:k + 1], tokenize=True,
-                                              return_dict=False))
-            for j in range(max(start, 1), end):
-                flags[j] = 1
-        flags[0] = 2
-        examples.append({"ids": ids, "flags": flags})
+        examples.append(chat_example(tok, messages))
+    return lines, examples
+
+
+def chat_example(tok, messages, tools=None):
+    """apply_chat_template's ids; targets each assistant turn: the tokens between the renderings
+    of messages[:k] with the generation prompt and of messages[:k + 1]."""
+    ids = tok.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=False)
+    flags = [0] * len(ids)
+    for k, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        start = len(tok.apply_chat_template(messages[:k], tools=tools, tokenize=True,
+                                            return_dict=False, add_generation_prompt=True))
+        end = len(tok.apply_chat_template(messages[:k + 1], tools=tools, tokenize=True,
+                                          return_dict=False))
+        for j in range(max(start, 1), end):
+            flags[j] = 1
+    flags[0] = 2
+    return {"ids": ids, "flags": flags}
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "find_address", "description": "The State of the Union address of a year.",
+    "parameters": {"type": "object", "properties": {"year": {"type": "integer"}},
+                   "required": ["year"]}}}]
+
+
+def tool_conversations(tok, rng, count):
+    """A question, an answer that calls the tool (content null or empty), the tool's result and
+    the answer after it; the line offers the tool (transformers' `tools`)."""
+    lines, examples = [], []
+    for i in range(count):
+        question = " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 8))) + "?"
+        call = {"type": "function",
+                "function": {"name": "find_address", "arguments": {"year": 1790 + rng.randint(0, 230)}}}
+        result = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 10)))
+        answer = " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 10)))
+        messages = [{"role": "user", "content": question},
+                    {"role": "assistant", "content": None if i % 2 else "", "tool_calls": [call]},
+                    {"role": "tool", "content": result},
+                    {"role": "assistant", "content": answer}]
+        lines.append({"messages": messages, "tools": TOOLS})
+        examples.append(chat_example(tok, messages, TOOLS))
     return lines, examples
 
 
@@ -152,7 +185,7 @@ def sft_fixture(out, chat_template=None):
     torch.manual_seed(1717)
     config = transformers.AutoConfig.for_model(
         "llama", vocab_size=2048, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
         initializer_range=0.1, tie_word_embeddings=False, rope_theta=500000.0,
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
@@ -168,7 +201,7 @@ def sft_fixture(out, chat_template=None):
            "torch_version": torch.__version__, "cases": {}}
     cases = [("prompt_completion", prompt_completion)]
     if chat_template:
-        cases.append(("messages", conversations))
+        cases += [("messages", conversations), ("messages_tools", tool_conversations)]
     for name, make in cases:
         lines, case = make_case(model, tok, make, 7, SEQ_LEN[name])
         case["seq_len"] = SEQ_LEN[name]
