@@ -274,11 +274,21 @@ data::ExampleCorpus prepare_with(const fs::path& dir, const fs::path& tokenizer,
   return data::prepare_examples(file.string(), o);
 }
 
+// What prepare_with refuses `text` with, or "no error".
+std::string prepare_error(const fs::path& dir, const fs::path& tokenizer, const std::string& text) {
+  try {
+    prepare_with(dir, tokenizer, "bad.jsonl", text);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 // Through Gemma 3's published template, which takes content as a string or as parts (a system
 // message only as parts: it reads content[0].text), the same words give the same tokens and the
-// same targets either way. Through Llama 3.1's, written for
-// strings (it prints the list in Python's form, as transformers would train on), the line is
-// refused; so are parts other than text, and content of another type.
+// same targets either way. Through Llama 3.1's, written for strings (it prints the list in
+// Python's form, as transformers would train on), the line is refused; so are parts other than
+// text, and content of another type.
 TEST(Sft, ContentAsTextPartsTrainsOnItsWords) {
   if (!fs::exists(fs::path(FSDP_CHAT_TEMPLATES_DIR) / "templates.json"))
     GTEST_SKIP() << "run scripts/fetch_assets.sh for " << FSDP_CHAT_TEMPLATES_DIR;
@@ -296,13 +306,8 @@ TEST(Sft, ContentAsTextPartsTrainsOnItsWords) {
             data::TokenFile::open(a.train.flags_path).tokens());
 
   const fs::path llama = tokenizer_with_template(dir.path / "llama3.1", "library/llama3.1:8b");
-  const auto error = [&](const fs::path& tokenizer, const std::string& text) -> std::string {
-    try {
-      prepare_with(dir.path, tokenizer, "bad.jsonl", text);
-    } catch (const std::exception& e) {
-      return e.what();
-    }
-    return "no error";
+  const auto error = [&](const fs::path& tokenizer, const std::string& text) {
+    return prepare_error(dir.path, tokenizer, text);
   };
   const std::string llama_error = error(llama, as_parts(kSft / "messages.jsonl"));
   EXPECT_NE(llama_error.find("bad.jsonl' line 1: "), std::string::npos) << llama_error;
@@ -378,14 +383,7 @@ TEST(Sft, ToolCallsAreTrainedOnAndTheirResultsAreNot) {
       << whole;  // the tools, their keys in the file's order
   EXPECT_NE(whole.find("<tool_response>\nsunny and 21\n</tool_response>"), std::string::npos);
 
-  const auto error = [&](const std::string& text) -> std::string {
-    try {
-      prepare_with(dir.path, qwen, "bad.jsonl", text);
-    } catch (const std::exception& e) {
-      return e.what();
-    }
-    return "no error";
-  };
+  const auto error = [&](const std::string& text) { return prepare_error(dir.path, qwen, text); };
   const std::string user = R"({"messages": [{"role": "user", "content": "x"}, )";
   EXPECT_NE(error(user + R"({"role": "assistant", "content": null}]})"
                          "\n")

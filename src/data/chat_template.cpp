@@ -5,7 +5,7 @@
 #include "fsdp/data/chat_template.h"
 
 #include <algorithm>
-#include <climits>
+#include <cstdint>
 #include <filesystem>
 #include <string_view>
 

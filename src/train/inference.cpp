@@ -325,10 +325,11 @@ std::vector<SampleInput> sample_inputs(const SampleOptions& o, const TrainConfig
     const data::ChatTemplate chat = data::ChatTemplate::from_folder(c.data.tokenizer_dir);
     for (size_t i = 0; i < chats.size(); ++i) {
       // apply_chat_template(tokenize=True): the template writes its own BOS.
-      const data::Conversation& c = chats[i];
-      const std::string text = chat.render(c.messages, /*add_generation_prompt=*/true, c.variables);
+      const data::Conversation& conv = chats[i];
+      const std::string text =
+          chat.render(conv.messages, /*add_generation_prompt=*/true, conv.variables);
       try {
-        chat.check_rendering(c.messages, text, /*add_generation_prompt=*/true, c.variables);
+        chat.check_rendering(conv.messages, text, /*add_generation_prompt=*/true, conv.variables);
       } catch (const data::ChatTemplateError& e) {
         throw std::invalid_argument("sample: --chat-file " + o.chat_file + ", conversation " +
                                     std::to_string(i + 1 - o.chats.size()) + ": " + e.what());

@@ -136,9 +136,9 @@ class ChatTemplate {
   // transformers renders whatever the template makes of it and a model would learn something else
   // than the conversation. Throws ChatTemplateError naming the message and what the template did:
   //  - content given as parts: a template written for string content prints the list in
-  //    Python's form (`content | trim`: "[{'type': 'text', ...}]") or leaves it out (Qwen3's
-  //    renders content that is not a string as ""): refused when the list's Python form is in
-  //    `text`, or a part's text (stripped) is not, in order;
+  //    Python's form (Llama 3's `content | trim`: "[{'type': 'text', ...}]") or leaves it out
+  //    (one that renders content that is not a string as ""): refused when the list's Python
+  //    form is in `text`, or a part's text (stripped) is not, in order;
   //  - tool calls (a message's "tool_calls"), and the tools `extra` offers: a template without
   //    tool support (Phi-3.5's, SmolLM2's) renders the conversation the same without them.
   void check_rendering(const std::vector<ChatMessage>& messages, const std::string& text,
