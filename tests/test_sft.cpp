@@ -147,7 +147,7 @@ TEST(Sft, LossIsTransformersPackedAndPadded) {
   const TrainConfig c = load_config("",
                                     {{"model.pretrained", (kSft / "model").string()},
                                      {"model.attention", "explicit"},
-                                     {"data.seq_len", "1024"}},  // the context the cases' rows need
+                                     {"data.seq_len", "640"}},  // the context the cases' rows need
                                     {}, hf::read_folder_settings);
   const CausalLM lm = load_model(c);
   for (const Case& k : cases()) {

@@ -25,8 +25,9 @@ import torch
 import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-# Llama 3's system header alone is ~40 tokens; with a tool, its instructions and schema ~450.
-SEQ_LEN = {"prompt_completion": 64, "messages": 256, "messages_tools": 1024}
+# Llama 3's system header alone is ~40 tokens; with a tool, its instructions and schema ~450
+# (the tool case's examples: up to 564 tokens, one a row).
+SEQ_LEN = {"prompt_completion": 64, "messages": 256, "messages_tools": 640}
 WORDS = ("the of and to in a is that for it as was with be by on not he this are or his from at "
          "which nation people war peace congress union year government").split()
 UNICODE = ["naïve café", "日本語のテキスト", "emoji 🎉 here", "Ωμέγα"]
