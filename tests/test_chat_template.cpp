@@ -147,6 +147,13 @@ ChatTemplate family_template(const std::string& model, const Json& tokens) {
                                    tokens.get<std::map<std::string, std::string>>(), model);
 }
 
+// The special tokens the goldens give a family's template (its tokenizer_config.json's).
+Json family_tokens(const std::string& model) {
+  for (const auto& c : goldens().file["cases"])
+    if (c["model"] == model) return c["tokens"];
+  return Json::object();
+}
+
 // One case: "" when ours agrees, else what differs.
 std::string check_case(const Json& c) {
   const std::string model = c["model"];
@@ -219,10 +226,7 @@ TEST(ChatGoldens, AssistantSpansByPrefixes) {
   size_t spans = 0;
   for (auto it = families.begin(); it != families.end(); ++it) {
     const std::string model = it.value();
-    Json tokens;
-    for (const auto& c : goldens().file["cases"])
-      if (c["model"] == model) tokens = c["tokens"];
-    const ChatTemplate t = family_template(model, tokens);
+    const ChatTemplate t = family_template(model, family_tokens(model));
     const ChatVariables extra = {{"date_string", "26 Jul 2024"}};
     for (const char* name : {"multi_turn", "system_answered", "unicode"}) {
       const std::vector<ChatMessage> conv = conversation(name);
@@ -274,7 +278,7 @@ TEST(ChatGoldens, PartsOfEachFamilyAreRenderedOrRefused) {
   const auto& families = goldens().file["families"];
   std::set<std::string> rendered, refused;
   for (auto it = families.begin(); it != families.end(); ++it) {
-    const ChatTemplate t = family_template(it.value(), Json::object());
+    const ChatTemplate t = family_template(it.value(), family_tokens(it.value()));
     const ChatVariables extra = {{"date_string", "26 Jul 2024"}};
     const std::vector<ChatMessage> parts = conversation("parts");
     std::string text;
@@ -306,7 +310,7 @@ TEST(ChatGoldens, ToolCallsOfEachFamilyAreTrainedOnOrRefused) {
   const auto& families = goldens().file["families"];
   std::set<std::string> trained;
   for (auto it = families.begin(); it != families.end(); ++it) {
-    const ChatTemplate t = family_template(it.value(), Json::object());
+    const ChatTemplate t = family_template(it.value(), family_tokens(it.value()));
     ChatVariables extra = {{"date_string", "26 Jul 2024"}};
     extra.emplace("tools", ChatValue::json(goldens().file["tools"].dump()));
     for (const char* name : {"tool_call", "tool_call_text"}) {
