@@ -271,8 +271,8 @@ TEST(ChatGoldens, AssistantSpansByPrefixes) {
 
 // The families' templates on the same words as parts: a template written for them (Gemma 3's)
 // passes the check and renders what it renders for string content; one written for strings only
-// (Llama 3's prints the list, Qwen3's drops it) is refused, where transformers would have trained
-// on that text.
+// (Llama 3's prints the list, where transformers would have trained on that text; Qwen's fail on
+// it) is refused.
 TEST(ChatGoldens, PartsOfEachFamilyAreRenderedOrRefused) {
   if (!assets_present()) GTEST_SKIP() << "run scripts/fetch_assets.sh for " << kAssets;
   const auto& families = goldens().file["families"];
@@ -285,7 +285,7 @@ TEST(ChatGoldens, PartsOfEachFamilyAreRenderedOrRefused) {
     try {
       text = t.render(parts, false, extra);
       t.check_rendering(parts, text, false, extra);
-    } catch (const ChatTemplateError& e) {
+    } catch (const ChatTemplateError&) {
       refused.insert(it.key());
       continue;
     }
@@ -298,7 +298,7 @@ TEST(ChatGoldens, PartsOfEachFamilyAreRenderedOrRefused) {
             << " others\n";
   EXPECT_TRUE(rendered.count("gemma3")) << "Gemma 3's template renders parts";
   EXPECT_TRUE(refused.count("llama3.1")) << "Llama 3.1's prints the list";
-  EXPECT_TRUE(refused.count("qwen3")) << "Qwen3's drops it";
+  EXPECT_TRUE(refused.count("qwen3")) << "Qwen3's adds it to a string";
 }
 
 // Tool calls through the families' templates: where a template renders them, the assistant spans
@@ -319,7 +319,7 @@ TEST(ChatGoldens, ToolCallsOfEachFamilyAreTrainedOnOrRefused) {
       try {
         r = t.render_with_spans(conv, extra);
         t.check_rendering(conv, r.text, false, extra);
-      } catch (const ChatTemplateError& e) {
+      } catch (const ChatTemplateError&) {
         continue;  // raised, failed on a null content, refused, or (Qwen3) not prefix-stable
       }
       trained.insert(it.key() + " " + name);
@@ -746,7 +746,7 @@ TEST(ChatTemplate, PartsAreRenderedOrRefused) {
   EXPECT_EQ(parts_error(trim, ms),
             "trim.jinja: message 0 has its content as a list of parts, and the template prints "
             "that list as a string (it expects string content): give the content as a string");
-  // Qwen3's way: content that is not a string rendered as "".
+  // A template that renders content that is not a string as "".
   const ChatTemplate dropped = ChatTemplate::from_string(
       "{% for m in messages %}<{{ m.role }}>{% if m.content is string %}{{ m.content }}"
       "{% endif %}{% endfor %}",
