@@ -5,7 +5,9 @@
 # (Llama 3.2, Qwen2.5, Qwen3, SmolLM2, Mistral, Phi-3.5, Phi-4-mini, Gemma 3); fsdp-train
 # fine-tunes each on the bundled conversations on 2 ranks, loss on the answers, packed, and exports
 # it; `fsdp-train sample --chat` of the export must print exactly what transformers'
-# generate(apply_chat_template(add_generation_prompt=True)) gives, greedy. Results:
+# generate(apply_chat_template(add_generation_prompt=True)) gives, greedy, and for Llama 3.2, Qwen2.5
+# and Qwen3 `sample --chat-file` of the question with a tool offered what
+# generate(apply_chat_template(tools=...)) gives. Results:
 # build/sft-roundtrip/report.json. Needs root (the chroot), scripts/setup.sh's build and the assets.
 # Usage: scripts/sft_roundtrip.sh
 set -euo pipefail
@@ -29,5 +31,13 @@ for m in llama3.2 qwen2.5 qwen3 smollm2 mistral phi3.5 phi4-mini gemma3; do
   grep -E "^data|^done" "$W/$m.train.log"
   build/bin/fsdp-train sample --model.pretrained "$W/out/$m" --chat "$QUESTION" --temperature 0 \
     >"$W/out/$m.sample.txt" 2>&1 || { cat "$W/out/$m.sample.txt"; exit 1; }
+  # The same question with a tool offered (sft_roundtrip.py's TOOLS), where the template shows tools.
+  if [[ -f "$W/in/$m/ask_tools.jsonl" ]]; then
+    # Its prompt (the tool's schema and instructions) passes the folder's context, data.seq_len
+    # for a RoPE model without model.n_positions: generate() reads the whole prompt, so must we.
+    build/bin/fsdp-train sample --model.pretrained "$W/out/$m" --chat-file "$W/in/$m/ask_tools.jsonl" \
+      --model.n_positions 1024 --temperature 0 >"$W/out/$m.tools.sample.txt" 2>&1 ||
+      { cat "$W/out/$m.tools.sample.txt"; exit 1; }
+  fi
 done
 "${SID[@]}" python3 tests/hf/sft_roundtrip.py check "$W"

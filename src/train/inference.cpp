@@ -360,6 +360,20 @@ std::vector<std::string> sample(const TrainConfig& config, const SampleOptions& 
   Decoding decoding = resolve_decoding(options, m.config, *tokenizer, m.notes);
   const std::vector<SampleInput> inputs =
       sample_inputs(options, m.config, *tokenizer, decoding, m.notes);
+  for (size_t p = 0; p < inputs.size(); ++p) {
+    const size_t n = inputs[p].ids.size();
+    if (static_cast<int64_t>(n) + decoding.new_tokens(n) > lm.context_length) {
+      // Said, not done silently: transformers' generate() reads past the positions the model was
+      // made for (RoPE extrapolates), which a model of learned positions (GPT-2) cannot.
+      m.notes.push_back(inputs[p].label + " " + std::to_string(p + 1) + ": its " +
+                        std::to_string(n) +
+                        " tokens and the new ones pass the model's context of " +
+                        std::to_string(lm.context_length) + " tokens; each step reads the last " +
+                        std::to_string(lm.context_length) +
+                        " (transformers' generate() reads them all, so its text may differ; "
+                        "--model.n_positions sets the context)");
+    }
+  }
   if (world->rank() == 0) {
     for (const auto& note : m.notes) out << "sample: " << note << "\n";
     out << "sample: " << describe(decoding) << "\n";

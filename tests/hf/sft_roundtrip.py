@@ -28,6 +28,13 @@ from roundtrip import MODELS, REPO, TOKENIZERS  # noqa: E402
 
 QUESTION = "How did President Lincoln open the 1862 State of the Union address?"
 NEW_TOKENS = 24
+# The same question with a tool offered, for the families whose templates show tools: `sample
+# --chat-file` must print generate(apply_chat_template(..., tools=TOOLS)).
+TOOLS = [{"type": "function", "function": {
+    "name": "find_address", "description": "The State of the Union address of a year.",
+    "parameters": {"type": "object", "properties": {"year": {"type": "integer"}},
+                   "required": ["year"]}}}]
+TOOL_FAMILIES = ["llama3.2", "qwen2.5", "qwen3"]
 # family: (roundtrip.py's model, the template's model in templates.json, the chat special tokens,
 #          the end-of-turn token, data.train_on)
 FAMILIES = {
@@ -80,7 +87,32 @@ def make(out):
         with open(os.path.join(folder, "chat.jsonl"), "w", encoding="utf-8") as f:
             for c in conversations:
                 f.write(json.dumps({"messages": c}, ensure_ascii=False) + "\n")
+        if family in TOOL_FAMILIES:
+            with open(os.path.join(folder, "ask_tools.jsonl"), "w", encoding="utf-8") as f:
+                f.write(json.dumps({"messages": [{"role": "user", "content": QUESTION}],
+                                    "tools": TOOLS}) + "\n")
         print("made", folder, "vocab", len(tok), "template", template)
+
+
+def compare(model, tok, messages, printed_file, tools=None):
+    """generate(apply_chat_template(messages, tools=tools)) against sample's printed text."""
+    ids = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
+                                  return_tensors="pt", return_dict=True)
+    # generate()'s KV cache keeps the keys rotated with longrope's short factors once a
+    # generation crosses original_max_position_embeddings, where the argmax loop (and sample)
+    # recomputes with the long ones: for longrope models generate() runs without the cache.
+    longrope = (getattr(model.config, "rope_parameters", None) or {}).get("rope_type") == "longrope"
+    with torch.no_grad():
+        gen = model.generate(**ids, do_sample=False, max_new_tokens=NEW_TOKENS,
+                             use_cache=not longrope)[0]
+    printed = open(printed_file, encoding="utf-8").read()
+    # The text follows the "--- sample 1 of 1 (...)" line and ends with one newline of ours.
+    ours = printed.split("\n--- sample 1 of 1", 1)[-1].split("\n", 1)[-1]
+    ours = ours[:-1] if ours.endswith("\n") else ours
+    theirs = tok.decode(gen)
+    new = len(gen) - ids["input_ids"].shape[1]
+    return dict(sample_equals_generate=ours == theirs, generate=theirs, sample=ours,
+                generate_use_cache=not longrope, new_tokens=new, stopped=int(gen[-1]))
 
 
 def check(out):
@@ -91,31 +123,19 @@ def check(out):
         model = AutoModelForCausalLM.from_pretrained(dst, dtype=torch.float32,
                                                      attn_implementation="eager").eval()
         tok = AutoTokenizer.from_pretrained(dst)
-        ids = tok.apply_chat_template([{"role": "user", "content": QUESTION}],
-                                      add_generation_prompt=True, return_tensors="pt",
-                                      return_dict=True)
-        # generate()'s KV cache keeps the keys rotated with longrope's short factors once a
-        # generation crosses original_max_position_embeddings, where the argmax loop (and sample)
-        # recomputes with the long ones: for longrope models generate() runs without the cache.
-        longrope = (getattr(model.config, "rope_parameters", None) or {}).get("rope_type") == "longrope"
-        with torch.no_grad():
-            gen = model.generate(**ids, do_sample=False, max_new_tokens=NEW_TOKENS,
-                                 use_cache=not longrope)[0]
-        printed = open(os.path.join(out, "out", family + ".sample.txt"), encoding="utf-8").read()
-        # The text follows the "--- sample 1 of 1 (...)" line and ends with one newline of ours.
-        ours = printed.split("\n--- sample 1 of 1", 1)[-1].split("\n", 1)[-1]
-        ours = ours[:-1] if ours.endswith("\n") else ours
-        theirs = tok.decode(gen)
-        ok = ours == theirs
-        failures += not ok
-        new = len(gen) - ids["input_ids"].shape[1]
-        report["models"][family] = dict(sample_equals_generate=ok, generate=theirs, sample=ours,
-                                        generate_use_cache=not longrope,
-                                        new_tokens=new, stopped=int(gen[-1]))
-        print("%-10s %s  %d new tokens, last %d%s" % (family, "ok  " if ok else "FAIL", new,
-                                                        int(gen[-1]),
-                                                        "" if ok else "\n  ours:   %r\n  theirs: %r"
-                                                        % (ours, theirs)))
+        runs = {family: compare(model, tok, [{"role": "user", "content": QUESTION}],
+                                os.path.join(out, "out", family + ".sample.txt"))}
+        if family in TOOL_FAMILIES:
+            runs[family + " tools"] = compare(
+                model, tok, [{"role": "user", "content": QUESTION}],
+                os.path.join(out, "out", family + ".tools.sample.txt"), TOOLS)
+        for name, r in runs.items():
+            ok = r["sample_equals_generate"]
+            failures += not ok
+            report["models"][name] = r
+            print("%-16s %s  %d new tokens, last %d%s" % (
+                name, "ok  " if ok else "FAIL", r["new_tokens"], r["stopped"],
+                "" if ok else "\n  ours:   %r\n  theirs: %r" % (r["sample"], r["generate"])))
     json.dump(report, open(os.path.join(out, "report.json"), "w"), indent=2)
     sys.exit(1 if failures else 0)
 
