@@ -249,12 +249,17 @@ int64_t logits_estimate(const TrainConfig& c, int64_t elem) {
   return rows * V * (4 + (elem != 4 ? elem : 0)) + V * h * elem + n * h * elem;
 }
 
+// Every how many blocks one recomputes (validation refuses below 1; the plan of an unvalidated
+// config reads it as 1).
+int64_t checkpoint_interval(const TrainConfig& c) {
+  return std::max(1, c.fsdp.activation_checkpointing_every);
+}
+
 }  // namespace
 
 int64_t checkpointed_blocks(const TrainConfig& c) {
   if (!c.fsdp.activation_checkpointing) return 0;
-  const int64_t every = std::max(1, c.fsdp.activation_checkpointing_every);
-  return (c.model.n_layer + every - 1) / every;
+  return (c.model.n_layer + checkpoint_interval(c) - 1) / checkpoint_interval(c);
 }
 
 namespace {
@@ -272,8 +277,7 @@ int64_t activation_estimate(const TrainConfig& c, int64_t elem) {
     // A checkpointed block keeps its input, the others all they keep. One block's activations
     // exist again while it recomputes, on top of all the others' only when the last block is one
     // that recomputes: backward has freed the later blocks' by the time an earlier one does.
-    const int64_t every = std::max(1, c.fsdp.activation_checkpointing_every);
-    const bool last_recomputes = (m.n_layer - 1) % every == 0;
+    const bool last_recomputes = (m.n_layer - 1) % checkpoint_interval(c) == 0;
     return recomputed * b * s * h * elem + (m.n_layer - recomputed) * block +
            (last_recomputes ? block : 0) + head;
   }
