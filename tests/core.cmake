@@ -8,6 +8,12 @@ foreach(backend mpi gloo)
     fsdp_mpi_test(NAME core_${backend}_np${np} EXE test_core NP ${np} BACKEND ${backend})
   endforeach()
 endforeach()
+# Frozen parameters: their bytes, resharding during backward, checkpoints (test_frozen.cpp).
+fsdp_test_executable(test_frozen test_frozen.cpp)
+foreach(np 1 2 3)
+  fsdp_mpi_test(NAME frozen_mpi_np${np} EXE test_frozen NP ${np} BACKEND mpi)
+endforeach()
+fsdp_mpi_test(NAME frozen_gloo_np2 EXE test_frozen NP 2 BACKEND gloo)
 # Overlap (test_overlap.cpp): prefetched all-gathers and reductions complete while units compute,
 # shown from each process's timestamps, with prefetch off as the control. Gloo only: its
 # collectives run on a worker thread, where OpenMPI moves data only inside MPI calls.

@@ -833,6 +833,7 @@ std::map<std::string, Change> changes() {
       {"model.rope_theta", {[](TrainConfig& c) { c.model.rope_theta = 500000; }, true}},
       {"model.tie_embeddings", {[](TrainConfig& c) { c.model.tie_embeddings = true; }, true}},
       {"model.pretrained", {[](TrainConfig& c) { c.model.pretrained = "/models/my llama"; }}},
+      {"model.adapter", {[](TrainConfig& c) { c.model.adapter = "/adapters/my run"; }}},
       {"fsdp_config.fsdp_version", {[](TrainConfig& c) { c.fsdp.version = 2; }}},
       {"parallelism_config.parallelism_config_dp_shard_size",
        {[](TrainConfig& c) { c.fsdp.dp_shard_size = 4; }}},
@@ -932,6 +933,24 @@ std::map<std::string, Change> changes() {
       {"train.metrics_file", {[](TrainConfig& c) { c.train.metrics_file = "m.jsonl"; }}},
       {"train.fused_loss", {[](TrainConfig& c) { c.train.fused_loss = false; }}},
       {"train.export_dir", {[](TrainConfig& c) { c.train.export_dir = "out/my model"; }}},
+      {"lora.target_modules", {[](TrainConfig& c) {
+         c.lora.target_modules = {"q_proj", "v_proj"};
+         c.model.init_from = "base.safetensors";
+       }}},
+      {"lora.r", {[](TrainConfig& c) { c.lora.r = 16; }}},
+      {"lora.alpha", {[](TrainConfig& c) { c.lora.alpha = 32; }}},
+      {"lora.dropout", {[](TrainConfig& c) { c.lora.dropout = 0.05; }}},
+      {"lora.use_rslora", {[](TrainConfig& c) { c.lora.use_rslora = true; }}},
+      {"lora.modules_to_save", {[](TrainConfig& c) {
+         c.lora.modules_to_save = {"lm_head"};
+         c.lora.target_modules = {"all-linear"};
+         c.model.init_from = "base.safetensors";
+       }}},
+      {"train.freeze",  // frozen weights are the ones a run starts from: init_from names them
+       {[](TrainConfig& c) {
+         c.train.freeze = {"transformer.wte.weight", "transformer.h.0.*"};
+         c.model.init_from = "base.safetensors";
+       }}},
       {"train.num_threads", {[](TrainConfig& c) { c.train.num_threads = 0; }}},
       {"train.process_group_timeout",
        {[](TrainConfig& c) { c.train.process_group_timeout = 2.5; }}},

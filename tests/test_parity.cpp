@@ -14,6 +14,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -47,13 +48,55 @@ GPT2Config tiny_config() {
   return c;
 }
 
+// What a run with frozen parameters freezes: the position table (the root keeps its tied token
+// table and its final norm training), all of the first block (a unit that trains nothing, through
+// which the token table's gradients flow) and the second block's attention and first norm (a unit
+// that trains its MLP only). At world size 3 every frozen and every trainable part pads (512,
+// 12704 and 4288 frozen elements; 8416 trainable in the second block).
+bool frozen_in_parity(const std::string& name) {
+  return name == "transformer.wpe.weight" || name.rfind("transformer.h.0.", 0) == 0 ||
+         name.rfind("transformer.h.1.attn.", 0) == 0 || name.rfind("transformer.h.1.ln_1.", 0) == 0;
+}
+
+// What a run trains: everything; all but frozen_in_parity's parameters; or LoRA adapters on the
+// blocks' c_attn and c_fc (r 5, alpha 10) with the blocks' ln_1 and the token table trained in
+// full (PEFT's modules_to_save; the table, tied to the head, lets the tiny random model learn the
+// bigram rule in 10 steps, which adapters on a random base alone do not), everything else frozen:
+// the root then holds a trainable and a frozen part. At world size 3 the blocks' 1504 trainable
+// elements pad.
+enum class Training { kAll, kSomeFrozen, kLora };
+
+LoraSettings parity_lora() {
+  LoraSettings s;
+  s.options.r = 5;
+  s.options.alpha = 10;
+  s.target_modules = {"c_attn", "c_fc"};
+  s.modules_to_save = {"ln_1", "wte"};
+  s.seed = kSeed;
+  return s;
+}
+
 // Built and initialised on the CPU (the same values on every device), then moved to the device
-// under test (FSDP_TEST_DEVICE).
-GPT2 make_model() {
+// under test (FSDP_TEST_DEVICE), and frozen or adapted as `training` says.
+GPT2 make_model(Training training = Training::kAll) {
   GPT2 model(tiny_config());
   init_gpt2_weights(*model, kSeed);
+  if (training == Training::kLora) add_lora(*model, parity_lora());
   model->to(test::device_under_test());
+  for (auto& item : model->named_parameters()) {
+    if (training == Training::kSomeFrozen && frozen_in_parity(item.key())) {
+      item.value().requires_grad_(false);
+    }
+  }
   return model;
+}
+
+std::vector<at::Tensor> trainable(const GPT2& model) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : model->parameters()) {
+    if (p.requires_grad()) out.push_back(p);
+  }
+  return out;
 }
 
 // Global batch of a step: tokens [B, T+1], identical on every rank, following a bigram rule the
@@ -111,6 +154,7 @@ struct ShardedRun {
   int shard_group_size = 0;  // HYBRID strategies: the mesh's inner dimension
   int micro_batches = 1;     // > 1: gradient accumulation, all but the last under no_sync
   WrapPolicy wrap = WrapPolicy::by_type({"GPT2Block"});
+  Training training = Training::kAll;  // what trains, in both runs
   // Prefetch, rate limit, reshard_after_forward and activation checkpointing: applied to the
   // options last.
   std::function<void(ShardingOptions&)> tune;
@@ -126,15 +170,16 @@ RunResult train_reference(const ShardedRun& run) {
   const at::ScalarType param_dtype = to_scalar_type(run.param_dtype);
   const int n = test::world()->size();
   const int64_t T = tiny_config().n_positions;
-  GPT2 master = make_model();
+  GPT2 master = make_model(run.training);
   GPT2 compute = master;
   std::optional<ReferenceScaler> scaler;
   if (run.param_dtype == DType::kFloat16) scaler.emplace();
   if (param_dtype != at::kFloat) {
-    compute = make_model();
+    compute = make_model(run.training);
     compute->to(param_dtype);
   }
-  auto opt = test::reference_adamw(master->parameters(), kLr, kEps, kWeightDecay);
+  // What trains: a frozen parameter has no gradient and is not given to torch's AdamW.
+  auto opt = test::reference_adamw(trainable(master), kLr, kEps, kWeightDecay);
 
   RunResult r;
   for (int step = 0; step < kSteps; ++step) {
@@ -152,17 +197,17 @@ RunResult train_reference(const ShardedRun& run) {
       at::Tensor rows = test::rank_rows(tokens, m, rank, kBatch / n, n);
       return gpt2_loss(compute->forward(rows.narrow(1, 0, T)), rows.narrow(1, 1, T)) * scale;
     };
-    r.losses.push_back(test::reference_gradients(compute->parameters(), master->parameters(), n,
+    r.losses.push_back(test::reference_gradients(trainable(compute), trainable(master), n,
                                                  run.micro_batches,
                                                  to_scalar_type(run.reduce_dtype), loss) /
                        scale);
     if (scaler) {
       torch::NoGradGuard g;
-      const bool found = scaler->unscale(master->parameters());
+      const bool found = scaler->unscale(trainable(master));
       EXPECT_FALSE(found) << "reference: inf/NaN gradients at step " << step << ", scale " << scale;
       scaler->update(found);
     }
-    r.grad_norms.push_back(torch::nn::utils::clip_grad_norm_(master->parameters(), kMaxNorm));
+    r.grad_norms.push_back(torch::nn::utils::clip_grad_norm_(trainable(master), kMaxNorm));
     opt->step();
   }
   for (const auto& item : master->named_parameters())
@@ -170,13 +215,15 @@ RunResult train_reference(const ShardedRun& run) {
   return r;
 }
 
-// The reference depends on the dtypes and the micro-batches only (and on the world size), never on
+// The reference depends on the dtypes, the micro-batches and what is frozen only (and on the world
+// size), never on
 // the strategy, wrapping, prefetch, offload or checkpointing under test, and it is most of a
 // parity test's time: every rank computes every rank's gradients. So each one is trained once per
 // process and shared by the tests that compare against it.
 const RunResult& reference(const ShardedRun& run) {
-  static std::map<std::tuple<DType, DType, int>, RunResult> trained;
-  const auto key = std::make_tuple(run.param_dtype, run.reduce_dtype, run.micro_batches);
+  static std::map<std::tuple<DType, DType, int, Training>, RunResult> trained;
+  const auto key =
+      std::make_tuple(run.param_dtype, run.reduce_dtype, run.micro_batches, run.training);
   auto it = trained.find(key);
   if (it == trained.end()) it = trained.emplace(key, train_reference(run)).first;
   return it->second;
@@ -187,7 +234,7 @@ const RunResult& reference(const ShardedRun& run) {
 RunResult train_sharded(const ShardedRun& run) {
   CommPtr world = test::world();
   const int n = world->size(), rank = world->rank();
-  GPT2 model = make_model();
+  GPT2 model = make_model(run.training);
   ShardingOptions options = ShardingOptions()
                                 .strategy(run.strategy)
                                 .wrap(run.wrap)
@@ -244,13 +291,46 @@ RunResult train_sharded(const ShardedRun& run) {
 
 // --- comparison ---------------------------------------------------------------------------------
 
+// Parameters that did not train are bit for bit their initial values in both runs (in the sharded
+// run, which keeps them in param_dtype, the initial values rounded to it once), and are then left
+// out of the comparison of training: a run that trained them would fail here, not there. Runs
+// without frozen parameters have none: every parameter moves, which test::expect_parity checks.
+void expect_frozen_unchanged(const ShardedRun& run, RunResult& ref, RunResult& got,
+                             std::map<std::string, at::Tensor>& initial) {
+  const at::ScalarType stored = to_scalar_type(run.param_dtype);
+  std::set<std::string> frozen;
+  for (const auto& item : make_model(run.training)->named_parameters()) {
+    if (!item.value().requires_grad()) frozen.insert(item.key());
+  }
+  for (auto it = initial.begin(); it != initial.end();) {
+    const std::string name = it->first;
+    if (frozen.count(name) == 0) {
+      ++it;
+      continue;
+    }
+    ASSERT_TRUE(ref.params.count(name) && got.params.count(name)) << name;
+    const at::Tensor p0 = it->second.to(stored).to(at::kFloat);
+    EXPECT_TRUE(at::equal(got.params.at(name).to(at::kCPU), p0.to(at::kCPU)))
+        << "frozen " << name << " changed in the sharded run";
+    EXPECT_TRUE(at::equal(ref.params.at(name), it->second))
+        << "frozen " << name << " changed in the reference";
+    ref.params.erase(name);
+    got.params.erase(name);
+    it = initial.erase(it);
+  }
+}
+
 // The model-free comparison (test::expect_parity), from this model's initial parameters. Rank 0
 // prints the largest errors seen ("[ parity ]"), the measurements the tolerances below come from.
 // keep_key_bias = false leaves the key third of each c_attn.bias out of the parameter comparison
-// (see kBf16 for why).
-void expect_parity(RunResult ref, RunResult got, Tolerance tol, bool keep_key_bias = true) {
+// (see kBf16 for why). `run`: the run compared, for what it froze.
+void expect_parity(RunResult ref, RunResult got, Tolerance tol, bool keep_key_bias = true,
+                   const ShardedRun& run = {}) {
   std::map<std::string, at::Tensor> initial;
-  for (const auto& item : make_model()->named_parameters()) initial[item.key()] = item.value();
+  for (const auto& item : make_model(run.training)->named_parameters()) {
+    initial[item.key()] = item.value();
+  }
+  expect_frozen_unchanged(run, ref, got, initial);
   if (!keep_key_bias) {
     for (auto* r : {&ref, &got}) {
       for (auto& [name, p] : r->params) {
@@ -454,6 +534,49 @@ TEST_P(Parity, OffloadMatchesSingleProcess) {
   expect_parity(reference(run), train_sharded(run), kBf16, /*keep_key_bias=*/false);
 }
 
+// Frozen parameters (frozen_in_parity's: in the root, a whole block, half a block) do not train
+// and keep no gradient or optimizer state; gradients still flow through them, and the reference
+// leaves them out of torch's AdamW. The trainable ones follow the same arithmetic as without
+// freezing, so the same tolerances: fp32, with activation checkpointing and forward prefetch
+// (the unit that trains nothing recomputes too), with offload over 4 micro-batches (3 under
+// no_sync), and bf16. The frozen ones are checked bit for bit (expect_frozen_unchanged).
+TEST_P(Parity, FrozenParametersMatchSingleProcess) {
+  ShardedRun run;
+  run.strategy = GetParam();
+  run.training = Training::kSomeFrozen;
+  expect_parity(reference(run), train_sharded(run), kFp32, true, run);
+  run.tune = [](ShardingOptions& o) { o.checkpoint_units({"*"}).forward_prefetch(true); };
+  expect_parity(reference(run), train_sharded(run), kFp32, true, run);
+  run.tune = [](ShardingOptions& o) { o.offload_params(true); };
+  run.micro_batches = 4;
+  expect_parity(reference(run), train_sharded(run), kFp32, true, run);
+  run.tune = nullptr;
+  run.micro_batches = 1;
+  run.param_dtype = DType::kBFloat16;
+  expect_parity(reference(run), train_sharded(run), kBf16Split, /*keep_key_bias=*/false, run);
+}
+
+// LoRA (parity_lora: adapters on c_attn and c_fc, ln_1 and the token table trained in full, the
+// rest frozen): only those train, through frozen weights, as in one process. The adapters' B
+// starts at zero, so A's gradient is exactly zero at step 0 in both runs and A first moves at
+// step 1. The fp32 tolerances, with checkpointing and forward prefetch, with offload over 4
+// micro-batches, and bf16 (the root's reduction split: kBf16Split).
+TEST_P(Parity, LoraMatchesSingleProcess) {
+  ShardedRun run;
+  run.strategy = GetParam();
+  run.training = Training::kLora;
+  expect_parity(reference(run), train_sharded(run), kFp32, true, run);
+  run.tune = [](ShardingOptions& o) { o.checkpoint_units({"*"}).forward_prefetch(true); };
+  expect_parity(reference(run), train_sharded(run), kFp32, true, run);
+  run.tune = [](ShardingOptions& o) { o.offload_params(true); };
+  run.micro_batches = 4;
+  expect_parity(reference(run), train_sharded(run), kFp32, true, run);
+  run.tune = nullptr;
+  run.micro_batches = 1;
+  run.param_dtype = DType::kBFloat16;
+  expect_parity(reference(run), train_sharded(run), kBf16Split, /*keep_key_bias=*/false, run);
+}
+
 INSTANTIATE_TEST_SUITE_P(Strategies, Parity,
                          ::testing::Values(ShardingStrategy::kFullShard,
                                            ShardingStrategy::kShardGradOp,
@@ -477,6 +600,11 @@ TEST_P(HybridParity, Fp32MatchesSingleProcess) {
   expect_parity(reference(run), train_sharded(run), kFp32);
   run.micro_batches = 4;
   expect_parity(reference(run), train_sharded(run), kFp32);
+  run.micro_batches = 1;
+  for (const Training t : {Training::kSomeFrozen, Training::kLora}) {
+    run.training = t;
+    expect_parity(reference(run), train_sharded(run), kFp32, true, run);
+  }
 }
 
 // fp16 on the mesh: the replicate group's all-reduce adds the shard groups' fp16 sums.

@@ -172,16 +172,24 @@ void expect_plan_holds(const TrainConfig& c) {
   EXPECT_EQ(got.all_gather, plan.comm.all_gather);
   EXPECT_EQ(got.reduce_scatter, plan.comm.reduce_scatter);
   EXPECT_EQ(got.all_reduce, plan.comm.all_reduce);
-  EXPECT_EQ(got.memory.host_shard_bytes,
-            plan.memory.offloaded ? plan.memory.params + plan.memory.grads : 0);
+  EXPECT_EQ(got.memory.sharded_frozen_bytes, plan.memory.frozen);
+  EXPECT_EQ(
+      got.memory.host_shard_bytes,
+      plan.memory.offloaded ? plan.memory.params + plan.memory.grads + plan.memory.frozen : 0);
   EXPECT_EQ(plan.memory.host(), plan.memory.offloaded ? plan.memory.model_state() : 0);
   EXPECT_EQ(plan.memory.offloaded, c.fsdp.offload_params);
-  // fp32 AdamW: 16 bytes per parameter over the shard count, plus padding (< 1 element per unit
-  // and shard).
+  // fp32 AdamW: 16 bytes per parameter that trains over the shard count, and the compute dtype's
+  // per frozen one, plus padding (< 1 element per unit, kind and shard).
   const int64_t units = static_cast<int64_t>(plan.units.size());
-  EXPECT_GE(plan.memory.model_state() * plan.shard_count, 16 * plan.parameters);
+  const int64_t e = dtype_size(c.mixed_precision);
+  const int64_t ideal = 16 * plan.trainable + e * (plan.parameters - plan.trainable);
+  EXPECT_GE(plan.memory.model_state() * plan.shard_count, ideal);
   EXPECT_LT(plan.memory.model_state() * plan.shard_count,
-            16 * (plan.parameters + units * plan.shard_count));
+            ideal + (16 + e) * units * plan.shard_count);
+}
+
+std::vector<std::string> frozen_patterns() {
+  return {"transformer.wpe.weight", "transformer.h.0.*", "transformer.h.1.attn.*"};
 }
 
 struct Case {
@@ -216,6 +224,16 @@ const Case kCases[] = {
      [](TrainConfig& c) {
        c.fsdp.offload_params = true;
        c.fsdp.forward_prefetch = true;
+     }},
+    // Frozen parameters (train.freeze): in the root, a whole block, half a block. The other
+    // cases' rules with them, in fp32 and in bf16 with checkpointing and offload.
+    {"frozen", [](TrainConfig& c) { c.train.freeze = frozen_patterns(); }},
+    {"frozen_bf16_offload",
+     [](TrainConfig& c) {
+       c.train.freeze = frozen_patterns();
+       c.mixed_precision = DType::kBFloat16;
+       c.fsdp.activation_checkpointing = true;
+       c.fsdp.offload_params = true;
      }},
 };
 

@@ -66,6 +66,14 @@ fsdp_unit_test(test_hf test_hf.cpp)
 target_compile_definitions(test_hf PRIVATE FSDP_HF_FIXTURES="${PROJECT_SOURCE_DIR}/tests/data/hf"
                                            FSDP_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 
+# LoRA against PEFT (tests/data/hf/lora, scripts/lora_fixtures.sh): gradients, logits, greedy
+# tokens, merged and adapter exports, bad adapters; at 1 and 2 ranks.
+fsdp_test_executable(test_lora test_lora.cpp)
+target_compile_definitions(test_lora PRIVATE FSDP_HF_FIXTURES="${PROJECT_SOURCE_DIR}/tests/data/hf")
+foreach(np 1 2)
+  fsdp_mpi_test(NAME lora_mpi_np${np} EXE test_lora NP ${np} BACKEND mpi)
+endforeach()
+
 # Instruction fine-tuning: JSONL examples, packing and the masked loss against transformers
 # (tests/data/hf/sft), and hostile JSONL files.
 fsdp_unit_test(test_sft test_sft.cpp)

@@ -13,6 +13,10 @@
 #    or rank 0 alone with cpu_ram_efficient_loading);
 #  - fsdp-ckpt: inspect verifies the checksums (and names a damaged shard), consolidate writes the
 #    same bytes as FULL_STATE_DICT's model.safetensors and as consolidating a resharded copy;
+#  - partial fine-tuning (train.freeze) from that folder: what trains counted, the checkpoint
+#    without the frozen tensors, a bitwise resume, the export's frozen tensors as they came in;
+#  - LoRA from that folder: PEFT's adapter folder out, a bitwise resume, eval of the checkpoint,
+#    of the adapter read back (model.adapter) and of the merged export equal, training on from it;
 #  - a bad key or value exits 2 naming the key; num_processes that disagrees with the world fails;
 #    a fresh run refuses a folder holding checkpoints, and a resume refuses another model;
 #  - failures named where the user looks (issue 19): a hung rank (SIGSTOP) is named after
@@ -186,6 +190,96 @@ got=$(sed -nE 's/^eval  step     0 \| val loss ([0-9.]+).*/\1/p' <<<"$out")
 cmp -s "$WORK/hf/config.json" "$WORK/hf_tuned/config.json" && [[ -s $WORK/hf_tuned/model.safetensors ]] &&
   echo "ok: train.export_dir wrote the fine-tuned folder, config.json as it came in" ||
   fail "train.export_dir: $(ls "$WORK/hf_tuned" 2>&1)"
+
+# Partial fine-tuning (train.freeze) from the exported folder: the token table and the first block
+# frozen. The log says how many train; the checkpoint holds only those (its metadata names the
+# frozen ones); a resume at step 2 logs bitwise the straight run's steps 3-4 (the frozen values
+# read again from the folder); the exported folder holds the frozen tensors byte for byte as they
+# came in and the others changed; eval of that folder equals eval of its checkpoint.
+FREEZE=(--model.pretrained "$WORK/hf" --train.freeze "transformer.wte.weight,transformer.h.0.*"
+  --train.micro_batch_size 4 --optim.warmup_steps 1 --train.checkpoint_every 2)
+out=$(train 2 "$WORK/frozen" "${FREEZE[@]}" --optim.max_steps 4 --train.export_dir "$WORK/hf_frozen" 2>&1)
+[[ $out == *"parameters ("*" of them train)"* ]] || fail "train.freeze: no count of what trains: $out"
+grep -q '"frozen_params": \[$' "$WORK/frozen/ckpt/step_00000004/metadata.json" &&
+  grep -q '"name": "transformer.h.0.attn.c_attn.weight"' "$WORK/frozen/ckpt/step_00000004/metadata.json" ||
+  fail "train.freeze: the checkpoint's metadata lists no frozen parameters"
+mv "$WORK/frozen/metrics.jsonl" "$WORK/frozen_straight.jsonl"
+rm -rf "$WORK/frozen/ckpt/step_00000004"
+echo step_00000002 >"$WORK/frozen/ckpt/latest"
+train 2 "$WORK/frozen" "${FREEZE[@]}" --optim.max_steps 4 --train.resume auto >/dev/null 2>&1 ||
+  fail "train.freeze: the resume exited $?"
+steps() { grep -o '"step": [0-9]*, "loss": [^,]*' "$1" | tr -d '",' | awk '$2 > 2 { print $2, $4 }'; }
+[[ -n $(steps "$WORK/frozen/metrics.jsonl") &&
+   $(steps "$WORK/frozen/metrics.jsonl") == "$(steps "$WORK/frozen_straight.jsonl")" ]] &&
+  echo "ok: train.freeze: the resume logs the straight run's losses" ||
+  fail "train.freeze: resumed $(steps "$WORK/frozen/metrics.jsonl"), straight $(steps "$WORK/frozen_straight.jsonl")"
+/usr/bin/python3 - "$WORK/hf/model.safetensors" "$WORK/hf_frozen/model.safetensors" <<'PY' ||
+import json, struct, sys
+def tensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    return {k: data[v["data_offsets"][0]:v["data_offsets"][1]]
+            for k, v in header.items() if k != "__metadata__"}
+before, after = tensors(sys.argv[1]), tensors(sys.argv[2])
+frozen = lambda k: k == "transformer.wte.weight" or k.startswith("transformer.h.0.")
+assert before.keys() == after.keys(), (sorted(before), sorted(after))
+bad = [k for k in before if frozen(k) != (before[k] == after[k])]
+assert not bad, "frozen tensors changed, or trained ones did not: %s" % bad
+PY
+  fail "train.freeze: the exported folder's tensors"
+frozen_ckpt=$(evaluate --checkpoint "$WORK/frozen/ckpt")
+frozen_hf=$(evaluate --model.pretrained "$WORK/hf_frozen")
+[[ -n $frozen_ckpt && $frozen_ckpt == "$frozen_hf" ]] &&
+  echo "ok: train.freeze: eval of the checkpoint and of its export: $frozen_hf" ||
+  fail "train.freeze: eval of the checkpoint '$frozen_ckpt', of the export '$frozen_hf'"
+# LoRA from the exported folder (adapters on c_attn and c_fc, ln_f trained in full): the export
+# is PEFT's adapter folder; a resume logs the straight run's losses bitwise; eval of the
+# checkpoint, of the base with the adapter (model.adapter) and of the merged export (fsdp-ckpt
+# export --merge) agree; a run continuing from the adapter starts where the checkpoint ended.
+LORA=(--model.pretrained "$WORK/hf" --lora.target_modules c_attn,c_fc --lora.r 4 --lora.alpha 8
+  --lora.modules_to_save ln_f --train.micro_batch_size 4 --optim.warmup_steps 1
+  --train.checkpoint_every 2)
+out=$(train 2 "$WORK/lora" "${LORA[@]}" --optim.max_steps 4 --train.export_dir "$WORK/lora_out" 2>&1)
+[[ $out == *" of them train)"* && -s $WORK/lora_out/adapter_config.json &&
+   -s $WORK/lora_out/adapter_model.safetensors ]] &&
+  grep -q '"peft_type": "LORA"' "$WORK/lora_out/adapter_config.json" &&
+  grep -q 'base_model.model.transformer.h.0.attn.c_attn.lora_A.weight' "$WORK/lora_out/adapter_model.safetensors" ||
+  fail "lora: no PEFT adapter folder: $(ls "$WORK/lora_out" 2>&1) $out"
+mv "$WORK/lora/metrics.jsonl" "$WORK/lora_straight.jsonl"
+rm -rf "$WORK/lora/ckpt/step_00000004"
+echo step_00000002 >"$WORK/lora/ckpt/latest"
+train 2 "$WORK/lora" "${LORA[@]}" --optim.max_steps 4 --train.resume auto >/dev/null 2>&1 ||
+  fail "lora: the resume exited $?"
+[[ -n $(steps "$WORK/lora/metrics.jsonl") &&
+   $(steps "$WORK/lora/metrics.jsonl") == "$(steps "$WORK/lora_straight.jsonl")" ]] &&
+  echo "ok: lora: the resume logs the straight run's losses" ||
+  fail "lora: resumed $(steps "$WORK/lora/metrics.jsonl"), straight $(steps "$WORK/lora_straight.jsonl")"
+"$CK" export "$WORK/lora/ckpt" "$WORK/lora_merged" --merge >/dev/null || fail "export --merge exited $?"
+lora_ckpt=$(evaluate --checkpoint "$WORK/lora/ckpt")
+lora_adapter=$(evaluate --model.pretrained "$WORK/hf" --model.adapter "$WORK/lora_out")
+lora_merged=$(evaluate --model.pretrained "$WORK/lora_merged")
+[[ -n $lora_ckpt && $lora_ckpt == "$lora_adapter" && $lora_ckpt == "$lora_merged" ]] &&
+  echo "ok: lora: eval of the checkpoint, the adapter and the merged model: $lora_ckpt" ||
+  fail "lora: eval of the checkpoint '$lora_ckpt', the adapter '$lora_adapter', merged '$lora_merged'"
+out=$(train 2 "$WORK/lora_more" --model.pretrained "$WORK/hf" --model.adapter "$WORK/lora_out" \
+  --train.micro_batch_size 4 --optim.max_steps 1 --optim.warmup_steps 1 --train.checkpoint_every 0 2>&1)
+got=$(sed -nE 's/^eval  step     0 \| val loss ([0-9.]+).*/\1/p' <<<"$out" | awk '{ printf "%.4f", $1 }')
+[[ -n $got && $got == "$lora_ckpt" ]] && echo "ok: lora: training continues from the adapter at $got" ||
+  fail "lora: a run from the adapter starts at '$got', the checkpoint ended at '$lora_ckpt': $out"
+out=$("$BIN/fsdp-train" "${COMMON[@]}" --model.pretrained "$WORK/hf" --lora.target_modules q_proj \
+  --train.checkpoint_dir "$WORK/lora_bad" 2>&1)
+[[ $? != 0 && $out == *"lora.target_modules"*"q_proj"*"matches no linear layer"*"c_attn"* ]] ||
+  fail "lora: a target that matches nothing: $out"
+
+out=$("$BIN/fsdp-train" "${COMMON[@]}" --train.freeze "transformer.nothing.*" \
+  --model.pretrained "$WORK/hf" --train.checkpoint_dir "$WORK/frozen_bad" 2>&1)
+[[ $? != 0 && $out == *"train.freeze"*"matches no parameter"*"transformer.wte.weight"* ]] ||
+  fail "train.freeze matching nothing: $out"
+out=$("$BIN/fsdp-train" "${COMMON[@]}" --train.freeze "transformer.h.0.*" \
+  --train.checkpoint_dir "$WORK/frozen_bad" 2>&1)
+[[ $? == 2 && $out == *"train.freeze"*"model.pretrained"* ]] || fail "train.freeze from scratch: $out"
 
 # Bad input.
 out=$("$BIN/fsdp-train" --optim.lrr 1 2>&1)

@@ -40,8 +40,10 @@ class Runtime;
 
 // Bytes this rank holds for the sharding runtime, current and peak since the last reset.
 struct MemoryStats {
-  int64_t sharded_param_bytes = 0;   // fp32 master shards
-  int64_t sharded_grad_bytes = 0;    // fp32 gradient shards
+  int64_t sharded_param_bytes = 0;  // fp32 master shards
+  int64_t sharded_grad_bytes = 0;   // fp32 gradient shards
+  // Shards of frozen parameters (requires_grad false), in param_dtype: no master, no gradient.
+  int64_t sharded_frozen_bytes = 0;
   int64_t gathered_param_bytes = 0;  // unsharded (gathered) parameter buffers alive now
   int64_t peak_gathered_param_bytes = 0;
   int64_t grad_buffer_bytes = 0;  // unsharded gradient buffers and reduction scratch alive now
@@ -52,7 +54,7 @@ struct MemoryStats {
   int64_t pool_bytes = 0;
   int64_t peak_pool_bytes = 0;
   int64_t pool_fresh_blocks = 0;
-  // Under offload_params: the bytes of sharded_param_bytes and sharded_grad_bytes, which are in
+  // Under offload_params: the bytes of the three kinds of shard above, which are in
   // host memory (pinned on a GPU) rather than on the device; 0 otherwise. The optimizer state
   // follows the shards.
   int64_t host_shard_bytes = 0;
@@ -65,6 +67,8 @@ struct MemoryStats {
 
 // One unit's view for optimizers and checkpoints: this rank's fp32 shard of the unit's flat
 // parameter, its gradient, and a 0/1 mask over it selecting elements that get weight decay.
+// For frozen parameters (FullyShardedModel::frozen_shards) the shard is in param_dtype and
+// `grad` and `decay_mask` are undefined.
 struct UnitShard {
   std::string unit_name;
   at::Tensor param;
@@ -110,6 +114,16 @@ struct UnitInfo {
   int shard_count = 1;
 };
 
+// Frozen parameters: a parameter whose requires_grad is false when fully_shard is called does not
+// train. Each unit keeps such parameters in a flat parameter of their own, in param_dtype: no fp32
+// master, no gradient buffer or shard, no reduction, no optimizer state; it is gathered for
+// forward and backward (gradients flow through it to what trains) and never changes. units() and
+// shards() describe the parameters that train (a unit with none is absent from them: what an
+// optimizer and a sharded checkpoint hold); frozen_units() and frozen_shards() the others. A
+// unit with frozen parameters learns that its backward is done from its tensor arguments'
+// gradients (as FSDP2 from its inputs'): a tensor needing a gradient that reaches such a unit
+// other than as a tensor argument (inside a struct) keeps it gathered to the end of backward.
+// Changing requires_grad after fully_shard changes nothing of this.
 class FullyShardedModel {
  public:
   FullyShardedModel(std::shared_ptr<torch::nn::Module> root, CommPtr comm,
@@ -122,12 +136,19 @@ class FullyShardedModel {
   // Where the model computes: its gathered parameters and gradients, and where its inputs go.
   // The shards are there too, or in host memory under offload_params.
   c10::Device device() const;
+  // The layouts of the units' trainable flat parameters, root last (a unit that trains nothing is
+  // left out), and of their frozen ones (a unit with none left out), in the same order.
   std::vector<UnitInfo> units() const;
-  // This rank's shards, one per unit, root last. The tensors alias the runtime's storage: an
-  // optimizer updates them in place. Under offload_params on a GPU, copies of the shards queued
-  // so far are waited for first, so that the caller may write the shards (a checkpoint load);
-  // later writes (an optimizer's steps) call each UnitShard's wait_writable first.
+  std::vector<UnitInfo> frozen_units() const;
+  // This rank's shards of parameters that train, one per entry of units(), root last. The tensors
+  // alias the runtime's storage: an optimizer updates them in place. Under offload_params on a GPU,
+  // copies of the shards queued so far are waited for first, so that the caller may write the
+  // shards (a checkpoint load); later writes (an optimizer's steps) call each UnitShard's
+  // wait_writable first.
   std::vector<UnitShard> shards(const DecayRule& rule = default_decay_rule) const;
+  // This rank's shards of frozen parameters, one per entry of frozen_units(): param_dtype,
+  // without gradient or mask. Written only by a load (a checkpoint's or a pretrained model's).
+  std::vector<UnitShard> frozen_shards() const;
   // The group across which shards are disjoint (size 1 under NO_SHARD): global gradient norms sum
   // over it.
   Comm& shard_group() const;
@@ -151,8 +172,8 @@ class FullyShardedModel {
   };
   NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 
-  // Every original parameter, full and fp32, on every rank (an all-gather per unit), where the
-  // shards live: on device(), or in host memory under offload_params.
+  // Every original parameter, frozen ones included, full and fp32, on every rank (an all-gather
+  // per unit), where the shards live: on device(), or in host memory under offload_params.
   std::map<std::string, at::Tensor> gather_full_params();
 
   MemoryStats memory() const;

@@ -7,7 +7,9 @@
 // model is sharded, the runtime's pre-forward gathers the block's parameters and its post-forward
 // may release them and wrap the outputs for backward. The model never sees FSDP internals.
 // A checkpointed unit's forward runs through an autograd function that keeps only its inputs and
-// runs the forward again in backward (docs/design.md, [Note: activation checkpointing]).
+// runs the forward again in backward (docs/design.md, [Note: activation checkpointing]); a unit
+// with frozen parameters sees its tensor arguments go through an identity node whose backward
+// tells it when their gradients are known ([Note: frozen parameters]).
 //
 // Thread-safety: hooks are registered and removed while no forward runs.
 #pragma once
@@ -39,6 +41,12 @@ class ModuleHooks {
   // Activation checkpointing: when true (and grad mode is on), the module's forward runs without
   // keeping activations, and again in backward (see detail::run_checkpointed).
   virtual bool checkpointed() const { return false; }
+  // When true (and grad mode is on), the module's tensor arguments go through
+  // pre_forward_inputs, after pre_forward, and the module receives what it returns.
+  virtual bool wraps_inputs() const { return false; }
+  virtual std::vector<at::Tensor> pre_forward_inputs(std::vector<at::Tensor> inputs) {
+    return inputs;
+  }
 };
 
 // Replaces any hooks registered for `module`; a null `hooks` removes them.
@@ -123,15 +131,24 @@ auto call_forward(Impl& impl, Tuple& kept, const std::vector<at::Tensor>& tensor
   return impl.forward(argument<I>(kept, tensors, slots[I])...);
 }
 
-template <typename Impl, typename... Args>
-auto checkpointed_forward(Impl& impl, Args&&... args) {
-  using Out = decltype(impl.forward(std::forward<Args>(args)...));
+template <typename... Args>
+std::vector<at::Tensor> tensor_arguments(const Args&... args) {
   std::vector<at::Tensor> tensors;
   (
-      [&](auto&& a) {
+      [&](const auto& a) {
         if constexpr (kIsTensor<decltype(a)>) tensors.push_back(a);
       }(args),
       ...);
+  return tensors;
+}
+
+// `inputs` non-null: the tensor arguments go through its pre_forward_inputs first, outside the
+// checkpoint (so that its node's backward follows the recomputation's).
+template <typename Impl, typename... Args>
+auto checkpointed_forward(Impl& impl, ModuleHooks* inputs, Args&&... args) {
+  using Out = decltype(impl.forward(std::forward<Args>(args)...));
+  std::vector<at::Tensor> tensors = tensor_arguments(args...);
+  if (inputs != nullptr) tensors = inputs->pre_forward_inputs(std::move(tensors));
   // Non-tensor arguments are copied: the module runs again in backward, after the caller's
   // arguments are gone. Tensor slots of `kept` stay empty; the checkpoint saves the tensors.
   auto kept = std::make_shared<std::tuple<std::decay_t<Args>...>>(
@@ -147,6 +164,15 @@ auto checkpointed_forward(Impl& impl, Args&&... args) {
   };
   return from_tensors<Out>(run_checkpointed(std::move(recompute), std::move(tensors)));
 }
+
+// The module called with its tensor arguments replaced by what `hooks.pre_forward_inputs`
+// returns for them; the other arguments as they came.
+template <typename Impl, typename... Args>
+auto forward_wrapping_inputs(ModuleHooks& hooks, Impl& impl, Args&&... args) {
+  const std::vector<at::Tensor> tensors = hooks.pre_forward_inputs(tensor_arguments(args...));
+  auto refs = std::forward_as_tuple(args...);
+  return call_forward(impl, refs, tensors, std::index_sequence_for<Args...>{});
+}
 }  // namespace detail
 
 // `module` is a ModuleHolder (e.g. `Linear`), a std::shared_ptr to a module, or anything else
@@ -157,9 +183,15 @@ auto forward(M& module, Args&&... args) {
   ModuleHooks* hooks = find_module_hooks(static_cast<const torch::nn::Module*>(&impl));
   if (hooks == nullptr) return impl.forward(std::forward<Args>(args)...);
   hooks->pre_forward();
-  if (hooks->checkpointed() && detail::grad_enabled()) {
+  const bool grad = detail::grad_enabled();
+  ModuleHooks* inputs = hooks->wraps_inputs() && grad ? hooks : nullptr;
+  if (hooks->checkpointed() && grad) {
     return detail::run_post_forward(
-        *hooks, detail::checkpointed_forward(impl, std::forward<Args>(args)...));
+        *hooks, detail::checkpointed_forward(impl, inputs, std::forward<Args>(args)...));
+  }
+  if (inputs != nullptr) {
+    return detail::run_post_forward(
+        *hooks, detail::forward_wrapping_inputs(*hooks, impl, std::forward<Args>(args)...));
   }
   return detail::run_post_forward(*hooks, impl.forward(std::forward<Args>(args)...));
 }

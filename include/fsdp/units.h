@@ -20,7 +20,11 @@ namespace fsdp {
 
 struct UnitSize {
   std::string name;   // the wrapped module's qualified name; "" for the root
-  int64_t numel = 0;  // parameters in the unit (tied ones once)
+  int64_t numel = 0;  // parameters in the unit that train (tied ones once)
+  // Parameters in the unit that do not train (requires_grad false): a flat parameter of their
+  // own, gathered but never reduced (FullyShardedModel, frozen parameters).
+  int64_t frozen_numel = 0;
+  int64_t total() const { return numel + frozen_numel; }
 };
 
 // Units in model order, the root last (as FullyShardedModel::units()). Throws as fully_shard does

@@ -130,6 +130,16 @@ CheckpointMetadata fields_from_json(const json& j) {
   for (const auto& u : j.at("units")) m.units.push_back(unit_from_json(u));
   for (const auto& f : j.at("files")) m.files.push_back(file_from_json(f));
   m.train_state = j.at("train_state").dump();
+  if (j.contains("frozen_params")) {  // checkpoints before frozen parameters have none
+    for (const auto& p : j.at("frozen_params")) {
+      CheckpointParam cp;
+      p.at("name").get_to(cp.name);
+      p.at("shape").get_to(cp.shape);
+      p.at("numel").get_to(cp.numel);
+      p.at("aliases").get_to(cp.aliases);
+      m.frozen.push_back(std::move(cp));
+    }
+  }
   return m;
 }
 
@@ -158,6 +168,10 @@ void check_layout(const CheckpointMetadata& m, const std::string& path) {
     check(u.numel >= 0, path, "unit '" + u.name + "' has a negative size");
     for (const auto& p : u.params) check_param(u, p, path);
   }
+  CheckpointUnit frozen;  // a unit of its own, laid out nowhere: only the shapes are checked
+  frozen.name = "(frozen parameters)";
+  frozen.numel = INT64_MAX;
+  for (const auto& p : m.frozen) check_param(frozen, p, path);
   lay_out_regions(expected, m.tensor_kinds.size(), m.shard_count);
   for (size_t i = 0; i < m.units.size(); ++i) {
     check(expected[i].shard_numel == m.units[i].shard_numel &&
@@ -301,9 +315,13 @@ CheckpointFile ShardFileWriter::finish() {
 }
 
 std::string metadata_to_json(const CheckpointMetadata& m) {
-  json units = json::array(), files = json::array();
+  json units = json::array(), files = json::array(), frozen = json::array();
   for (const auto& u : m.units) units.push_back(unit_to_json(u));
   for (const auto& f : m.files) files.push_back(file_to_json(f));
+  for (const auto& p : m.frozen) {
+    frozen.push_back(
+        {{"name", p.name}, {"shape", p.shape}, {"numel", p.numel}, {"aliases", p.aliases}});
+  }
   json j = {{"format", kFormatName},
             {"version", m.version},
             {"step", m.step},
@@ -316,6 +334,7 @@ std::string metadata_to_json(const CheckpointMetadata& m) {
             {"block_bytes", m.block_bytes},
             {"train_state", json::parse(m.train_state)},
             {"units", units},
+            {"frozen_params", frozen},
             {"files", files}};
   return j.dump(1) + "\n";
 }

@@ -52,6 +52,20 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
+// Every flat parameter of the model, the trainable ones first, and this rank's shards of them in
+// the same order: a full state holds frozen parameters too.
+std::vector<UnitInfo> all_units(const FullyShardedModel& model) {
+  std::vector<UnitInfo> units = model.units();
+  for (UnitInfo& u : model.frozen_units()) units.push_back(std::move(u));
+  return units;
+}
+
+std::vector<UnitShard> all_shards(const FullyShardedModel& model) {
+  std::vector<UnitShard> shards = model.shards();
+  for (UnitShard& s : model.frozen_shards()) shards.push_back(std::move(s));
+  return shards;
+}
+
 // --- save ---------------------------------------------------------------------------------------
 
 SafetensorsDType file_dtype(DType dtype) {
@@ -91,8 +105,8 @@ void agree(Comm& world, const std::exception_ptr& rank0_error, const std::string
                          "); its error says why");
 }
 
-// The unit's padded fp32 flat parameter, gathered over the shard group, in host memory (the shard
-// itself when there is one shard on the CPU: nothing is copied).
+// The unit's padded flat parameter (fp32, or a frozen one's param_dtype), gathered over the shard
+// group, in host memory (the shard itself when there is one shard on the CPU: nothing is copied).
 at::Tensor gather_unit(Comm& shard_group, const UnitInfo& unit, const at::Tensor& shard) {
   if (unit.shard_count == 1) return shard.to(at::kCPU);
   at::Tensor full = at::empty({unit.padded_numel}, shard.options());
@@ -101,12 +115,12 @@ at::Tensor gather_unit(Comm& shard_group, const UnitInfo& unit, const at::Tensor
   return full.to(at::kCPU);
 }
 
-// fp32 goes straight from the gathered buffer; bf16 and fp16 in bounded converted pieces.
+// The file's dtype goes straight from the gathered buffer; others in bounded converted pieces.
 void write_param(SafetensorsWriter& writer, const ParamLayout& p, const at::Tensor& full,
                  at::ScalarType type) {
   const at::Tensor src = full.narrow(0, p.offset, p.numel);
-  if (type == at::kFloat) {
-    writer.write_bytes(p.name, 0, src.data_ptr(), p.numel * 4);
+  if (type == src.scalar_type()) {
+    writer.write_bytes(p.name, 0, src.data_ptr(), p.numel * static_cast<int64_t>(src.itemsize()));
     return;
   }
   constexpr int64_t kChunk = int64_t{1} << 22;
@@ -159,7 +173,10 @@ std::string name_list(const std::vector<std::string>& names) {
 // checking the whole set against the model: nothing is read before everything fits.
 using Plan = std::vector<std::vector<std::string>>;
 
-Plan plan_load(const SafetensorsSet& set, const std::vector<UnitInfo>& units, bool strict) {
+// A parameter the set lacks and options.may_lack_ allows gets the source "": it is not read.
+Plan plan_load(const SafetensorsSet& set, const std::vector<UnitInfo>& units,
+               const FullStateLoadOptions& options) {
+  const bool strict = options.strict_;
   Plan plan;
   std::set<std::string> known;
   std::vector<std::string> missing;
@@ -174,6 +191,8 @@ Plan plan_load(const SafetensorsSet& set, const std::vector<UnitInfo>& units, bo
       known.insert(p.aliases.begin(), p.aliases.end());
       if (const SafetensorsTensorInfo* t = set.find(source)) {
         check_fits(set.file_of(source), *t, p);
+      } else if (options.may_lack_ && options.may_lack_(p.name)) {
+        source.clear();
       } else {
         missing.push_back(p.name);
       }
@@ -204,7 +223,7 @@ void load_unit(const SafetensorsSet& set, const UnitInfo& unit,
   for (size_t i = 0; i < unit.params.size(); ++i) {
     const ParamLayout& p = unit.params[i];
     const int64_t b = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
-    if (e <= b) continue;
+    if (e <= b || sources[i].empty()) continue;
     set.read_elements(sources[i], b - p.offset, e - b, shard.narrow(0, b - lo, e - b));
   }
   const int64_t valid = std::clamp<int64_t>(unit.numel - lo, 0, unit.shard_numel);
@@ -213,7 +232,7 @@ void load_unit(const SafetensorsSet& set, const UnitInfo& unit,
 
 void load_shards(FullyShardedModel& model, const SafetensorsSet& set,
                  const std::vector<UnitInfo>& units, const Plan& plan) {
-  const std::vector<UnitShard> shards = model.shards();
+  const std::vector<UnitShard> shards = all_shards(model);
   at::NoGradGuard no_grad;
   for (size_t u = 0; u < units.size(); ++u) load_unit(set, units[u], plan[u], shards[u].param);
 }
@@ -221,13 +240,29 @@ void load_shards(FullyShardedModel& model, const SafetensorsSet& set,
 void fail_together(Comm& world, const std::exception_ptr& error, const std::string& path,
                    const std::string& stage);
 
+// This rank's slice of a unit read whole (`flat`, padded) into its shard: the parameters read,
+// the padding; a parameter not read keeps its values.
+void copy_read_params(const UnitInfo& unit, const std::vector<std::string>& sources,
+                      const at::Tensor& flat, const at::Tensor& shard) {
+  const int64_t lo = static_cast<int64_t>(unit.shard_rank) * unit.shard_numel;
+  const int64_t hi = lo + unit.shard_numel;
+  for (size_t i = 0; i < unit.params.size(); ++i) {
+    const ParamLayout& p = unit.params[i];
+    const int64_t b = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
+    if (e <= b || sources[i].empty()) continue;
+    shard.narrow(0, b - lo, e - b).copy_(flat.narrow(0, b, e - b));
+  }
+  const int64_t valid = std::clamp<int64_t>(unit.numel - lo, 0, unit.shard_numel);
+  shard.narrow(0, valid, unit.shard_numel - valid).zero_();
+}
+
 // from_rank0: rank 0 reads each unit whole (a one-shard view of its layout), broadcasts it, and
 // every rank keeps its own slice.
 void load_broadcast_from_rank0(FullyShardedModel& model, const SafetensorsSet* set,
                                const std::vector<UnitInfo>& units, const Plan& plan,
                                const std::string& path) {
   Comm& world = model.world();
-  const std::vector<UnitShard> shards = model.shards();
+  const std::vector<UnitShard> shards = all_shards(model);
   at::NoGradGuard no_grad;
   for (size_t u = 0; u < units.size(); ++u) {
     UnitInfo whole = units[u];
@@ -240,8 +275,13 @@ void load_broadcast_from_rank0(FullyShardedModel& model, const SafetensorsSet* s
     world.set_context("load_full_safetensors '" + path + "': broadcast of unit '" +
                       display_name(units[u]) + "'");
     world.broadcast(flat.data_ptr(), static_cast<size_t>(whole.padded_numel), DType::kFloat32, 0);
-    shards[u].param.copy_(
-        flat.narrow(0, units[u].shard_rank * units[u].shard_numel, units[u].shard_numel));
+    // Which parameters rank 0 read (the others have no plan): 1 for each read, "" for the others.
+    std::vector<int64_t> read(units[u].params.size(), 1);
+    for (size_t i = 0; set && i < read.size(); ++i) read[i] = plan[u][i].empty() ? 0 : 1;
+    world.broadcast(read.data(), read.size(), DType::kInt64, 0);
+    std::vector<std::string> sources;
+    for (const int64_t r : read) sources.push_back(r ? "read" : "");
+    copy_read_params(units[u], sources, flat, shards[u].param);
   }
 }
 
@@ -265,7 +305,7 @@ void fail_together(Comm& world, const std::exception_ptr& error, const std::stri
 void save_full_safetensors(FullyShardedModel& model, const std::string& path,
                            const FullStateSaveOptions& options) {
   const at::ScalarType type = *to_scalar_type(file_dtype(options.dtype_));
-  const std::vector<UnitInfo> units = model.units();
+  const std::vector<UnitInfo> units = all_units(model);
   Comm& world = model.world();
   std::unique_ptr<SafetensorsWriter> writer;
   std::exception_ptr error;
@@ -276,7 +316,7 @@ void save_full_safetensors(FullyShardedModel& model, const std::string& path,
 
   // Other replicas hold copies of the same shards: they only follow rank 0's progress.
   const bool gathers = model.replicate_group().rank() == 0;
-  const std::vector<UnitShard> shards = gathers ? model.shards() : std::vector<UnitShard>{};
+  const std::vector<UnitShard> shards = gathers ? all_shards(model) : std::vector<UnitShard>{};
   for (size_t u = 0; u < units.size(); ++u) {
     at::Tensor full;
     if (gathers) full = gather_unit(model.shard_group(), units[u], shards[u].param);
@@ -294,7 +334,7 @@ void save_full_safetensors(FullyShardedModel& model, const std::string& path,
 void load_full_safetensors(FullyShardedModel& model, const std::string& path,
                            const FullStateLoadOptions& options) {
   Comm& world = model.world();
-  const std::vector<UnitInfo> units = model.units();
+  const std::vector<UnitInfo> units = all_units(model);
   const bool reads = !options.from_rank0_ || world.rank() == 0;
   std::unique_ptr<SafetensorsSet> set;
   Plan plan;
@@ -302,7 +342,7 @@ void load_full_safetensors(FullyShardedModel& model, const std::string& path,
   std::exception_ptr error = guarded([&] {
     if (!reads) return;
     set = std::make_unique<SafetensorsSet>(path, options.name_map_);
-    plan = plan_load(*set, units, options.strict_);
+    plan = plan_load(*set, units, options);
   });
   fail_together(world, error, path, "checking");
   if (options.from_rank0_) {
@@ -315,21 +355,45 @@ void load_full_safetensors(FullyShardedModel& model, const std::string& path,
 
 namespace {
 
-// The checkpoint's parameters `params` into one file at `out_path`, a chunk at a time.
-void write_consolidated(CheckpointReader& reader, const std::vector<const CheckpointParam*>& params,
-                        const std::string& out_path, DType dtype, int64_t chunk_elements) {
+// The name `set` holds a frozen parameter under: its own, else an alias's.
+std::string frozen_source(const SafetensorsSet& set, const CheckpointParam& p) {
+  for (size_t a = 0; set.find(p.name) == nullptr && a < p.aliases.size(); ++a) {
+    if (set.find(p.aliases[a]) != nullptr) return p.aliases[a];
+  }
+  return p.name;
+}
+
+// A tensor of the consolidated file: a parameter the checkpoint holds, or a frozen one it names,
+// read from the run's weights (`frozen_from`).
+struct Entry {
+  const CheckpointParam* param = nullptr;
+  bool frozen = false;
+};
+
+// The checkpoint's parameters `entries` into one file at `out_path`, a chunk at a time.
+void write_consolidated(CheckpointReader& reader, const ConsolidateExtras& extras,
+                        const std::vector<Entry>& entries, const std::string& out_path, DType dtype,
+                        int64_t chunk_elements) {
+  const SafetensorsSet* frozen_from = extras.frozen_from;
   const SafetensorsDType file_type = file_dtype(dtype);
   const at::ScalarType type = *to_scalar_type(file_type);
   std::vector<SafetensorsTensorSpec> specs;
-  for (const CheckpointParam* p : params) specs.push_back({p->name, file_type, p->shape});
+  for (const Entry& e : entries) specs.push_back({e.param->name, file_type, e.param->shape});
   SafetensorsWriter writer(out_path, specs);
   const int64_t esize = static_cast<int64_t>(c10::elementSize(type));
   at::Tensor buf = at::empty({chunk_elements}, at::kFloat);
-  for (const CheckpointParam* p : params) {
+  for (const Entry& e : entries) {
+    const CheckpointParam* p = e.param;
+    const at::Tensor addend = extras.addend ? extras.addend(p->name) : at::Tensor();
     for (int64_t i = 0; i < p->numel; i += chunk_elements) {
       const int64_t n = std::min(chunk_elements, p->numel - i);
       at::Tensor piece = buf.narrow(0, 0, n);
-      reader.read(p->name, "param", i, n, piece.data_ptr<float>());
+      if (e.frozen) {
+        frozen_from->read_elements(frozen_source(*frozen_from, *p), i, n, piece);
+      } else {
+        reader.read(p->name, "param", i, n, piece.data_ptr<float>());
+      }
+      if (addend.defined()) piece.add_(addend.narrow(0, i, n));
       if (type != at::kFloat) piece = piece.to(type);
       writer.write_bytes(p->name, i * esize, piece.data_ptr(), n * esize);
     }
@@ -337,10 +401,36 @@ void write_consolidated(CheckpointReader& reader, const std::vector<const Checkp
   writer.commit();
 }
 
-std::vector<const CheckpointParam*> all_params(const CheckpointReader& reader) {
-  std::vector<const CheckpointParam*> out;
-  for (const auto& unit : reader.metadata().units) {
-    for (const auto& p : unit.params) out.push_back(&p);
+// Every parameter the checkpoint describes: those it holds, then its frozen ones, which come
+// from `frozen_from` (checked against their shapes before anything is written).
+std::vector<Entry> all_params(const CheckpointReader& reader, const ConsolidateExtras& extras) {
+  const SafetensorsSet* frozen_from = extras.frozen_from;
+  const auto kept = [&](const CheckpointParam& p) { return !extras.omit || !extras.omit(p.name); };
+  std::vector<Entry> out;
+  const CheckpointMetadata& meta = reader.metadata();
+  for (const auto& unit : meta.units) {
+    for (const auto& p : unit.params) {
+      if (kept(p)) out.push_back({&p, false});
+    }
+  }
+  if (meta.frozen.empty()) return out;
+  if (frozen_from == nullptr) {
+    throw CheckpointError("checkpoint '" + reader.dir() + "' does not hold its " +
+                          std::to_string(meta.frozen.size()) + " frozen parameters ('" +
+                          meta.frozen.front().name +
+                          "', ...): they are the weights the run started from, which a "
+                          "consolidation must be given (fsdp-ckpt export reads its "
+                          "model.pretrained or model.init_from)");
+  }
+  for (const auto& p : meta.frozen) {
+    const SafetensorsTensorInfo* t = frozen_from->find(frozen_source(*frozen_from, p));
+    if (t == nullptr || t->shape != p.shape) {
+      throw CheckpointError("checkpoint '" + reader.dir() + "': its frozen parameter '" + p.name +
+                            "' " + shape_text(p.shape) + " is " +
+                            (t == nullptr ? "not in '" : "of another shape in '") +
+                            frozen_from->path() + "'");
+    }
+    if (kept(p)) out.push_back({&p, true});
   }
   return out;
 }
@@ -360,17 +450,18 @@ std::string shard_file_name(size_t i, size_t n) {
 }  // namespace
 
 void consolidate_checkpoint(const std::string& dir, const std::string& out_path, DType dtype,
-                            int64_t chunk_elements) {
+                            int64_t chunk_elements, const ConsolidateExtras& extras) {
   check_chunk(chunk_elements);
   check_checkpoint_output(out_path, dir, "the checkpoint it reads", OutputKind::kFile);
   CheckpointReader reader(dir);
-  write_consolidated(reader, all_params(reader), out_path, dtype, chunk_elements);
+  write_consolidated(reader, extras, all_params(reader, extras), out_path, dtype, chunk_elements);
 }
 
 std::vector<std::string> consolidate_checkpoint_files(const std::string& dir,
                                                       const std::string& out_dir, DType dtype,
                                                       int64_t max_shard_bytes,
-                                                      int64_t chunk_elements) {
+                                                      int64_t chunk_elements,
+                                                      const ConsolidateExtras& extras) {
   check_chunk(chunk_elements);
   if (max_shard_bytes <= 0) {
     throw std::invalid_argument("consolidate_checkpoint_files: max_shard_bytes <= 0");
@@ -379,22 +470,22 @@ std::vector<std::string> consolidate_checkpoint_files(const std::string& dir,
                           OutputKind::kIntoFolder);
   CheckpointReader reader(dir);
   const int64_t esize = static_cast<int64_t>(c10::elementSize(*to_scalar_type(file_dtype(dtype))));
-  std::vector<std::vector<const CheckpointParam*>> shards(1);
+  std::vector<std::vector<Entry>> shards(1);
   int64_t in_shard = 0, total = 0;
-  for (const CheckpointParam* p : all_params(reader)) {
-    const int64_t bytes = p->numel * esize;
+  for (const Entry& e : all_params(reader, extras)) {
+    const int64_t bytes = e.param->numel * esize;
     if (in_shard > 0 && in_shard + bytes > max_shard_bytes) {
       shards.emplace_back();
       in_shard = 0;
     }
-    shards.back().push_back(p);
+    shards.back().push_back(e);
     in_shard += bytes;
     total += bytes;
   }
   const std::string folder = out_dir.empty() ? "." : out_dir;
   if (shards.size() == 1) {
     const std::string path = folder + "/" + kSafetensorsSingleName;
-    write_consolidated(reader, shards[0], path, dtype, chunk_elements);
+    write_consolidated(reader, extras, shards[0], path, dtype, chunk_elements);
     return {path};
   }
   std::vector<std::string> files;
@@ -402,8 +493,8 @@ std::vector<std::string> consolidate_checkpoint_files(const std::string& dir,
                           {"weight_map", nlohmann::json::object()}};
   for (size_t i = 0; i < shards.size(); ++i) {
     const std::string name = shard_file_name(i, shards.size());
-    write_consolidated(reader, shards[i], folder + "/" + name, dtype, chunk_elements);
-    for (const CheckpointParam* p : shards[i]) index["weight_map"][p->name] = name;
+    write_consolidated(reader, extras, shards[i], folder + "/" + name, dtype, chunk_elements);
+    for (const Entry& e : shards[i]) index["weight_map"][e.param->name] = name;
     files.push_back(folder + "/" + name);
   }
   const std::string index_path = folder + "/" + kSafetensorsIndexName;

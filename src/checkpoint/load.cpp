@@ -46,9 +46,14 @@ std::vector<CheckpointParam> target_params(const UnitInfo& u) {
   return out;
 }
 
-// The model must have exactly the checkpoint's parameters, with the same shapes.
+// The model's trainable parameters must be exactly the checkpoint's, with the same shapes (a
+// sharded checkpoint holds what trains: FullyShardedModel::units()).
 void check_same_parameters(const CheckpointMetadata& meta, const std::vector<UnitInfo>& units,
-                           const std::string& dir) {
+                           const std::vector<UnitInfo>& frozen, const std::string& dir) {
+  std::set<std::string> frozen_names;
+  for (const auto& u : frozen) {
+    for (const auto& p : u.params) frozen_names.insert(p.name);
+  }
   std::map<std::string, std::vector<int64_t>> saved;
   for (const auto& u : meta.units) {
     for (const auto& p : u.params) saved[p.name] = p.shape;
@@ -60,7 +65,8 @@ void check_same_parameters(const CheckpointMetadata& meta, const std::vector<Uni
       const auto it = saved.find(p.name);
       if (it == saved.end()) {
         throw CheckpointError(where + " has no parameter '" + p.name +
-                              "': it was saved from a different model");
+                              "', which the model trains: it was saved from a different model, "
+                              "or by a run that froze it");
       }
       if (it->second != p.shape) {
         throw CheckpointError(where + ": parameter '" + p.name + "' has shape " +
@@ -71,6 +77,12 @@ void check_same_parameters(const CheckpointMetadata& meta, const std::vector<Uni
     }
   }
   for (const auto& [name, shape] : saved) {
+    if (frozen_names.count(name) != 0) {
+      throw CheckpointError(where + " trained parameter '" + name +
+                            "', which the model freezes (requires_grad false): a sharded "
+                            "checkpoint holds the parameters that train, so the model must "
+                            "freeze the same ones as the run that saved it");
+    }
     if (model_names.count(name) == 0) {
       throw CheckpointError(where + " has parameter '" + name +
                             "', which the model lacks: it was saved from a different model");
@@ -106,7 +118,7 @@ void load_tensors(const std::string& dir, FullyShardedModel& model, ShardedOptim
                   const CheckpointMetadata& meta) {
   CheckpointReader reader(dir);
   const std::vector<UnitInfo> units = model.units();
-  check_same_parameters(meta, units, dir);
+  check_same_parameters(meta, units, model.frozen_units(), dir);
   if (optimizer != nullptr) check_optimizer(meta, *optimizer, dir);
   const std::vector<UnitShard> shards = model.shards();
   at::NoGradGuard no_grad;

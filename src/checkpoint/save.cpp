@@ -164,6 +164,9 @@ CheckpointMetadata metadata(const SaveContext& c, FullyShardedModel& model,
   meta.lr = c.optimizer != nullptr ? c.optimizer->lr() : 0;
   meta.block_bytes = c.options->block_bytes;
   meta.units = units;
+  for (const UnitInfo& u : model.frozen_units()) {
+    for (const auto& p : u.params) meta.frozen.push_back({p.name, p.shape, 0, p.numel, p.aliases});
+  }
   const int64_t bytes = shard_file_bytes(units, c.kinds);
   for (auto& f : files) {
     f.name = shard_file_name(f.shard_rank, c.shard_count);

@@ -337,7 +337,7 @@ const char* to_string(StateDictType type) {
 bool operator==(const ModelConfig& a, const ModelConfig& b) {
   auto fields = [](const ModelConfig& m) {
     return std::tie(m.type, m.vocab_size, m.n_layer, m.n_head, m.n_positions, m.norm_eps,
-                    m.attention, m.init_from, m.pretrained, m.n_embd, m.dim, m.n_kv_head,
+                    m.attention, m.init_from, m.pretrained, m.adapter, m.n_embd, m.dim, m.n_kv_head,
                     m.intermediate_size, m.rope_theta, m.tie_embeddings, m.head_dim, m.qkv_bias,
                     m.o_bias, m.mlp_bias, m.rope_scaling, m.rope_factor, m.rope_low_freq_factor,
                     m.rope_high_freq_factor, m.rope_original_max_positions, m.qk_norm,
@@ -369,11 +369,11 @@ bool operator==(const TrainLoopConfig& a, const TrainLoopConfig& b) {
   return std::tie(a.micro_batch_size, a.gradient_accumulation_steps, a.seed, a.eval_every,
                   a.eval_batches, a.log_every, a.checkpoint_dir, a.checkpoint_every,
                   a.checkpoint_keep_last, a.resume, a.metrics_file, a.num_threads,
-                  a.process_group_timeout, a.device, a.export_dir, a.fused_loss) ==
+                  a.process_group_timeout, a.device, a.export_dir, a.fused_loss, a.freeze) ==
          std::tie(b.micro_batch_size, b.gradient_accumulation_steps, b.seed, b.eval_every,
                   b.eval_batches, b.log_every, b.checkpoint_dir, b.checkpoint_every,
                   b.checkpoint_keep_last, b.resume, b.metrics_file, b.num_threads,
-                  b.process_group_timeout, b.device, b.export_dir, b.fused_loss);
+                  b.process_group_timeout, b.device, b.export_dir, b.fused_loss, b.freeze);
 }
 
 const char* to_string(TrainDevice device) { return device == TrainDevice::kCuda ? "cuda" : "cpu"; }
@@ -399,9 +399,14 @@ bool operator==(const GradScalerOptions& a, const GradScalerOptions& b) {
          a.min_scale == b.min_scale;
 }
 
+bool operator==(const LoraConfig& a, const LoraConfig& b) {
+  return std::tie(a.target_modules, a.r, a.alpha, a.dropout, a.use_rslora, a.modules_to_save) ==
+         std::tie(b.target_modules, b.r, b.alpha, b.dropout, b.use_rslora, b.modules_to_save);
+}
+
 bool operator==(const TrainConfig& a, const TrainConfig& b) {
   return a.model == b.model && a.data == b.data && a.optim == b.optim && a.train == b.train &&
-         a.fsdp == b.fsdp && a.mixed_precision == b.mixed_precision &&
+         a.fsdp == b.fsdp && a.lora == b.lora && a.mixed_precision == b.mixed_precision &&
          a.grad_scaler == b.grad_scaler && a.num_processes == b.num_processes &&
          a.num_machines == b.num_machines;
 }

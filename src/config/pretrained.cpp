@@ -29,8 +29,57 @@ void agree_or_fail(const TrainConfig& config, const Origins& origins, const Opti
 
 }  // namespace
 
+// model.adapter: the adapter folder's lora.* settings under the same rules, and its base as
+// model.pretrained when that is unset (or a check that it is the same folder).
+void apply_adapter(TrainConfig& config, Origins& origins, const FolderReader& read_folder) {
+  if (!read_folder) {
+    throw error_at(origins, {"model.adapter"},
+                   "this program reads no adapter folders (load_config was given no FolderReader)");
+  }
+  fs::path normal = fs::absolute(config.model.adapter).lexically_normal();
+  if (!normal.has_filename()) normal = normal.parent_path();
+  const std::string dir = normal.string();
+  if (!fs::is_directory(dir)) {
+    throw error_at(origins, {"model.adapter"}, "'" + config.model.adapter + "' is not a folder");
+  }
+  config.model.adapter = dir;
+  const FolderSettings folder = read_folder(dir, -1);
+  const std::string& path = folder.file;
+  const std::string file = fs::path(path).filename().string();
+  for (const auto& [key, value] : folder.settings) {
+    if (key == "model.pretrained") {
+      const fs::path base = fs::absolute(value.text);  // as PEFT meant it: from where it ran
+      std::error_code ec;
+      if (config.model.pretrained.empty() && fs::is_directory(base, ec)) {
+        config.model.pretrained = base.lexically_normal().string();
+        origins[key] = Origin{path, 0, file + "'s base_model_name_or_path", 0};
+      } else if (!config.model.pretrained.empty() && fs::is_directory(base, ec) &&
+                 !fs::equivalent(base, config.model.pretrained, ec)) {
+        throw error_at(origins, {"model.pretrained", "model.adapter"},
+                       "the adapter " + dir + " was made for " + value.text +
+                           " (its base_model_name_or_path), not for model.pretrained " +
+                           config.model.pretrained);
+      }
+      continue;
+    }
+    const Option* option = find_option(key);
+    if (origins.count(key)) {
+      agree_or_fail(config, origins, *option, value, path);
+      continue;
+    }
+    option->set(config, RawValue::scalar(value.text));
+    origins[key] = Origin{path, 0, file + "'s " + value.field, 0};
+  }
+  if (config.model.pretrained.empty()) {
+    throw error_at(
+        origins, {"model.adapter", "model.pretrained"},
+        "the adapter " + dir + " adapts a base model: set model.pretrained to its folder");
+  }
+}
+
 std::vector<std::string> apply_pretrained(TrainConfig& config, Origins& origins,
                                           const FolderReader& read_folder) {
+  if (!config.model.adapter.empty()) apply_adapter(config, origins, read_folder);
   if (config.model.pretrained.empty()) return {};
   if (!read_folder) {
     throw error_at(origins, {"model.pretrained"},

@@ -45,9 +45,10 @@ void resolve_paths(TrainConfig& c, const std::string& base) {
     }
   };
   if (c.data.dataset != "sotu") resolve(c.data.dataset);  // the bundled corpus is a name
-  for (std::string* path : {&c.data.val_dataset, &c.data.tokenizer_dir, &c.data.cache_dir,
-                            &c.data.sotu_dir, &c.model.init_from, &c.model.pretrained,
-                            &c.train.checkpoint_dir, &c.train.metrics_file, &c.train.export_dir}) {
+  for (std::string* path :
+       {&c.data.val_dataset, &c.data.tokenizer_dir, &c.data.cache_dir, &c.data.sotu_dir,
+        &c.model.init_from, &c.model.pretrained, &c.model.adapter, &c.train.checkpoint_dir,
+        &c.train.metrics_file, &c.train.export_dir}) {
     resolve(*path);
   }
 }

@@ -484,6 +484,9 @@ std::vector<Option> model_section() {
       string_setting("model.pretrained", FIELD(model.pretrained),
                      "a Hugging Face model folder to fine-tune: type, shape, weights and "
                      "tokenizer from it (model.* keys set elsewhere must agree); empty: none"),
+      string_setting("model.adapter", FIELD(model.adapter),
+                     "a PEFT adapter folder (adapter_config.json, adapter_model.safetensors) to "
+                     "read onto model.pretrained: its LoRA settings and weights; empty: none"),
       only_for(llama, int_setting("model.head_dim", FIELD(model.head_dim),
                                   "channels per attention head; 0: dim / n_head")),
       only_for(llama, bool_setting("model.qkv_bias", FIELD(model.qkv_bias),
@@ -627,6 +630,25 @@ std::vector<Option> grad_scaler_section() {
   };
 }
 
+// PEFT's LoraConfig, its names (lora_alpha as alpha, lora_dropout as dropout).
+std::vector<Option> lora_section() {
+  return {
+      list_setting("lora.target_modules", FIELD(lora.target_modules),
+                   "layers that get LoRA adapters (q_proj, v_proj, ..., c_attn, or all-linear); "
+                   "set: everything else is frozen; empty: no LoRA"),
+      int_setting("lora.r", FIELD(lora.r), "the adapters' rank"),
+      number_setting("lora.alpha", FIELD(lora.alpha),
+                     "lora_alpha: the adapters' output is scaled by alpha / r"),
+      number_setting("lora.dropout", FIELD(lora.dropout),
+                     "lora_dropout: dropout on the adapters' input while training"),
+      bool_setting("lora.use_rslora", FIELD(lora.use_rslora),
+                   "rsLoRA: scale by alpha / sqrt(r) instead of alpha / r"),
+      list_setting("lora.modules_to_save", FIELD(lora.modules_to_save),
+                   "modules trained in full beside the adapters (a module whose name ends with "
+                   "an entry: embed_tokens, lm_head); empty: none"),
+  };
+}
+
 std::vector<Option> train_section() {
   return {
       int_setting("train.micro_batch_size", FIELD(train.micro_batch_size),
@@ -658,6 +680,9 @@ std::vector<Option> train_section() {
           "train.export_dir", FIELD(train.export_dir),
           "at the end, the last checkpoint as a Hugging Face model folder here "
           "(config.json, weights, tokenizer); needs train.checkpoint_every; empty: none"),
+      list_setting("train.freeze", FIELD(train.freeze),
+                   "parameters that do not train: glob patterns over the model's (Hugging Face's) "
+                   "parameter names, e.g. model.embed_tokens.*,model.layers.0.*; empty: none"),
       int_setting("train.num_threads", FIELD(train.num_threads),
                   "intra-op threads per rank; 0: LibTorch's default"),
       number_setting("train.process_group_timeout", FIELD(train.process_group_timeout),
@@ -754,8 +779,8 @@ std::vector<Option> foreign_sections() {
 std::vector<Option> build_options() {
   std::vector<Option> all;
   for (auto part : {accelerate_top_level(), fsdp_section(), parallelism_section(), model_section(),
-                    data_section(), optim_section(), grad_scaler_section(), train_section(),
-                    torchacc_section(), foreign_sections()}) {
+                    data_section(), optim_section(), grad_scaler_section(), lora_section(),
+                    train_section(), torchacc_section(), foreign_sections()}) {
     for (auto& o : part) all.push_back(std::move(o));
   }
   return all;

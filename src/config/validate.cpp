@@ -4,6 +4,7 @@
 #include <ATen/Context.h>
 #include <torch/version.h>
 
+#include <cmath>
 #include <sstream>
 
 #include "compat.h"
@@ -253,6 +254,48 @@ void check_export(const Checks& k, const TrainLoopConfig& t) {
             "train.checkpoint_every above 0");
 }
 
+// A frozen parameter keeps the value it starts from, and a checkpoint does not hold it (it is
+// read again from the weights on resume, export, eval and sample): freezing random values is
+// nothing a run can mean.
+void check_freeze(const Checks& k, const TrainConfig& c) {
+  k.require(c.train.freeze.empty() || !c.model.pretrained.empty() || !c.model.init_from.empty(),
+            {"train.freeze", "model.pretrained", "model.init_from"},
+            "frozen parameters keep the weights the run starts from: set model.pretrained or "
+            "model.init_from (without them they would stay random)");
+}
+
+// LoRA as PEFT's LoraConfig allows it (r at least 1, dropout a probability), on a base: the
+// frozen weights come from somewhere (as train.freeze's).
+void check_lora(const Checks& k, const TrainConfig& c) {
+  const LoraConfig& l = c.lora;
+  k.require(l.modules_to_save.empty() || l.enabled(),
+            {"lora.modules_to_save", "lora.target_modules"},
+            "modules_to_save are trained beside LoRA adapters: set lora.target_modules too");
+  if (!l.enabled()) return;
+  k.require(l.r >= 1, {"lora.r"}, "the adapters' rank must be at least 1, got " + num(l.r));
+  k.require(l.dropout >= 0 && l.dropout < 1, {"lora.dropout"},
+            "must be in [0, 1), got " + num(l.dropout));
+  k.require(std::isfinite(l.alpha) && l.alpha > 0, {"lora.alpha"},
+            "must be a positive number, got " + num(l.alpha));
+  k.require(!c.model.pretrained.empty() || !c.model.init_from.empty(),
+            {"lora.target_modules", "model.pretrained", "model.init_from"},
+            "LoRA adapts a base model: set model.pretrained (or model.init_from) to it");
+  // PEFT trains a copy of a module to save; of a token table tied to the head that unties them
+  // (the head keeps the base's weights), which a tied model here cannot hold.
+  const bool tied = c.model.type == ModelType::kGPT2 || c.model.tie_embeddings;
+  const std::string table =
+      c.model.type == ModelType::kGPT2 ? "transformer.wte" : "model.embed_tokens";
+  for (const std::string& m : l.modules_to_save) {
+    const bool names_table =
+        table.size() >= m.size() && table.compare(table.size() - m.size(), m.size(), m) == 0;
+    k.require(!tied || !names_table, {"lora.modules_to_save"},
+              "'" + m +
+                  "' is the token table, which this model ties to its output head: PEFT "
+                  "trains an untied copy of it (the head keeps the base's weights), which a tied "
+                  "model cannot hold");
+  }
+}
+
 void check_launch(const Checks& k, const TrainConfig& c) {
   k.require(c.mixed_precision != DType::kInt64, {"mixed_precision"}, "must be a floating type");
   k.require(c.mixed_precision != DType::kFloat16 || c.train.device != TrainDevice::kCpu ||
@@ -302,6 +345,8 @@ void validate(const TrainConfig& config, const Origins& origins, MachineChecks m
   check_fsdp(k, config);
   check_launch(k, config);
   check_export(k, config.train);
+  check_freeze(k, config);
+  check_lora(k, config);
 }
 
 }  // namespace config

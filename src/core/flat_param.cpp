@@ -14,13 +14,14 @@ c10::StorageImpl* storage_of(const at::Tensor& t) { return t.storage().unsafeGet
 
 FlatParam::FlatParam(std::vector<ParamSlot> slots, int shard_rank, int shard_count,
                      at::ScalarType param_dtype, const ParamInit& init, c10::Device device,
-                     bool offload)
+                     bool offload, bool trainable)
     : slots_(std::move(slots)),
       shard_rank_(shard_rank),
       shard_count_(shard_count),
       param_dtype_(param_dtype),
       device_(device),
-      offload_(offload) {
+      offload_(offload),
+      trainable_(trainable) {
   for (auto& s : slots_) {
     s.offset = numel_;
     s.numel = s.param.numel();
@@ -28,7 +29,7 @@ FlatParam::FlatParam(std::vector<ParamSlot> slots, int shard_rank, int shard_cou
     numel_ += s.numel;
   }
   shard_numel_ = (numel_ + shard_count_ - 1) / shard_count_;
-  aliased_ = shard_count_ == 1 && param_dtype_ == at::kFloat && !offload_;
+  aliased_ = shard_count_ == 1 && shard_dtype() == param_dtype_ && !offload_;
   init_shard(init);
   point_params_at_full();
 }
@@ -57,9 +58,9 @@ at::Tensor FlatParam::materialise(const ParamSlot& s, const ParamInit& init) con
 
 void FlatParam::init_shard(const ParamInit& init) {
   at::NoGradGuard no_grad;
-  at::TensorOptions fp32 = at::TensorOptions().dtype(at::kFloat).device(device_);
-  if (offload_) fp32 = fp32.device(at::kCPU).pinned_memory(!device_.is_cpu());
-  shard_ = at::zeros({shard_numel_}, fp32);
+  at::TensorOptions where = at::TensorOptions().dtype(shard_dtype()).device(device_);
+  if (offload_) where = where.device(at::kCPU).pinned_memory(!device_.is_cpu());
+  shard_ = at::zeros({shard_numel_}, where);
   for (const auto& s : slots_) {
     const Overlap o = overlap(s);
     if (o.count == 0) continue;
@@ -67,7 +68,7 @@ void FlatParam::init_shard(const ParamInit& init) {
     shard_.narrow(0, o.shard_begin, o.count)
         .copy_(values.reshape({-1}).narrow(0, o.param_begin, o.count));
   }
-  grad_shard_ = at::zeros({shard_numel_}, fp32);
+  if (trainable_) grad_shard_ = at::zeros({shard_numel_}, where);
 }
 
 void FlatParam::point_params_at_full() {
@@ -102,6 +103,7 @@ void FlatParam::free_full() {
 }
 
 void FlatParam::alloc_full_grad(BufferPool& pool) {
+  FSDP_CHECK(trainable_, "a frozen FlatParam has no gradient buffer");
   full_grad_ = pool.empty(padded_numel(), param_dtype_);
   grad_written_.assign(slots_.size(), false);
   grad_complete_ = false;

@@ -7,6 +7,10 @@
 // full's storage but keeps the storage object, so views (and tensors autograd saved) see the data
 // again after the next gather: see docs/design.md, [Note: storage resize].
 // With one shard in fp32, `full` *is* the master shard and nothing is ever freed or copied.
+// A frozen FlatParam (parameters that do not train: requires_grad false) keeps its shard in
+// param_dtype itself, with no fp32 master, no gradient shard and no gradient buffer: it is gathered
+// for forward and backward and never reduced or stepped; with one shard (and no offload) `full` is
+// that shard. A unit holds one FlatParam of each kind (docs/design.md, [Note: frozen parameters]).
 // `full` lives on the device (ShardingOptions::device); the shard and gradient shard there too,
 // or in host memory under CPU offload (pinned when the device is a GPU, so that copies to and from
 // it can be asynchronous). The parameters' values are copied from wherever they were.
@@ -38,11 +42,18 @@ class FlatParam {
   // every parameter at the (allocated) full buffer.
   // A deferred parameter (fsdp/init.h) has no current values: `init` computes them, one full
   // parameter at a time.
+  // `trainable` false: a frozen FlatParam (above).
   FlatParam(std::vector<ParamSlot> slots, int shard_rank, int shard_count,
             at::ScalarType param_dtype, const ParamInit& init = {},
-            c10::Device device = c10::Device(c10::kCPU), bool offload = false);
+            c10::Device device = c10::Device(c10::kCPU), bool offload = false,
+            bool trainable = true);
 
   const std::vector<ParamSlot>& slots() const { return slots_; }
+  bool empty() const { return slots_.empty(); }
+  // Whether the parameters train: an fp32 master shard and a gradient shard (else undefined).
+  bool trainable() const { return trainable_; }
+  // The shard's dtype: fp32 when trainable, param_dtype when frozen.
+  at::ScalarType shard_dtype() const { return trainable_ ? at::kFloat : param_dtype_; }
   int64_t numel() const { return numel_; }
   int64_t padded_numel() const { return shard_numel_ * shard_count_; }
   int64_t shard_numel() const { return shard_numel_; }
@@ -110,6 +121,7 @@ class FlatParam {
   at::ScalarType param_dtype_;
   c10::Device device_;
   bool offload_;
+  bool trainable_;
   int64_t numel_ = 0;
   int64_t shard_numel_ = 0;
   bool aliased_ = false;

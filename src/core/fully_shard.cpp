@@ -19,22 +19,37 @@ const ShardingOptions& FullyShardedModel::options() const { return runtime_->opt
 
 c10::Device FullyShardedModel::device() const { return runtime_->device(); }
 
+namespace {
+
+UnitInfo unit_info(const Unit& u, const FlatParam& f) {
+  UnitInfo info;
+  info.name = u.name();
+  info.numel = f.numel();
+  info.padded_numel = f.padded_numel();
+  info.shard_numel = f.shard_numel();
+  info.shard_rank = f.shard_rank();
+  info.shard_count = f.shard_count();
+  for (const auto& s : f.slots()) {
+    info.param_names.push_back(s.name);
+    info.params.push_back({s.name, s.shape, s.offset, s.numel, s.aliases});
+  }
+  return info;
+}
+
+}  // namespace
+
 std::vector<UnitInfo> FullyShardedModel::units() const {
   std::vector<UnitInfo> out;
   for (const auto& u : runtime_->units()) {
-    const FlatParam& f = u->flat();
-    UnitInfo info;
-    info.name = u->name();
-    info.numel = f.numel();
-    info.padded_numel = f.padded_numel();
-    info.shard_numel = f.shard_numel();
-    info.shard_rank = f.shard_rank();
-    info.shard_count = f.shard_count();
-    for (const auto& s : f.slots()) {
-      info.param_names.push_back(s.name);
-      info.params.push_back({s.name, s.shape, s.offset, s.numel, s.aliases});
-    }
-    out.push_back(std::move(info));
+    if (!u->flat().empty()) out.push_back(unit_info(*u, u->flat()));
+  }
+  return out;
+}
+
+std::vector<UnitInfo> FullyShardedModel::frozen_units() const {
+  std::vector<UnitInfo> out;
+  for (const auto& u : runtime_->units()) {
+    if (!u->frozen().empty()) out.push_back(unit_info(*u, u->frozen()));
   }
   return out;
 }
@@ -51,9 +66,22 @@ std::vector<UnitShard> FullyShardedModel::shards(const DecayRule& rule) const {
   }
   for (const auto& u : runtime_->units()) {
     const FlatParam& f = u->flat();
+    if (f.empty()) continue;
     out.push_back({u->name(), f.shard(), f.grad_shard(), f.shard_mask(rule), wait_writable});
   }
-  out.back().stepped = runtime_->root_stepped_callback();
+  if (!runtime_->root_unit().flat().empty()) {
+    out.back().stepped = runtime_->root_stepped_callback();
+  }
+  return out;
+}
+
+std::vector<UnitShard> FullyShardedModel::frozen_shards() const {
+  runtime_->sync_offload();
+  runtime_->drop_root_gathered_ahead();
+  std::vector<UnitShard> out;
+  for (const auto& u : runtime_->units()) {
+    if (!u->frozen().empty()) out.push_back({u->name(), u->frozen().shard(), {}, {}});
+  }
   return out;
 }
 

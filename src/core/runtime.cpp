@@ -123,11 +123,26 @@ std::vector<std::vector<ParamSlot>> assign_params(
   return slots;
 }
 
+// A parameter that trains has an fp32 master; a frozen one is kept in param_dtype whatever it
+// was, so it may be any floating type (a bf16 base).
 void check_param(const ParamSlot& s) {
   FSDP_CHECK(s.param.defined(), "parameter '", s.name, "' is undefined");
+  if (!s.param.requires_grad()) {
+    FSDP_CHECK(at::isFloatingType(s.param.scalar_type()), "frozen parameter '", s.name, "' is ",
+               c10::toString(s.param.scalar_type()), ": fsdp shards floating-point parameters");
+    return;
+  }
   FSDP_CHECK(s.param.scalar_type() == at::kFloat, "parameter '", s.name, "' is ",
              c10::toString(s.param.scalar_type()),
-             ": fsdp shards fp32 parameters (use param_dtype for mixed precision)");
+             ": fsdp shards fp32 parameters that train (use param_dtype for mixed precision; a "
+             "parameter with requires_grad false may be of any floating type)");
+}
+
+// Elements of the parameters of `spec` that train: what a unit reduces.
+int64_t trainable_numel(const UnitSpec& spec) {
+  int64_t n = 0;
+  for (const auto& s : spec.slots) n += s.param.requires_grad() ? s.param.numel() : 0;
+  return n;
 }
 
 // 2^k for an integer k (1 included).
@@ -154,19 +169,16 @@ Runtime::Runtime(std::shared_ptr<torch::nn::Module> root, CommPtr comm, Sharding
   move_buffers();
   make_groups();
   split_root_ = options_.split_root_reduction_ && !options_.offload_params_ && specs.size() > 1 &&
-                (shard_group_->size() > 1 || replicate_group_->size() > 1);
+                (shard_group_->size() > 1 || replicate_group_->size() > 1) &&
+                trainable_numel(specs.back()) > 0;
   resolve_root_chunks(specs);
   build_units(std::move(specs));
 }
 
 // Before any unit exists, as check_unit_names: a failed fully_shard must leave no hooks behind.
-// The units' sizes from their specs, as FlatParam counts them (the root is last).
+// The units' trainable sizes from their specs, as FlatParam counts them (the root is last).
 void Runtime::resolve_root_chunks(const std::vector<UnitSpec>& specs) {
-  const auto numel = [](const UnitSpec& spec) {
-    int64_t n = 0;
-    for (const auto& s : spec.slots) n += s.param.numel();
-    return n;
-  };
+  const auto numel = trainable_numel;
   int64_t largest = 0;
   for (size_t u = 0; u + 1 < specs.size(); ++u) largest = std::max(largest, numel(specs[u]));
   const int64_t root = numel(specs.back());
@@ -232,8 +244,10 @@ std::vector<UnitSpec> unit_specs(torch::nn::Module& root, const WrapPolicy& poli
 std::vector<UnitSize> unit_sizes(torch::nn::Module& root, const WrapPolicy& policy) {
   std::vector<UnitSize> out;
   for (const UnitSpec& spec : unit_specs(root, policy)) {
-    UnitSize size{spec.name, 0};
-    for (const auto& s : spec.slots) size.numel += s.param.numel();
+    UnitSize size{spec.name, 0, 0};
+    for (const auto& s : spec.slots) {
+      (s.param.requires_grad() ? size.numel : size.frozen_numel) += s.param.numel();
+    }
     out.push_back(std::move(size));
   }
   return out;
@@ -398,7 +412,8 @@ void Runtime::begin_forward() {
 
 std::function<void()> Runtime::root_stepped_callback() {
   const Unit& root = root_unit();
-  if (!options_.forward_prefetch_ || root.flat().aliased() || root.flat().shard_count() == 1) {
+  if (!options_.forward_prefetch_ || root.flat().empty() || root.flat().aliased() ||
+      root.flat().shard_count() == 1) {
     return nullptr;
   }
   if (!self_) self_ = std::make_shared<Runtime*>(this);
@@ -607,11 +622,15 @@ MemoryStats Runtime::memory() const {
   m.unused_prefetches = unused_prefetches_;
   m.sharded_param_bytes = 0;
   m.sharded_grad_bytes = 0;
+  m.sharded_frozen_bytes = 0;
   for (const auto& u : units_) {
     m.sharded_param_bytes += u->flat().shard().nbytes();
     m.sharded_grad_bytes += u->flat().grad_shard().nbytes();
+    m.sharded_frozen_bytes += u->frozen().shard().nbytes();
   }
-  if (options_.offload_params_) m.host_shard_bytes = m.sharded_param_bytes + m.sharded_grad_bytes;
+  if (options_.offload_params_) {
+    m.host_shard_bytes = m.sharded_param_bytes + m.sharded_grad_bytes + m.sharded_frozen_bytes;
+  }
   return m;
 }
 
@@ -623,16 +642,18 @@ void Runtime::reset_peak_memory() {
 std::map<std::string, at::Tensor> Runtime::gather_full_params() {
   std::map<std::string, at::Tensor> out;
   for (auto& u : units_) {
-    FlatParam& flat = u->flat();
-    at::Tensor full = flat.shard();
-    if (flat.shard_count() > 1) {
-      shard_group_->set_context("gather_full_params '" + u->display_name() + "'");
-      full = at::empty({flat.padded_numel()}, flat.shard().options());
-      all_gather(*shard_group_, flat.shard(), full)->wait();
-    }
-    for (const auto& s : flat.slots()) {
-      out[s.name] = full.narrow(0, s.offset, s.numel).view(s.shape).clone();
-      for (const auto& alias : s.aliases) out[alias] = out[s.name];
+    for (FlatParam* flat : {&u->flat(), &u->frozen()}) {
+      if (flat->empty()) continue;
+      at::Tensor full = flat->shard();
+      if (flat->shard_count() > 1) {
+        shard_group_->set_context("gather_full_params '" + u->display_name() + "'");
+        full = at::empty({flat->padded_numel()}, flat->shard().options());
+        all_gather(*shard_group_, flat->shard(), full)->wait();
+      }
+      for (const auto& s : flat->slots()) {
+        out[s.name] = full.narrow(0, s.offset, s.numel).view(s.shape).to(at::kFloat, false, true);
+        for (const auto& alias : s.aliases) out[alias] = out[s.name];
+      }
     }
   }
   return out;

@@ -71,10 +71,17 @@ class Unit : public ModuleHooks {
   void pre_forward() override;
   std::vector<at::Tensor> post_forward(std::vector<at::Tensor> outputs) override;
   bool checkpointed() const override { return policy_.checkpoint; }
+  // A unit with frozen parameters (the root aside) passes its tensor arguments through an
+  // autograd node whose backward says its inputs' gradients are known ([Note: frozen
+  // parameters]).
+  bool wraps_inputs() const override { return !is_root_ && !frozen_.empty(); }
+  std::vector<at::Tensor> pre_forward_inputs(std::vector<at::Tensor> inputs) override;
 
   // Called by autograd: before the unit's backward, and after each parameter's gradient lands.
   void pre_backward();
   void on_grad_accumulated();
+  // The gradients of the tensor arguments of one of this unit's calls are known.
+  void inputs_done();
   // The root only: reduce what its gradients hold so far, once per backward, when the first
   // wrapped unit's backward begins (docs/design.md, [Note: split root reduction]).
   void reduce_early();
@@ -96,13 +103,30 @@ class Unit : public ModuleHooks {
   const torch::nn::Module* module() const { return module_; }
   bool is_root() const { return is_root_; }
   UnitState state() const { return state_; }
+  // The unit's trainable parameters (possibly none) and its frozen ones (possibly none).
   FlatParam& flat() { return flat_; }
   const FlatParam& flat() const { return flat_; }
+  FlatParam& frozen() { return frozen_; }
+  const FlatParam& frozen() const { return frozen_; }
   bool forwarded() const { return forwarded_; }
   bool in_backward() const { return in_backward_; }
-  void clear_forwarded() { forwarded_ = false; }
+  void clear_forwarded() {
+    forwarded_ = false;
+    inputs_pending_ = 0;
+    inputs_hooked_ = false;
+  }
 
  private:
+  // A gather in the making: the FlatParam, what it reads (its shard, or that shard's device or
+  // param_dtype copy), the all-gather.
+  struct Gather {
+    FlatParam* flat = nullptr;
+    at::Tensor staged, src;
+    WorkPtr work;
+  };
+  Gather stage_gather(FlatParam& flat);
+  void issue_gather(Gather& g);
+  void reshard_if_backward_done();
   void reduce_gradients();
   bool reduces_in_place(const at::Tensor& grad) const;
   PendingReduce make_reduction(const at::Tensor& grad, int64_t offset, int64_t owned);
@@ -120,14 +144,14 @@ class Unit : public ModuleHooks {
   const torch::nn::Module* module_;
   bool is_root_;
   FlatParam flat_;
+  FlatParam frozen_;
+  std::vector<FlatParam*> held_;  // those of flat_ and frozen_ that hold parameters
   UnitState state_ = UnitState::kUnsharded;
   UnitPolicy policy_;
-  // The gather in flight (kGathering): the all-gather, and on a device with streams the event
-  // after the gather stream's work; what it reads (the shard, or its device and param_dtype
-  // copies), kept until the compute stream has waited for it.
-  WorkPtr gather_;
+  // The gathers in flight (kGathering), and on a device with streams the event after the gather
+  // stream's work; what they read is kept until the compute stream has waited for it.
+  std::vector<Gather> gathers_;
   std::unique_ptr<c10::Event> gathered_;
-  at::Tensor gather_src_, gather_staged_;
   bool prefetched_ = false;  // gathered by a prefetch and not used since
   // Grad accumulators are held so that hooks registered on them survive between steps (a
   // parameter only keeps a weak reference to its accumulator).
@@ -148,6 +172,10 @@ class Unit : public ModuleHooks {
   int64_t early_held_ = 0;
   int early_sent_ = 0;
   int grads_pending_ = 0;
+  // Calls of this forward whose inputs' gradients are still to come, and whether any call's
+  // inputs needed a gradient at all.
+  int inputs_pending_ = 0;
+  bool inputs_hooked_ = false;
 };
 
 // A gradient reduction in flight: its handle and the buffers it reads and writes.

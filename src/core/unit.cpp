@@ -34,6 +34,21 @@ struct UnitBackwardHook : public torch::autograd::Function<UnitBackwardHook> {
   }
 };
 
+// Identity on a unit's tensor arguments whose backward tells the unit that the gradients of all
+// of them are known: the unit's own backward nodes that lead to its inputs have run, so its frozen
+// parameters are read no more ([Note: frozen parameters]; FSDP2's RegisterPostBackwardFunction).
+struct UnitInputHook : public torch::autograd::Function<UnitInputHook> {
+  static variable_list forward(AutogradContext* ctx, at::TensorList inputs, Unit* unit) {
+    ctx->saved_data["unit"] = reinterpret_cast<int64_t>(unit);
+    return inputs.vec();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    reinterpret_cast<Unit*>(ctx->saved_data["unit"].toInt())->inputs_done();
+    grads.emplace_back();  // no gradient for the unit pointer
+    return grads;
+  }
+};
+
 // Before a parameter's AccumulateGrad: the gradient goes into the unit's buffer here
 // (FlatParam::accumulate_grad: a copy the first time, no zero fill) and on as nothing, which the
 // accumulator takes as no gradient; the parameter's own hooks (register_hook) have run on it
@@ -79,19 +94,38 @@ int64_t late_row_length(const std::vector<ParamSlot>& slots) {
   return row;
 }
 
-std::vector<at::Tensor> wrap_for_backward(std::vector<at::Tensor> outputs, Unit* unit) {
+// `tensors` with those that require grad passed through `Hook` (one node for all of them); the
+// same tensors when none does.
+template <typename Hook>
+std::vector<at::Tensor> through_hook(std::vector<at::Tensor> tensors, Unit* unit) {
   std::vector<size_t> positions;
   std::vector<at::Tensor> differentiable;
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    if (outputs[i].defined() && outputs[i].requires_grad()) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].defined() && tensors[i].requires_grad()) {
       positions.push_back(i);
-      differentiable.push_back(outputs[i]);
+      differentiable.push_back(tensors[i]);
     }
   }
-  if (differentiable.empty()) return outputs;
-  variable_list wrapped = UnitBackwardHook::apply(at::TensorList(differentiable), unit);
-  for (size_t k = 0; k < positions.size(); ++k) outputs[positions[k]] = wrapped[k];
-  return outputs;
+  if (differentiable.empty()) return tensors;
+  variable_list wrapped = Hook::apply(at::TensorList(differentiable), unit);
+  for (size_t k = 0; k < positions.size(); ++k) tensors[positions[k]] = wrapped[k];
+  return tensors;
+}
+
+// The slots of parameters that train (requires_grad), or of those that do not.
+std::vector<ParamSlot> slots_that_train(const std::vector<ParamSlot>& slots, bool train) {
+  std::vector<ParamSlot> out;
+  for (const auto& s : slots) {
+    if (s.param.requires_grad() == train) out.push_back(s);
+  }
+  return out;
+}
+
+FlatParam make_flat(Runtime& runtime, std::vector<ParamSlot> slots, bool trainable) {
+  const ShardingOptions& o = runtime.options();
+  return FlatParam(std::move(slots), runtime.shard_group().rank(), runtime.shard_group().size(),
+                   to_scalar_type(o.param_dtype_), o.param_init_, runtime.device(),
+                   o.offload_params_, trainable);
 }
 
 }  // namespace
@@ -103,14 +137,16 @@ Unit::Unit(Runtime& runtime, std::string name, const torch::nn::Module* module,
       display_name_(is_root ? std::string("(root)") : name_),
       module_(module),
       is_root_(is_root),
-      flat_(std::move(slots), runtime.shard_group().rank(), runtime.shard_group().size(),
-            to_scalar_type(runtime.options().param_dtype_), runtime.options().param_init_,
-            runtime.device(), runtime.options().offload_params_),
+      flat_(make_flat(runtime, slots_that_train(slots, true), /*trainable=*/true)),
+      frozen_(make_flat(runtime, slots_that_train(slots, false), /*trainable=*/false)),
       policy_(policy),
       late_row_(late_row_length(flat_.slots())) {
+  for (FlatParam* f : {&flat_, &frozen_}) {
+    if (!f->empty()) held_.push_back(f);
+  }
   register_grad_hooks();
-  // FlatParam starts gathered (it was built from the full parameters); start sharded.
-  flat_.free_full();
+  // A FlatParam starts gathered (it was built from the full parameters); start sharded.
+  for (FlatParam* f : held_) f->free_full();
   state_ = UnitState::kSharded;
 }
 
@@ -125,9 +161,8 @@ Unit::~Unit() {
 }
 
 void Unit::register_grad_hooks() {
-  const auto& slots = flat_.slots();
+  const auto& slots = flat_.slots();  // all of them require grad
   for (size_t i = 0; i < slots.size(); ++i) {
-    if (!slots[i].param.requires_grad()) continue;
     auto acc = torch::autograd::impl::grad_accumulator(slots[i].param);
     FSDP_CHECK(acc, "no gradient accumulator for parameter '", slots[i].name, "'");
     auto pre = std::make_unique<GradIntoBufferHook>(&flat_, i);
@@ -151,51 +186,69 @@ void Unit::set_context(const char* phase) const {
 }
 
 // Gathering, on the gather stream where the device has one (core/streams.h): an offloaded shard
-// is first copied to an fp32 device buffer (asynchronously from pinned memory; the cast to
+// is first copied to a device buffer of its dtype (asynchronously from pinned memory; the cast to
 // param_dtype then runs on the device, not the host: docs/design.md, [Note: offload]), cast, and
-// all-gathered into `full`, or with one shard copied there. Buffers are taken on the compute
-// stream first, and held until wait_unshard has made the compute stream wait for the gather.
+// all-gathered into `full`, or with one shard copied there; the unit's trainable and frozen
+// FlatParams one after the other. Buffers are taken on the compute stream first, and held until
+// wait_unshard has made the compute stream wait for the gather.
 void Unit::issue_unshard(const char* phase) {
   if (state_ != UnitState::kSharded) return;
   state_ = UnitState::kUnsharded;
-  if (flat_.aliased()) return;
-  flat_.alloc_full(runtime_.pool());
-  runtime_.track_gathered(flat_.full_bytes());
+  std::vector<Gather> gathers;
+  for (FlatParam* f : held_) {
+    if (!f->aliased()) gathers.push_back(stage_gather(*f));
+  }
+  if (gathers.empty()) return;
   at::NoGradGuard no_grad;
-  const bool gathers = flat_.shard_count() > 1;
-  if (gathers) set_context(phase);
-  BufferPool& pool = runtime_.pool();
-  const at::Tensor staged =
-      flat_.offloaded() ? pool.empty(flat_.shard_numel(), at::kFloat) : flat_.shard();
-  const at::Tensor src = gathers && flat_.param_dtype() != at::kFloat
-                             ? pool.empty(flat_.shard_numel(), flat_.param_dtype())
-                             : staged;
-  OnSideStream side(runtime_.streams().gather());
-  if (flat_.offloaded()) {
-    staged.copy_(flat_.shard(), /*non_blocking=*/true);
-    runtime_.note_offload_copy();
+  if (gathers.front().flat->shard_count() > 1) set_context(phase);
+  {
+    OnSideStream side(runtime_.streams().gather());
+    for (Gather& g : gathers) issue_gather(g);
+    gathered_ = side.record();
   }
-  if (!gathers) {
-    flat_.full().copy_(staged);
-  } else {
-    if (!src.is_same(staged)) src.copy_(staged);
-    gather_ = all_gather(runtime_.shard_group(), src, flat_.full());
-  }
-  gathered_ = side.record();
-  if (gather_ || gathered_) {
-    gather_src_ = src;
-    gather_staged_ = staged;
+  bool pending = gathered_ != nullptr;
+  for (const Gather& g : gathers) pending = pending || g.work;
+  if (pending) {
+    gathers_ = std::move(gathers);
     state_ = UnitState::kGathering;
   }
 }
 
+// `full`'s bytes, and the buffers a gather of `flat` reads (on the compute stream).
+Unit::Gather Unit::stage_gather(FlatParam& flat) {
+  flat.alloc_full(runtime_.pool());
+  runtime_.track_gathered(flat.full_bytes());
+  BufferPool& pool = runtime_.pool();
+  Gather g;
+  g.flat = &flat;
+  g.staged = flat.offloaded() ? pool.empty(flat.shard_numel(), flat.shard_dtype()) : flat.shard();
+  g.src = flat.shard_count() > 1 && flat.param_dtype() != flat.shard_dtype()
+              ? pool.empty(flat.shard_numel(), flat.param_dtype())
+              : g.staged;
+  return g;
+}
+
+void Unit::issue_gather(Gather& g) {
+  FlatParam& flat = *g.flat;
+  if (flat.offloaded()) {
+    g.staged.copy_(flat.shard(), /*non_blocking=*/true);
+    runtime_.note_offload_copy();
+  }
+  if (flat.shard_count() == 1) {
+    flat.full().copy_(g.staged);
+    return;
+  }
+  if (!g.src.is_same(g.staged)) g.src.copy_(g.staged);
+  g.work = all_gather(runtime_.shard_group(), g.src, flat.full());
+}
+
 void Unit::wait_unshard() {
   if (state_ != UnitState::kGathering) return;
-  if (gather_) gather_->wait();
+  for (Gather& g : gathers_) {
+    if (g.work) g.work->wait();
+  }
   wait_for(gathered_, runtime_.device());
-  gather_.reset();
-  gather_src_.reset();
-  gather_staged_.reset();
+  gathers_.clear();
   state_ = UnitState::kUnsharded;
 }
 
@@ -217,9 +270,11 @@ void Unit::reshard() {
   settle_prefetch(/*used=*/false);
   if (state_ == UnitState::kSharded) return;
   state_ = UnitState::kSharded;
-  if (flat_.aliased()) return;
-  flat_.free_full();
-  runtime_.track_gathered(-flat_.full_bytes());
+  for (FlatParam* f : held_) {
+    if (f->aliased()) continue;
+    f->free_full();
+    runtime_.track_gathered(-f->full_bytes());
+  }
 }
 
 void Unit::pre_forward() {
@@ -236,6 +291,39 @@ void Unit::pre_forward() {
   wait_unshard();
 }
 
+std::vector<at::Tensor> Unit::pre_forward_inputs(std::vector<at::Tensor> inputs) {
+  if (!at::GradMode::is_enabled()) return inputs;
+  const bool any = std::any_of(inputs.begin(), inputs.end(), [](const at::Tensor& t) {
+    return t.defined() && t.requires_grad();
+  });
+  if (!any) return inputs;
+  ++inputs_pending_;
+  inputs_hooked_ = true;
+  return through_hook<UnitInputHook>(std::move(inputs), this);
+}
+
+void Unit::inputs_done() {
+  if (inputs_pending_ > 0) --inputs_pending_;
+  // A unit with nothing to train has no gradient to wait for: its backward is done.
+  if (flat_.empty() && inputs_pending_ == 0 && in_backward_) {
+    post_backward();
+    return;
+  }
+  reshard_if_backward_done();
+}
+
+// [Note: frozen parameters] A unit's trainable parameters are read by no backward node after the
+// last of their gradients lands; its frozen ones are read until its inputs' gradients are known,
+// which may come later (a frozen projection's input gradient) or earlier (an adapter's gradient).
+// So a unit with frozen parameters reshards once both have happened; one whose inputs need no
+// gradient (or come in some other way than as tensor arguments) reshards at the end of backward.
+void Unit::reshard_if_backward_done() {
+  if (!in_backward_) return;
+  if (!post_backward_done_ && !flat_.empty()) return;
+  if (!frozen_.empty() && (is_root_ || !inputs_hooked_ || inputs_pending_ > 0)) return;
+  reshard();
+}
+
 std::vector<at::Tensor> Unit::post_forward(std::vector<at::Tensor> outputs) {
   bool backward_expected = false;
   if (at::GradMode::is_enabled()) {
@@ -245,7 +333,7 @@ std::vector<at::Tensor> Unit::post_forward(std::vector<at::Tensor> outputs) {
   if (backward_expected && is_root_ && runtime_.splits_root_reduction()) {
     intercept_early_uses(outputs, grad_sinks_, is_unit_boundary);
   }
-  if (backward_expected) outputs = wrap_for_backward(std::move(outputs), this);
+  if (backward_expected) outputs = through_hook<UnitBackwardHook>(std::move(outputs), this);
   if (is_root_) runtime_.end_forward(backward_expected);
   return outputs;
 }
@@ -263,7 +351,7 @@ void Unit::pre_backward() {
   // Behind this unit's gathers in the queue: they are needed first.
   if (!is_root_) runtime_.root_unit().reduce_early();
   wait_unshard();
-  if (!flat_.has_full_grad()) {
+  if (!flat_.empty() && !flat_.has_full_grad()) {
     flat_.alloc_full_grad(runtime_.pool());
     runtime_.track_grad_buffers(flat_.full_grad_bytes());
   }
@@ -280,7 +368,7 @@ void Unit::on_grad_accumulated() {
 void Unit::post_backward() {
   if (post_backward_done_) return;
   post_backward_done_ = true;
-  if (runtime_.sync_gradients()) {
+  if (runtime_.sync_gradients() && !flat_.empty()) {
     if (early_reduced_) {
       while (early_grad_.defined()) reduce_early_piece();  // more pieces than units reached
       reduce_late();
@@ -288,9 +376,7 @@ void Unit::post_backward() {
       reduce_gradients();
     }
   }
-  // Frozen parameters of this unit may still be read by backward nodes that have not run yet;
-  // such units reshard in finish_backward instead.
-  if (trainable_params_ == static_cast<int>(flat_.slots().size())) reshard();
+  reshard_if_backward_done();
   runtime_.backward_done(*this);
 }
 
@@ -418,6 +504,8 @@ void Unit::finish_backward() {
   reshard();
   in_backward_ = false;
   forwarded_ = false;
+  inputs_pending_ = 0;
+  inputs_hooked_ = false;
 }
 
 }  // namespace fsdp

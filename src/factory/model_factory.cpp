@@ -2,6 +2,7 @@
 // initialisation.
 #include "factory/model_factory.h"
 
+#include <fnmatch.h>
 #include <torch/nn/module.h>
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include "fsdp/hooks.h"
 #include "fsdp/models/gpt2.h"
 #include "fsdp/models/llama.h"
+#include "fsdp/models/lora.h"
 
 namespace fsdp {
 
@@ -104,13 +106,70 @@ CausalLM build_llama(const TrainConfig& config) {
 }  // namespace
 
 CausalLM build_model(const TrainConfig& config) {
+  CausalLM lm;
   switch (config.model.type) {
     case ModelType::kGPT2:
-      return build_gpt2(config);
+      lm = build_gpt2(config);
+      break;
     case ModelType::kLlama:
-      return build_llama(config);
+      lm = build_llama(config);
+      break;
+    default:
+      throw std::invalid_argument("model.type: unknown model type");
   }
-  throw std::invalid_argument("model.type: unknown model type");
+  if (config.lora.enabled()) add_adapters(*lm.module, config);
+  freeze_parameters(*lm.module, config.train.freeze);
+  return lm;
+}
+
+void add_adapters(torch::nn::Module& module, const TrainConfig& config) {
+  const LoraConfig& l = config.lora;
+  LoraSettings settings;
+  settings.options.r = l.r;
+  settings.options.alpha = l.alpha;
+  settings.options.dropout = l.dropout;
+  settings.options.rslora = l.use_rslora;
+  settings.target_modules = l.target_modules;
+  settings.modules_to_save = l.modules_to_save;
+  settings.seed = static_cast<uint64_t>(config.train.seed);
+  try {
+    add_lora(module, settings);
+  } catch (const std::invalid_argument& e) {
+    // add_lora names the setting its message is about first ("lora.r ...").
+    const std::string what = e.what();
+    const std::string key = what.substr(0, what.find_first_of(": "));
+    throw ConfigError("", 0, key.rfind("lora.", 0) == 0 ? key : "lora.target_modules", what);
+  }
+}
+
+void freeze_parameters(torch::nn::Module& module, const std::vector<std::string>& patterns) {
+  if (patterns.empty()) return;
+  const auto params = module.named_parameters(/*recurse=*/true);
+  std::vector<bool> used(patterns.size(), false);
+  int64_t training = 0;
+  for (const auto& item : params) {
+    bool frozen = false;
+    for (size_t i = 0; i < patterns.size(); ++i) {
+      if (::fnmatch(patterns[i].c_str(), item.key().c_str(), 0) == 0) frozen = used[i] = true;
+    }
+    if (frozen) item.value().requires_grad_(false);
+  }
+  for (const auto& item : params) training += item.value().requires_grad() ? 1 : 0;
+  for (size_t i = 0; i < patterns.size(); ++i) {
+    if (used[i]) continue;
+    std::string names;
+    for (size_t k = 0; k < params.size() && k < 6; ++k) {
+      names += (k ? ", " : "") + params[k].key();
+    }
+    if (params.size() > 6) names += ", ... (" + std::to_string(params.size()) + " in all)";
+    throw ConfigError("", 0, "train.freeze",
+                      "'" + patterns[i] + "' matches no parameter of the model (" + names +
+                          "; `*` matches any run of characters, dots included)");
+  }
+  if (training == 0) {
+    throw ConfigError("", 0, "train.freeze",
+                      "the patterns freeze every parameter of the model: nothing would train");
+  }
 }
 
 at::Tensor next_token_loss(const CausalLM& lm, const at::Tensor& inputs, const at::Tensor& targets,
@@ -267,13 +326,20 @@ std::string block_parameter_name(const ParameterShape& shape, int64_t block) {
   return name;
 }
 
-int64_t count_parameters(const torch::nn::Module& module) {
+namespace {
+int64_t count(const torch::nn::Module& module, bool trainable_only) {
   std::unordered_set<const void*> seen;
   int64_t n = 0;
   for (const auto& p : module.parameters()) {
+    if (trainable_only && !p.requires_grad()) continue;
     if (seen.insert(p.unsafeGetTensorImpl()).second) n += p.numel();
   }
   return n;
 }
+}  // namespace
+
+int64_t count_parameters(const torch::nn::Module& module) { return count(module, false); }
+
+int64_t count_trainable_parameters(const torch::nn::Module& module) { return count(module, true); }
 
 }  // namespace fsdp

@@ -44,7 +44,19 @@ struct CausalLM {
 // deferred (fsdp/init.h): shapes without values, so that no rank ever holds the whole model;
 // fully_shard materialises each rank's shard with `param_init`, the values every rank (and a
 // single process) would draw. Throws std::invalid_argument for sizes the model rejects.
+// config.lora's adapters added (add_adapters), then config.train.freeze applied
+// (freeze_parameters).
 CausalLM build_model(const TrainConfig& config);
+
+// LoRA adapters on `module` as config.lora says (fsdp/models/lora.h, add_lora): their A values
+// from config.train.seed and each layer's name; everything but the adapters and the modules to
+// save frozen. Throws ConfigError naming the lora.* key at fault.
+void add_adapters(torch::nn::Module& module, const TrainConfig& config);
+
+// Sets requires_grad false on the parameters of `module` whose names match one of `patterns`
+// (globs, fnmatch(3) without flags: `*` also matches dots). Throws ConfigError naming
+// train.freeze for a pattern that matches nothing and for patterns that freeze everything.
+void freeze_parameters(torch::nn::Module& module, const std::vector<std::string>& patterns);
 
 // The next-token loss of inputs [B, T] against targets [B, T] (-100: ignored), their mean
 // (`mean`) or their sum, for rows laid out as `layout` (empty: one sequence a row): through the
@@ -55,6 +67,8 @@ at::Tensor next_token_loss(const CausalLM& lm, const at::Tensor& inputs, const a
 
 // Parameters in the model (tied ones once).
 int64_t count_parameters(const torch::nn::Module& module);
+// Of those, the ones that train (requires_grad).
+int64_t count_trainable_parameters(const torch::nn::Module& module);
 
 // A parameter of the model a config describes, known without building it: the name the module
 // registers it under (transformers' names, GPT-2's with "transformer."), its shape, and the config

@@ -9,14 +9,18 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 
+#include "fsdp/checkpoint/checkpoint.h"
 #include "fsdp/checkpoint/full_state.h"
 #include "fsdp/checkpoint/ownership.h"
 #include "fsdp/config/config.h"
 #include "fsdp/data/tokenizer.h"
+#include "hf/folder.h"
+#include "hf/peft.h"
 #include "util/files.h"
 #include "util/json.h"
 
@@ -330,6 +334,19 @@ std::vector<std::string> copy_tokenizer(const fs::path& from, const fs::path& to
        "and vocab.bpe); export with fsdp-ckpt export --tokenizer DIR");
 }
 
+// The weights a run with frozen parameters started from (its model.init_from, else its
+// model.pretrained), which hold what its checkpoint does not; null for a run that froze nothing.
+std::unique_ptr<SafetensorsSet> frozen_weights(const std::string& step_dir, const TrainConfig& t) {
+  if (read_checkpoint_metadata(step_dir).frozen.empty()) return nullptr;
+  const std::string weights = !t.model.init_from.empty() ? t.model.init_from : t.model.pretrained;
+  if (weights.empty()) {
+    fail(step_dir,
+         "the run froze parameters (train.freeze) but names no model.pretrained or "
+         "model.init_from to take them from");
+  }
+  return std::make_unique<SafetensorsSet>(weights, weight_name_map(t.model.type));
+}
+
 }  // namespace
 
 std::vector<std::string> export_model_folder(const std::string& step_dir,
@@ -340,6 +357,7 @@ std::vector<std::string> export_model_folder(const std::string& step_dir,
   check_checkpoint_output(out.string(), step_dir, "the checkpoint it is exported from",
                           OutputKind::kNewFolder);
   const TrainConfig t = checkpoint_config(step_dir);
+  if (t.lora.enabled() && !options.merge) return export_adapter_folder(step_dir, out_dir);
   const ojson base = source_config(t.model);
   const DType dtype = options.dtype.value_or(from_hf_dtype(base).value_or(DType::kFloat32));
   const fs::path tok = options.tokenizer_dir.empty() ? t.data.tokenizer_dir : options.tokenizer_dir;
@@ -363,7 +381,12 @@ std::vector<std::string> export_model_folder(const std::string& step_dir,
     write_json(tmp / "generation_config.json", ids);
   }
   copy_tokenizer(tok, tmp, t.context_length());
-  consolidate_checkpoint_files(step_dir, tmp.string(), dtype, options.max_shard_bytes);
+  const std::unique_ptr<SafetensorsSet> frozen = frozen_weights(step_dir, t);
+  ConsolidateExtras extras;
+  extras.frozen_from = frozen.get();
+  if (t.lora.enabled() && frozen) extras = merge_extras(step_dir, t, *frozen);
+  consolidate_checkpoint_files(step_dir, tmp.string(), dtype, options.max_shard_bytes, 1 << 22,
+                               extras);
   files::rename_into_place(tmp.string(), out.string(), before);
   guard.keep();
   std::vector<std::string> files;

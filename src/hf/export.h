@@ -22,6 +22,10 @@ struct ExportOptions {
   int64_t max_shard_bytes = 50000000000LL;
   // Where the tokenizer files come from. Default: the checkpoint's data.tokenizer_dir.
   std::string tokenizer_dir;
+  // A LoRA run's checkpoint: false (default) writes PEFT's adapter folder (hf/peft.h,
+  // export_adapter_folder); true the merged model, each adapted weight W + scaling B A, as PEFT's
+  // merge_and_unload gives it, in a model folder like any other's. Without LoRA: no effect.
+  bool merge = false;
 };
 
 // Writes `out_dir` from the checkpoint step folder `step_dir` (any strategy or state-dict type;

@@ -15,6 +15,7 @@
 
 #include "factory/model_factory.h"
 #include "fsdp/checkpoint/safetensors.h"
+#include "hf/peft.h"
 #include "util/json.h"
 
 namespace fsdp {
@@ -641,6 +642,7 @@ std::string known_types() {
 }  // namespace
 
 FolderSettings read_folder_settings(const std::string& dir, int64_t context_length) {
+  if (context_length < 0) return read_adapter_settings(dir);  // model.adapter's (FolderReader)
   const std::string path = (fs::path(dir) / "config.json").string();
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) {
@@ -787,6 +789,18 @@ TensorNameMap weight_name_map(ModelType type) {
     const bool ours = name.rfind("transformer.", 0) == 0 || name == "lm_head.weight";
     return ours ? name : "transformer." + name;
   };
+}
+
+FullStateLoadOptions start_weights_options(const TrainConfig& config) {
+  FullStateLoadOptions load;
+  if (!config.model.pretrained.empty()) load.name_map(weight_name_map(config.model.type));
+  if (config.lora.enabled()) {
+    load.may_lack([](const std::string& name) {
+      return name.find(".lora_A.") != std::string::npos ||
+             name.find(".lora_B.") != std::string::npos;
+    });
+  }
+  return load;
 }
 
 }  // namespace hf

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "fsdp/checkpoint/full_state.h"
 #include "fsdp/checkpoint/safetensors_set.h"
 #include "fsdp/config/config.h"
 
@@ -22,7 +23,8 @@ namespace hf {
 
 // Reads DIR/config.json as our settings (a FolderReader: load_config applies them);
 // `context_length` is the run's (sliding windows shorter than it are refused). Throws ConfigError
-// naming the file and the field.
+// naming the file and the field. A context_length of -1: DIR is model.adapter's PEFT folder
+// (hf/peft.h, read_adapter_settings).
 FolderSettings read_folder_settings(const std::string& dir, int64_t context_length);
 
 // Checks the weights in the folder config.model.pretrained against the model `config` describes,
@@ -38,6 +40,11 @@ void check_folder_weights(const TrainConfig& config);
 // GPT-2 files (openai-community/gpt2: no "transformer." prefix, and the causal-mask buffers
 // "h.N.attn.bias" / "h.N.attn.masked_bias", which transformers ignores too); none otherwise.
 TensorNameMap weight_name_map(ModelType type);
+
+// How the weights a run starts from (model.init_from, else model.pretrained) load into its model:
+// through weight_name_map when model.pretrained is set, and under LoRA with the adapters left as
+// initialised (a base model's file holds none: FullStateLoadOptions::may_lack).
+FullStateLoadOptions start_weights_options(const TrainConfig& config);
 
 }  // namespace hf
 }  // namespace fsdp

@@ -76,7 +76,8 @@ at::Tensor Conv1DImpl::forward(const at::Tensor& x) {
   // HF's Conv1D exactly: bias + x W on a 2-D view, then the leading dimensions restored.
   std::vector<int64_t> out_shape = x.sizes().vec();
   out_shape.back() = weight.size(1);
-  return at::addmm(bias, x.reshape({-1, x.size(-1)}), weight).view(out_shape);
+  const at::Tensor y = at::addmm(bias, x.reshape({-1, x.size(-1)}), weight).view(out_shape);
+  return lora_.attached() ? y + lora_.forward(x, is_training()) : y;
 }
 
 GPT2AttentionImpl::GPT2AttentionImpl(const GPT2Config& config)

@@ -249,8 +249,8 @@ std::pair<at::Tensor, at::Tensor> LlamaRotaryEmbedding::tables_at(const at::Tens
 
 namespace {
 
-torch::nn::Linear linear(int64_t in_features, int64_t out_features, bool bias = false) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in_features, out_features).bias(bias));
+Projection linear(int64_t in_features, int64_t out_features, bool bias = false) {
+  return Projection(in_features, out_features, bias);
 }
 
 // [B, nkv, T, hs] -> [B, nkv * n_rep, T, hs]: key/value head j serves query heads
@@ -415,7 +415,10 @@ LlamaImpl::LlamaImpl(LlamaConfig config) : config_(config) {
   config_.validate();
   model_ = register_module("model", LlamaModel(config_));
   if (!config_.tie_embeddings) {
-    lm_head_ = register_module("lm_head", built(linear(config_.dim, config_.vocab_size), config_));
+    lm_head_ = register_module(
+        "lm_head", built(torch::nn::Linear(
+                             torch::nn::LinearOptions(config_.dim, config_.vocab_size).bias(false)),
+                         config_));
   }
   for (const auto& layer : *model_->layers) {
     blocks_.emplace_back(std::dynamic_pointer_cast<LlamaDecoderLayerImpl>(layer));

@@ -93,14 +93,22 @@ void check_host_memory(const TrainConfig& config, int world_size, int local_rank
   const bool on_gpu = config.train.device == TrainDevice::kCuda;
   const bool host_state = !on_gpu || config.fsdp.offload_params;
   // From the config alone: fp32 parameters (and, training, their gradients and AdamW's m and v),
-  // sharded at best over every rank.
+  // sharded at best over every rank. With parameters frozen (train.freeze) the config alone does
+  // not say how many: at best all but a few, at the compute dtype's bytes each; the plan below
+  // counts them.
   const int64_t params = model_shapes(config).parameters();
-  const int64_t bytes_per_param = training ? 16 : 4;
+  const bool frozen = training && !config.train.freeze.empty();
+  const int64_t bytes_per_param = frozen ? static_cast<int64_t>(dtype_size(config.mixed_precision))
+                                  : training ? 16
+                                             : 4;
   const int64_t state = params > INT64_MAX / bytes_per_param ? INT64_MAX : params * bytes_per_param;
   const int64_t least = state / world_size;
   if (host_state && least > host.bytes / local_ranks) {
-    refuse(std::string("the model's ") + std::to_string(params) + " parameters (fp32" +
-               (training ? ", with gradients and AdamW's state" : "") + ") need at least",
+    refuse(std::string("the model's ") + std::to_string(params) + " parameters (" +
+               (frozen     ? std::string("frozen, in ") + dtype_name(config.mixed_precision)
+                : training ? std::string("fp32, with gradients and AdamW's state")
+                           : std::string("fp32")) +
+               ") need at least",
            least, local_ranks, host);
   }
   if (!training) return;

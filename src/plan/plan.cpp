@@ -47,18 +47,32 @@ UnitElems unit_elems(const Plan& p) {
   return e;
 }
 
+// Bytes a unit's gathered parameters take: its trainable flat parameter in the compute dtype
+// unless that is the fp32 shard itself (one shard, fp32, no offload), its frozen one unless it is
+// its own shard (one shard, no offload; frozen shards are in the compute dtype already).
+int64_t gathered_bytes(const Plan& p, const TrainConfig& c, const UnitSize& u, int64_t elem) {
+  const bool own_shard = p.shard_count == 1 && !c.fsdp.offload_params;
+  return (own_shard && elem == 4 ? 0 : padded(u.numel, p.shard_count) * elem) +
+         (own_shard ? 0 : padded(u.frozen_numel, p.shard_count) * elem);
+}
+
 // [Note: plan gathered] in docs/plan.md.
 int64_t gathered_peak(const Plan& p, const TrainConfig& c, const UnitElems& e, int64_t elem) {
-  // One fp32 shard is the parameter itself, unless offload keeps it apart on the host.
-  if (p.shard_count == 1 && elem == 4 && !c.fsdp.offload_params) return 0;
+  const int64_t root = gathered_bytes(p, c, p.units.back(), elem);
+  int64_t block = 0, all_blocks = 0;
+  for (int64_t u = 0; u < e.blocks; ++u) {
+    const int64_t n = gathered_bytes(p, c, p.units[static_cast<size_t>(u)], elem);
+    all_blocks += n;
+    block = std::max(block, n);
+  }
   if (!reshards_after_forward(c.fsdp.sharding_strategy) || e.blocks == 0) {
-    return (e.root + e.all_blocks) * elem;
+    return root + all_blocks;
   }
   const int64_t forward = 1 + (c.fsdp.forward_prefetch ? prefetch_ahead(c.fsdp, e.blocks) : 0);
   const int64_t backward = 1 + (c.fsdp.backward_prefetch == BackwardPrefetch::kBackwardPre
                                     ? prefetch_ahead(c.fsdp, e.blocks)
                                     : 0);
-  return (e.root + std::max(forward, backward) * e.block) * elem;
+  return root + std::max(forward, backward) * block;
 }
 
 // A reduction as the runtime holds it: the bytes it tracks once issued (`owned` of them counted
@@ -166,6 +180,7 @@ int64_t split_grad_buffer_peak(const Plan& p, const TrainConfig& c, int64_t elem
     const int64_t n = block[static_cast<size_t>(blocks - 1 - k)];
     if (k == 0) ledger.add(root * elem);  // the late part's fresh buffer
     if (k < pieces) send_piece();
+    if (n == 0) continue;  // a unit that trains nothing has no buffer and reduces nothing
     if (!accumulating) ledger.add(n * elem);
     ledger.reduce(reduction(n, n * elem, reduce == elem), /*early_piece=*/false);
   }
@@ -182,28 +197,35 @@ int64_t split_grad_buffer_peak(const Plan& p, const TrainConfig& c, int64_t elem
 // [Note: plan gradient buffers] in docs/plan.md.
 int64_t grad_buffer_peak(const Plan& p, const TrainConfig& c, const UnitElems& e, int64_t elem,
                          int64_t reduce) {
-  // A reduction in flight holds the gradient buffer, its reduce_dtype copy and the output chunk.
-  auto reducing = [&](int64_t n) {
-    return n * elem + (reduce != elem ? n * reduce : 0) +
-           (p.shard_count > 1 ? n / p.shard_count * reduce : 0);
+  if (splits_root_reduction(p, c)) return split_grad_buffer_peak(p, c, elem, reduce);
+  // The root's buffer lives through the whole backward (it begins first and finishes last); each
+  // block's from its backward's start to its reduction's end, which the next block's reduction
+  // (or, across replicas, the one after: [Note: reduction stages] in runtime.cpp) completes. A
+  // block that trains nothing has no buffer and issues no reduction. Under gradient accumulation
+  // every unit's buffer lives from the first micro-batch on. Walked block by block in backward
+  // order, as the runtime issues and completes the reductions (GradLedger).
+  const int shards = p.shard_count;
+  const auto reduction = [&](int64_t n) {
+    HeldReduction r;
+    r.scatters = shards > 1;
+    const int64_t chunk = r.scatters ? n / shards * reduce : 0;
+    r.owned = n * elem;
+    r.issued = r.owned + (reduce != elem ? n * reduce : 0) + chunk;
+    r.kept = r.scatters ? chunk : r.issued;
+    return r;
   };
-  if (e.blocks == 0) return reducing(e.root);
-  // The root's buffer lives through the whole backward (it begins first and finishes last); a
-  // block issues its reduction before the previous one completes, so two are in flight at once.
-  // HYBRID adds a stage ([Note: reduction stages] in runtime.cpp): the unit before those two
-  // keeps its reduced chunk while it is all-reduced across replicas.
-  // Under gradient accumulation every unit's buffer lives from the first micro-batch on (a chunk
-  // being all-reduced has given its buffer back: the peak is before the first such).
-  const int64_t in_flight = e.blocks >= 2 ? 2 : 1;
-  const bool hybrid = p.shard_count > 1 && p.world_size > p.shard_count;
-  const int64_t chunk = hybrid ? e.block / p.shard_count * reduce : 0;
-  const int64_t during_blocks =
-      c.train.gradient_accumulation_steps > 1
-          ? (e.root + e.all_blocks) * elem + in_flight * (reducing(e.block) - e.block * elem)
-          : e.root * elem + in_flight * reducing(e.block) + (e.blocks >= 3 ? chunk : 0);
-  const int64_t at_end = reducing(e.root) + reducing(e.block) + (e.blocks >= 2 ? chunk : 0);
-  if (!splits_root_reduction(p, c)) return std::max(during_blocks, at_end);
-  return split_grad_buffer_peak(p, c, elem, reduce);
+  const bool accumulating = c.train.gradient_accumulation_steps > 1;
+  GradLedger ledger(p.world_size > shards,
+                    accumulating ? (e.root + e.all_blocks) * elem : e.root * elem);
+  for (size_t k = p.units.size() - 1; k-- > 0;) {
+    const int64_t n = padded(p.units[k].numel, shards);
+    if (n == 0) continue;
+    if (!accumulating) ledger.add(n * elem);
+    ledger.reduce(reduction(n), /*early_piece=*/false);
+  }
+  if (e.root > 0) ledger.reduce(reduction(e.root), /*early_piece=*/false);
+  ledger.drain();
+  return ledger.peak();
 }
 
 // Elements one transformer block keeps for backward outside the attention kernel.
@@ -298,10 +320,13 @@ CommPlan comm_plan(const Plan& p, const TrainConfig& c, int64_t elem, int64_t re
   const int replicas = p.world_size / p.shard_count;
   for (size_t u = 0; u < p.units.size(); ++u) {
     const int64_t n = padded(p.units[u].numel, p.shard_count);
+    const int64_t gathered = n + padded(p.units[u].frozen_numel, p.shard_count);
     const bool is_root = u + 1 == p.units.size();
     if (p.shard_count > 1) {
-      // Forward gathers every unit; backward again those resharded after forward (not the root).
-      comm.all_gather += micro * n * elem * (reshard && !is_root ? 2 : 1);
+      // Forward gathers every unit; backward again those resharded after forward (not the root;
+      // a frozen unit too, which backward reaches when its inputs need a gradient). Only what
+      // trains is reduced.
+      comm.all_gather += micro * gathered * elem * (reshard && !is_root ? 2 : 1);
       comm.reduce_scatter += n * reduce;
     }
     if (replicas > 1) comm.all_reduce += n / p.shard_count * reduce;
@@ -330,7 +355,7 @@ std::string mib(int64_t bytes) {
 
 bool splits_root_reduction(const Plan& p, const TrainConfig& c) {
   return c.fsdp.split_root_reduction && !c.fsdp.offload_params && p.units.size() > 1 &&
-         p.world_size > 1;
+         p.world_size > 1 && p.units.back().numel > 0;
 }
 
 int root_reduction_pieces(const Plan& p, const TrainConfig& c) {
@@ -380,12 +405,15 @@ Plan plan_training(const TrainConfig& config, int world_size, int local_size,
   p.micro_batches = config.train.gradient_accumulation_steps;
   const int64_t elem = dtype_size(config.mixed_precision);
   const int64_t reduce = elem;  // the trainer reduces in mixed_precision too
-  int64_t shard_elems = 0;
+  int64_t shard_elems = 0, frozen_elems = 0;
   for (const auto& u : p.units) {
-    p.parameters += u.numel;
+    p.parameters += u.total();
+    p.trainable += u.numel;
     shard_elems += padded(u.numel, p.shard_count) / p.shard_count;
+    frozen_elems += padded(u.frozen_numel, p.shard_count) / p.shard_count;
   }
   p.memory.params = 4 * shard_elems;
+  p.memory.frozen = elem * frozen_elems;
   p.memory.grads = 4 * shard_elems;
   p.memory.optimizer = 8 * shard_elems;
   p.memory.offloaded = config.fsdp.offload_params;
@@ -408,9 +436,12 @@ std::string format_plan(const Plan& p) {
   };
   out += std::string(to_string(p.strategy)) + ", world size " + std::to_string(p.world_size) +
          ", sharded over " + std::to_string(p.shard_count) + ", " + std::to_string(p.parameters) +
-         " parameters in " + std::to_string(p.units.size()) + " units\n";
+         " parameters" +
+         (p.trainable != p.parameters ? " (" + std::to_string(p.trainable) + " train)" : "") +
+         " in " + std::to_string(p.units.size()) + " units\n";
   out += "memory per rank:\n";
   line("parameters (fp32 shard)", p.memory.params);
+  if (p.memory.frozen > 0) line("frozen (compute dtype)", p.memory.frozen);
   line("gradients (fp32 shard)", p.memory.grads);
   line("optimizer (AdamW m, v)", p.memory.optimizer);
   line("model state", p.memory.model_state());

@@ -213,11 +213,11 @@ std::vector<double> unit_flop_shares(const Plan& p, const TrainConfig& c) {
     share.back() = 1;
     return share;
   }
-  int64_t block_numel = 0;
-  for (size_t u = 0; u + 1 < p.units.size(); ++u) block_numel += p.units[u].numel;
+  int64_t block_numel = 0;  // frozen parameters compute as much as the others in forward
+  for (size_t u = 0; u + 1 < p.units.size(); ++u) block_numel += p.units[u].total();
   share.back() = head / total;
   for (size_t u = 0; u + 1 < p.units.size(); ++u) {
-    share[u] = (1 - share.back()) * static_cast<double>(p.units[u].numel) /
+    share[u] = (1 - share.back()) * static_cast<double>(p.units[u].total()) /
                static_cast<double>(std::max<int64_t>(1, block_numel));
   }
   return share;
@@ -252,7 +252,8 @@ Replay::Replay(const Plan& p, const TrainConfig& c, const TimeModelOptions& o)
   const std::vector<double> share = unit_flop_shares(p, c);
   for (size_t u = 0; u < p.units.size(); ++u) {
     const double n = static_cast<double>(padded(p.units[u].numel, shards));
-    all_gather_.push_back(ring(shard, n * elem, 1));
+    const double frozen = static_cast<double>(padded(p.units[u].frozen_numel, shards));
+    all_gather_.push_back(ring(shard, (n + frozen) * elem, 1));
     reduce_scatter_.push_back(reduce_scatter(n * elem));
     all_reduce_.push_back(all_reduce(n / shards * elem));
     forward_.push_back(o.compute.forward * share[u]);

@@ -866,7 +866,7 @@ std::string json_record(const Args& a, int n, const std::string& backend, const 
     << ", \"peak_device_allocated_bytes\": " << r.peak_device_allocated
     << ", \"peak_device_reserved_bytes\": " << r.peak_device_reserved
     << ", \"host_shard_bytes\": " << m.host_shard_bytes << ", \"model_state_bytes\": "
-    << m.sharded_param_bytes + m.sharded_grad_bytes + r.optimizer_bytes
+    << m.sharded_param_bytes + m.sharded_frozen_bytes + m.sharded_grad_bytes + r.optimizer_bytes
     << ", \"peak_gathered_bytes\": " << m.peak_gathered_param_bytes
     << ", \"peak_grad_buffer_bytes\": " << m.peak_grad_buffer_bytes
     << ", \"pool_bytes\": " << m.pool_bytes << ", \"comm_bytes_per_step\": " << r.comm_bytes
@@ -949,8 +949,8 @@ void print_table(const Args& a, const std::vector<Result>& results) {
   for (const auto& r : results) {
     const Result* base = no_shard_baseline(results, r);
     const StepTimes t = r.median();
-    const double model_state =
-        mib(r.memory.sharded_param_bytes + r.memory.sharded_grad_bytes + r.optimizer_bytes);
+    const double model_state = mib(r.memory.sharded_param_bytes + r.memory.sharded_frozen_bytes +
+                                   r.memory.sharded_grad_bytes + r.optimizer_bytes);
     const double plan = static_cast<double>(r.plan.memory.total());
     const double theory = static_cast<double>(r.plan.comm.total());
     std::printf(

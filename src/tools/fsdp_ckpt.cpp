@@ -4,16 +4,18 @@
 //   fsdp-ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16|fp16]
 //   fsdp-ckpt reshard DIR OUT --world-size N
 //   fsdp-ckpt export DIR OUT_DIR [--dtype fp32|bf16|fp16] [--max-shard-size BYTES]
-//                    [--tokenizer TOKENIZER_DIR]
+//                    [--tokenizer TOKENIZER_DIR] [--merge]
 //
 // DIR is a step folder or a checkpoint root (its `latest` is used). consolidate streams the
 // parameters into one safetensors file with Hugging Face's names (memory bounded by a 16 MiB
 // chunk); reshard rewrites the checkpoint, optimizer state included, for N ranks; export writes a
 // Hugging Face model folder (config.json, weights, tokenizer: hf/export.h) that
-// transformers' from_pretrained loads. No output may lie inside a checkpoint, or be a non-empty
-// folder for reshard and export: refused before anything is written (docs/checkpoint.md). Exit
-// codes: 0 done (inspect: the checkpoint is intact), 1 a damaged checkpoint, a refused output or
-// a failure, 2 a bad command.
+// transformers' from_pretrained loads; for a LoRA run PEFT's adapter folder (hf/peft.h), or with
+// --merge the model with the adapters merged into their weights. No output may lie inside a
+// checkpoint, or be a non-empty folder for reshard and export: refused before anything is written
+// (docs/checkpoint.md). Exit codes: 0 done (inspect: the checkpoint is intact), 1 a damaged
+// checkpoint, a refused output or a failure, 2 a bad command.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -34,7 +36,7 @@ const char* kUsage =
     "       fsdp-ckpt consolidate DIR OUT.safetensors [--dtype fp32|bf16|fp16]\n"
     "       fsdp-ckpt reshard DIR OUT --world-size N\n"
     "       fsdp-ckpt export DIR OUT_DIR [--dtype fp32|bf16|fp16] [--max-shard-size BYTES]\n"
-    "                        [--tokenizer TOKENIZER_DIR]\n"
+    "                        [--tokenizer TOKENIZER_DIR] [--merge]\n"
     "DIR: a checkpoint step folder, or a root whose `latest` names one. OUT lies outside every\n"
     "checkpoint and every checkpoint root; reshard's and export's is a new or empty folder.\n";
 
@@ -52,7 +54,9 @@ struct Args {
   std::map<std::string, std::string> flags;
 };
 
-Args parse(int argc, char** argv, const std::vector<std::string>& allowed) {
+// `switches`: flags that take no value (--merge), recorded as "1".
+Args parse(int argc, char** argv, const std::vector<std::string>& allowed,
+           const std::vector<std::string>& switches = {}) {
   Args a;
   for (int i = 2; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -63,6 +67,10 @@ Args parse(int argc, char** argv, const std::vector<std::string>& allowed) {
     // --flag value, or --flag=value as the other tools take it.
     const size_t eq = arg.find('=');
     const std::string flag = arg.substr(0, eq);
+    if (std::find(switches.begin(), switches.end(), arg) != switches.end()) {
+      a.flags[arg] = "1";
+      continue;
+    }
     bool known = false;
     for (const auto& f : allowed) known |= f == flag;
     if (!known) throw UsageError("unknown option " + flag + " for '" + argv[1] + "'");
@@ -143,7 +151,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (cmd == "export") {
-    const Args a = parse(argc, argv, {"--dtype", "--max-shard-size", "--tokenizer"});
+    const Args a = parse(argc, argv, {"--dtype", "--max-shard-size", "--tokenizer"}, {"--merge"});
     if (a.positional.size() != 2) throw UsageError("export takes a folder and an output folder");
     fsdp::hf::ExportOptions options;
     if (a.flags.count("--dtype")) options.dtype = parse_dtype(a.flags.at("--dtype"));
@@ -152,6 +160,7 @@ int run(int argc, char** argv) {
           fsdp::flags::parse_int("--max-shard-size", a.flags.at("--max-shard-size"), 1, INT64_MAX);
     }
     if (a.flags.count("--tokenizer")) options.tokenizer_dir = a.flags.at("--tokenizer");
+    options.merge = a.flags.count("--merge") > 0;
     const auto files =
         fsdp::hf::export_model_folder(step_folder(a.positional[0]), a.positional[1], options);
     std::printf("wrote %s: %zu files\n", a.positional[1].c_str(), files.size());

@@ -22,6 +22,7 @@
 #include "fsdp/train/trainer.h"
 #include "hf/folder.h"
 #include "hf/generation.h"
+#include "hf/peft.h"
 #include "train/preflight.h"
 #include "train/run_data.h"
 #include "train/run_log.h"
@@ -132,6 +133,21 @@ TrainConfig config_for_checkpoint(const std::string& dir, const TrainConfig& her
   return c;
 }
 
+// A checkpoint of a run with frozen parameters holds what trained only: the rest comes from the
+// weights the run started from (its model.init_from, else model.pretrained), read first whole.
+void load_frozen_weights(const std::string& dir, LoadedModel& m) {
+  if (read_checkpoint_metadata(dir).frozen.empty()) return;
+  const ModelConfig& model = m.config.model;
+  const std::string weights = !model.init_from.empty() ? model.init_from : model.pretrained;
+  if (weights.empty()) {
+    throw CheckpointError("checkpoint '" + dir +
+                          "' holds the parameters its run trained, not the frozen ones "
+                          "(train.freeze), and its config names no model.pretrained or "
+                          "model.init_from to read them from");
+  }
+  load_full_safetensors(*m.sharded, weights, hf::start_weights_options(m.config));
+}
+
 // From `checkpoint` (a step folder or a root) when given or when no model.pretrained is set
 // (train.checkpoint_dir then), else from the model.pretrained folder. `seed` draws nothing the
 // load does not overwrite; it is the config's train.seed.
@@ -160,10 +176,15 @@ LoadedModel load_model(const TrainConfig& config, const std::string& checkpoint,
   building("this rank's shards of the model",
            [&] { m.sharded = fully_shard(m.lm.module, world, sharding); });
   if (from_folder) {
-    FullStateLoadOptions load;
-    load.name_map(hf::weight_name_map(m.config.model.type));
-    load_full_safetensors(*m.sharded, m.config.model.pretrained, load);
+    load_full_safetensors(*m.sharded, m.config.model.pretrained,
+                          hf::start_weights_options(m.config));
+    if (!m.config.model.adapter.empty()) {
+      load_full_safetensors(*m.sharded, hf::adapter_weights(m.config.model.adapter),
+                            hf::adapter_load_options(m.config));
+      m.source += " with the adapter " + m.config.model.adapter;
+    }
   } else {
+    load_frozen_weights(dir, m);
     try {
       load_checkpoint(dir, *m.sharded, nullptr);
     } catch (const CheckpointError&) {

@@ -16,6 +16,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "checkpoint/errors.h"
@@ -35,6 +36,7 @@
 #include "fsdp/optim.h"
 #include "hf/export.h"
 #include "hf/folder.h"
+#include "hf/peft.h"
 #include "train/preflight.h"
 #include "train/run_data.h"
 #include "train/run_log.h"
@@ -91,8 +93,8 @@ void broadcast_shards(FullyShardedModel& model) {
   Comm& replicas = model.replicate_group();
   if (replicas.size() == 1) return;
   replicas.set_context("fsdp_sync_module_states broadcast");
-  for (const UnitShard& s : model.shards()) {
-    broadcast(replicas, s.param, 0)->wait();
+  for (const auto& shards : {model.shards(), model.frozen_shards()}) {
+    for (const UnitShard& s : shards) broadcast(replicas, s.param, 0)->wait();
   }
 }
 
@@ -534,10 +536,12 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
 
   // 4. Shard it: each rank materialises its own shard, every value drawn from (seed, parameter
   // name) as one process would. Then the optimizer, over this rank's shards only.
-  // Values a checkpoint or init_from overwrites at once need not be drawn: zeros stand in.
+  // Values a checkpoint or init_from overwrites at once need not be drawn: zeros stand in. A
+  // checkpoint holds the parameters that train only: frozen ones come from the weights again.
   const std::string weights = !c.model.init_from.empty() ? c.model.init_from : c.model.pretrained;
-  const bool from_file = !weights.empty() && !resume_from;
-  const ParamInit init = resume_from || from_file
+  const bool frozen = count_parameters(*lm.module) != count_trainable_parameters(*lm.module);
+  const bool from_file = !weights.empty() && (!resume_from || frozen);
+  const ParamInit init = (resume_from && !frozen) || from_file
                              ? ParamInit([](const std::string&, at::Tensor& t) { t.zero_(); })
                              : lm.param_init;
   std::shared_ptr<FullyShardedModel> model;
@@ -545,12 +549,17 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
            [&] { model = fully_shard(lm.module, world, c.sharding_options().param_init(init)); });
   // A fresh run may start from a full model file instead (a resumed one takes its checkpoint's).
   if (from_file) {
-    FullStateLoadOptions load;
+    FullStateLoadOptions load = hf::start_weights_options(c);
     load.from_rank0(c.fsdp.cpu_ram_efficient_loading);
-    if (!c.model.pretrained.empty()) load.name_map(hf::weight_name_map(c.model.type));
     load_full_safetensors(*model, weights, load);
     log.info("parameters from " + weights +
              (c.fsdp.cpu_ram_efficient_loading ? " (read by rank 0, broadcast unit by unit)" : ""));
+  }
+  // A PEFT adapter to continue training (a resumed run takes its checkpoint's adapters).
+  if (!c.model.adapter.empty() && !resume_from) {
+    load_full_safetensors(*model, hf::adapter_weights(c.model.adapter),
+                          hf::adapter_load_options(c));
+    log.info("LoRA adapters from " + c.model.adapter);
   }
   if (!c.model.pretrained.empty() && std::filesystem::is_directory(c.model.pretrained)) {
     for (const auto& note :
@@ -564,11 +573,20 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
   std::optional<ShardedGradScaler> scaler;
   if (c.mixed_precision == DType::kFloat16) scaler.emplace(c.grad_scaler);
   ShardedGradScaler* const scaler_ptr = scaler ? &*scaler : nullptr;
+  const int64_t n_trainable = count_trainable_parameters(*lm.module);
+  std::set<std::string> unit_names;  // a unit may train all, some or none of its parameters
+  for (const auto& units : {model->units(), model->frozen_units()}) {
+    for (const UnitInfo& u : units) unit_names.insert(u.name);
+  }
   log.info("model: " + std::string(to_string(c.model.type)) + ", " + std::to_string(n_params) +
-           " parameters in " + std::to_string(model->units().size()) + " units; " +
+           " parameters" +
+           (frozen ? " (" + std::to_string(n_trainable) + " of them train)" : std::string()) +
+           " in " + std::to_string(unit_names.size()) + " units; " +
            to_string(c.fsdp.sharding_strategy) + " over " + std::to_string(world->size()) +
            " ranks (" + world->backend() + "); this rank holds " +
            format_bytes(model->memory().sharded_param_bytes) + " of parameters" +
+           (frozen ? " and " + format_bytes(model->memory().sharded_frozen_bytes) + " frozen"
+                   : std::string()) +
            (c.fsdp.offload_params ? " (offloaded: in host memory, the optimizer on the CPU)" : "") +
            "; AdamW " + adamw_kernels(opt) + "; peak RSS " +
            format_bytes(peak_rss_over_ranks(*world)) + " after sharding");

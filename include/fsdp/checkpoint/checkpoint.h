@@ -132,6 +132,10 @@ struct CheckpointMetadata {
   std::vector<CheckpointUnit> units;
   std::vector<CheckpointFile> files;
   std::string train_state;  // JSON text
+  // The model's frozen parameters (FullyShardedModel::frozen_units), which the checkpoint does not
+  // hold: names, shapes and aliases (offset 0). Their values come from where the run took them
+  // (its model.pretrained or model.init_from). Empty for a run that froze nothing.
+  std::vector<CheckpointParam> frozen;
 };
 
 // Parses and checks dir/metadata.json (format, version, internal consistency).
@@ -152,6 +156,7 @@ class CheckpointReader {
   CheckpointReader& operator=(const CheckpointReader&) = delete;
 
   const CheckpointMetadata& metadata() const { return meta_; }
+  const std::string& dir() const { return dir_; }
   // Throws CheckpointError for an unknown parameter or kind, or a range outside the parameter.
   void read(const std::string& param, const std::string& kind, int64_t begin, int64_t count,
             float* out);

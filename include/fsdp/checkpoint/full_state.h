@@ -19,6 +19,7 @@
 // rank is left waiting in a collective.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -61,6 +62,9 @@ struct FullStateLoadOptions {
   // default none: the names are the model's. What a model folder of another naming needs
   // (hf/folder.h maps Hub-style GPT-2 files this way).
   TensorNameMap name_map_;
+  // Parameters the file may lack, which then keep their values (a base model's file holds no
+  // LoRA adapters: they keep their initialisation). Default none: every parameter must be there.
+  std::function<bool(const std::string& name)> may_lack_;
 
   FullStateLoadOptions& strict(bool s) {
     strict_ = s;
@@ -72,6 +76,10 @@ struct FullStateLoadOptions {
   }
   FullStateLoadOptions& name_map(TensorNameMap m) {
     name_map_ = std::move(m);
+    return *this;
+  }
+  FullStateLoadOptions& may_lack(std::function<bool(const std::string& name)> f) {
+    may_lack_ = std::move(f);
     return *this;
   }
 };
@@ -104,8 +112,23 @@ void load_full_safetensors(FullyShardedModel& model, const std::string& path,
 // size. `dtype`: kFloat32 (the master weights exactly) or kBFloat16 / kFloat16 (rounded). Throws
 // CheckpointError naming the file at fault, and, before anything is written, for an output inside
 // a checkpoint (check_checkpoint_output in ownership.h).
+// What a consolidation takes besides the checkpoint.
+struct ConsolidateExtras {
+  // A checkpoint of a run with frozen parameters (CheckpointMetadata::frozen) does not hold them:
+  // the weights the run started from supply them (read by their names or their aliases', checked
+  // against their shapes first). Null (default): such a checkpoint is refused, naming what it
+  // lacks.
+  const SafetensorsSet* frozen_from = nullptr;
+  // Parameters left out of the output (a LoRA run's adapters in a merged export). Default: none.
+  std::function<bool(const std::string& name)> omit;
+  // Added to a parameter's values before they are written: a contiguous fp32 tensor of its
+  // element count, or undefined for nothing (a merged LoRA weight's scaling B A). Default: none.
+  std::function<at::Tensor(const std::string& name)> addend;
+};
+
 void consolidate_checkpoint(const std::string& dir, const std::string& out_path,
-                            DType dtype = DType::kFloat32, int64_t chunk_elements = 1 << 22);
+                            DType dtype = DType::kFloat32, int64_t chunk_elements = 1 << 22,
+                            const ConsolidateExtras& extras = {});
 
 // consolidate_checkpoint into the folder `out_dir` (which must exist), split as transformers'
 // save_pretrained splits a model: model.safetensors when the parameters' bytes fit in
@@ -118,6 +141,7 @@ std::vector<std::string> consolidate_checkpoint_files(const std::string& dir,
                                                       const std::string& out_dir,
                                                       DType dtype = DType::kFloat32,
                                                       int64_t max_shard_bytes = 50000000000LL,
-                                                      int64_t chunk_elements = 1 << 22);
+                                                      int64_t chunk_elements = 1 << 22,
+                                                      const ConsolidateExtras& extras = {});
 
 }  // namespace fsdp

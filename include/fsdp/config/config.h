@@ -72,6 +72,13 @@ struct ModelConfig {
   // initialisation of a fresh run, and its tokenizer becomes data.tokenizer_dir unless that is
   // set. hf/folder.h maps the names. Default empty.
   std::string pretrained;
+  // A PEFT adapter folder (adapter_config.json, adapter_model.safetensors) as save_pretrained
+  // writes it, to read onto model.pretrained: its LoRA settings become lora.* (a lora.* key set
+  // elsewhere must agree), its weights the adapters' (and the modules to save) initial values, to
+  // continue training them, eval or sample. Its base_model_name_or_path gives model.pretrained
+  // when that is unset and it names a folder here (and must be that folder when both do).
+  // Default empty.
+  std::string adapter;
 
   // GPT-2 only. Width of the residual stream. Default 128.
   int64_t n_embd = 128;
@@ -212,6 +219,13 @@ struct TrainLoopConfig {
   // (fsdp-ckpt export: config.json, weights, tokenizer), which from_pretrained loads. Needs
   // checkpoint_every > 0; the folder must not exist or be empty. Default empty: none.
   std::string export_dir;
+  // Parameters that do not train (partial fine-tuning): glob patterns (`*` any run of characters,
+  // `?` one) over the model's parameter names, which are Hugging Face's ("model.embed_tokens.*",
+  // "model.layers.0.*", "transformer.wpe.weight"). A frozen parameter keeps no fp32 master, no
+  // gradient and no optimizer state, and never changes (FullyShardedModel, frozen parameters). A
+  // pattern matching no parameter, or patterns leaving nothing to train, are errors. Default
+  // empty: everything trains.
+  std::vector<std::string> freeze;
   int num_threads = 1;  // intra-op threads per rank (at::set_num_threads); 0: LibTorch's
   // Seconds a rank waits for a collective (and for the rendezvous) before it gives up and names
   // the ranks that did not arrive: PyTorch's init_process_group(timeout=...). Default 300.
@@ -219,6 +233,26 @@ struct TrainLoopConfig {
   // Where the model trains: kCpu (default) or kCuda, the GPU of the rank's LOCAL_RANK under
   // fsdp-run (NCCL), or the current GPU, shared, under mpirun (MPI through pinned buffers).
   TrainDevice device = TrainDevice::kCpu;
+};
+
+// The `lora:` section: LoRA adapters as PEFT's LoraConfig defines them (fsdp/models/lora.h). LoRA
+// is on when target_modules is set: adapters are added to the layers it names and everything but
+// the adapters and modules_to_save is frozen (no fp32 master, gradient or optimizer state). Needs
+// model.pretrained or model.init_from (the base it adapts).
+struct LoraConfig {
+  // PEFT's target_modules: layer names matched as PEFT matches a list (the name itself or its
+  // last components: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, Phi-3's
+  // qkv_proj and gate_up_proj, GPT-2's c_attn, c_proj, c_fc), or all-linear (every projection
+  // but the output head). Default empty: no LoRA.
+  std::vector<std::string> target_modules;
+  int64_t r = 8;            // the adapters' rank. Default 8 (PEFT's)
+  double alpha = 8;         // lora_alpha; the adapters' output is scaled by alpha / r. Default 8
+  double dropout = 0;       // lora_dropout, on the adapters' input while training. Default 0
+  bool use_rslora = false;  // rsLoRA: scaling alpha / sqrt(r). Default false
+  // Modules trained in full beside the adapters (PEFT's modules_to_save: a module whose name ends
+  // with an entry, e.g. embed_tokens, lm_head). Default empty.
+  std::vector<std::string> modules_to_save;
+  bool enabled() const { return !target_modules.empty(); }
 };
 
 // Accelerate's fsdp_config names (without their `fsdp_` prefix).
@@ -287,6 +321,7 @@ struct TrainConfig {
   OptimConfig optim;
   TrainLoopConfig train;
   FsdpConfig fsdp;  // YAML: fsdp_config
+  LoraConfig lora;
 
   // Accelerate's top-level keys that matter here.
   // Compute dtype of gathered parameters and gradient reduction: kFloat32 (`mixed_precision: no`,
@@ -315,6 +350,7 @@ bool operator==(const DataConfig& a, const DataConfig& b);
 bool operator==(const OptimConfig& a, const OptimConfig& b);
 bool operator==(const TrainLoopConfig& a, const TrainLoopConfig& b);
 bool operator==(const FsdpConfig& a, const FsdpConfig& b);
+bool operator==(const LoraConfig& a, const LoraConfig& b);
 bool operator==(const GradScalerOptions& a, const GradScalerOptions& b);
 bool operator==(const TrainConfig& a, const TrainConfig& b);
 inline bool operator!=(const TrainConfig& a, const TrainConfig& b) { return !(a == b); }
@@ -372,6 +408,8 @@ struct FolderSettings {
 };
 // Reads the folder `dir` for a run whose context is `context_length` tokens; throws ConfigError
 // naming the file and the field.
+// A context_length of -1 asks for DIR read as a PEFT adapter folder (model.adapter's:
+// adapter_config.json as lora.* settings, and its base_model_name_or_path as model.pretrained).
 using FolderReader = std::function<FolderSettings(const std::string& dir, int64_t context_length)>;
 
 // The defaults, then the YAML file at `path` (empty: none), then `overrides` in order, then, when

@@ -26,6 +26,7 @@
 
 #include "fsdp/models/attention.h"
 #include "fsdp/models/fused_loss.h"
+#include "fsdp/models/lora.h"
 #include "fsdp/options.h"
 
 namespace fsdp {
@@ -53,15 +54,23 @@ struct GPT2Config {
   static GPT2Config tiny();
 };
 
-// HF's Conv1D: a linear layer whose weight is stored transposed, (in_features, out_features).
-class Conv1DImpl : public torch::nn::Module {
+// HF's Conv1D: a linear layer whose weight is stored transposed, (in_features, out_features). It
+// can carry a LoRA adapter (fsdp/models/lora.h), whose A and B keep nn.Linear's layout as PEFT's
+// do on a Conv1D (fan_in_fan_out: only a merge transposes).
+class Conv1DImpl : public torch::nn::Module, public LoraTarget {
  public:
   Conv1DImpl(int64_t in_features, int64_t out_features);
   // x [..., in_features] -> [..., out_features]
   at::Tensor forward(const at::Tensor& x);
+  int64_t in_features() const override { return weight.size(0); }
+  int64_t out_features() const override { return weight.size(1); }
+  LoraBranch& lora() override { return lora_; }
 
   at::Tensor weight;  // (in_features, out_features)
   at::Tensor bias;    // (out_features)
+
+ private:
+  LoraBranch lora_;
 };
 TORCH_MODULE(Conv1D);
 

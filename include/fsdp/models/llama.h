@@ -2,11 +2,12 @@
 //
 // The module tree mirrors transformers' LlamaForCausalLM, so that a state dict converts by name
 // alone: "model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight", ...,
-// "model.norm.weight", "lm_head.weight". Projections are torch::nn::Linear without bias (weight
-// stored (out_features, in_features), as in HF). With tie_embeddings there is no lm_head module:
-// logits use embed_tokens.weight, and parameters() lists it once, as HF's named_parameters() does.
-// Rotary position tables are neither parameters nor buffers (HF registers them non-persistent),
-// so they appear in no state dict and are never sharded.
+// "model.norm.weight", "lm_head.weight". Projections are fsdp::Projection, nn.Linear's layout
+// (weight stored (out_features, in_features), as in HF), which can carry a LoRA adapter
+// (fsdp/models/lora.h); the head is a torch::nn::Linear. With tie_embeddings there is no lm_head
+// module: logits use embed_tokens.weight, and parameters() lists it once, as HF's
+// named_parameters() does. Rotary position tables are neither parameters nor buffers (HF registers
+// them non-persistent), so they appear in no state dict and are never sharded.
 //
 // Sharding: LlamaImpl::forward calls every block through fsdp::forward (fsdp/hooks.h), which is a
 // plain call until a sharding runtime registers hooks on the blocks (wrap by type
@@ -29,6 +30,7 @@
 
 #include "fsdp/models/attention.h"
 #include "fsdp/models/fused_loss.h"
+#include "fsdp/models/lora.h"
 #include "fsdp/options.h"
 
 namespace fsdp {
@@ -185,14 +187,14 @@ class LlamaAttentionImpl : public torch::nn::Module {
   // [B, T, C] -> [B, T, C]; `layout`: packed sequences (fsdp/models/attention.h)
   at::Tensor forward(const at::Tensor& x, const SequenceLayout& layout = {});
 
-  torch::nn::Linear q_proj{nullptr};  // C -> nh * hs
-  torch::nn::Linear k_proj{nullptr};  // C -> nkv * hs
-  torch::nn::Linear v_proj{nullptr};  // C -> nkv * hs
-  torch::nn::Linear o_proj{nullptr};  // nh * hs -> C
-  LlamaRMSNorm q_norm{nullptr};       // over hs, config.qk_norm only
+  Projection q_proj{nullptr};    // C -> nh * hs
+  Projection k_proj{nullptr};    // C -> nkv * hs
+  Projection v_proj{nullptr};    // C -> nkv * hs
+  Projection o_proj{nullptr};    // nh * hs -> C
+  LlamaRMSNorm q_norm{nullptr};  // over hs, config.qk_norm only
   LlamaRMSNorm k_norm{nullptr};
   // config.fused_projections: C -> (nh + 2 * nkv) * hs in place of q_proj, k_proj and v_proj.
-  torch::nn::Linear qkv_proj{nullptr};
+  Projection qkv_proj{nullptr};
   int64_t n_head = 0, n_kv_head = 0, head_dim = 0;
   AttentionKernel attention = AttentionKernel::kAuto;
   double scale = 0;    // 0: 1 / sqrt(head_dim)
@@ -210,13 +212,13 @@ class LlamaMLPImpl : public torch::nn::Module {
   explicit LlamaMLPImpl(const LlamaConfig& config);
   at::Tensor forward(const at::Tensor& x);  // [B, T, C] -> [B, T, C]
 
-  torch::nn::Linear gate_proj{nullptr};  // C -> intermediate_size
-  torch::nn::Linear up_proj{nullptr};    // C -> intermediate_size
+  Projection gate_proj{nullptr};  // C -> intermediate_size
+  Projection up_proj{nullptr};    // C -> intermediate_size
   // config.fused_projections: C -> 2 * intermediate_size (gate, then up) in place of the two.
-  torch::nn::Linear gate_up_proj{nullptr};
-  torch::nn::Linear down_proj{nullptr};  // intermediate_size -> C
-  bool gelu_tanh = false;                // the gate's activation: GELU (tanh) instead of SiLU
-  bool fused = true;                     // the activation one node (fsdp/models/fused_ops.h)
+  Projection gate_up_proj{nullptr};
+  Projection down_proj{nullptr};  // intermediate_size -> C
+  bool gelu_tanh = false;         // the gate's activation: GELU (tanh) instead of SiLU
+  bool fused = true;              // the activation one node (fsdp/models/fused_ops.h)
 };
 TORCH_MODULE(LlamaMLP);
 

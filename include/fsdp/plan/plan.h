@@ -1,5 +1,6 @@
 // The planner behind fsdp-plan: from a training config and the job's shape, per-rank memory split
-// into model state (fp32 parameter, gradient and AdamW shards), gathered units, gradient buffers
+// into model state (fp32 parameter, gradient and AdamW shards of what trains, compute-dtype shards
+// of what is frozen), gathered units, gradient buffers
 // and activations, and the bytes each step's collectives move. Model state, gathered units,
 // gradient buffers and communication follow the runtime's rules exactly (the tests compare them
 // with its accounting); activations are an estimate from the model's shapes.
@@ -16,7 +17,8 @@
 namespace fsdp {
 
 struct MemoryPlan {
-  int64_t params = 0;     // fp32 master shards
+  int64_t params = 0;     // fp32 master shards of the parameters that train
+  int64_t frozen = 0;     // shards of frozen parameters, in the compute dtype (mixed_precision)
   int64_t grads = 0;      // fp32 gradient shards
   int64_t optimizer = 0;  // AdamW's m and v, fp32, shard-sized
   // Peaks of the runtime's accounting (MemoryStats): gathered parameters, and unsharded gradient
@@ -34,7 +36,7 @@ struct MemoryPlan {
   // CPU offload (fsdp_offload_params): the model state is in host memory, the rest on the device
   // (plus a unit's fp32 shard staged there during its all-gather, not counted).
   bool offloaded = false;
-  int64_t model_state() const { return params + grads + optimizer; }
+  int64_t model_state() const { return params + frozen + grads + optimizer; }
   int64_t total() const {
     return model_state() + gathered + grad_buffers + std::max(activations, embedding_grads);
   }
@@ -54,8 +56,9 @@ struct CommPlan {
 struct Plan {
   ShardingStrategy strategy = ShardingStrategy::kFullShard;
   int world_size = 1;
-  int shard_count = 1;  // ranks a unit is sharded over
-  int64_t parameters = 0;
+  int shard_count = 1;          // ranks a unit is sharded over
+  int64_t parameters = 0;       // all of them, frozen ones included
+  int64_t trainable = 0;        // those that train
   int64_t micro_batches = 1;    // forward/backward passes per optimizer step
   std::vector<UnitSize> units;  // root last
   MemoryPlan memory;
