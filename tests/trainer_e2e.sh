@@ -229,7 +229,8 @@ bad = [k for k in before if frozen(k) != (before[k] == after[k])]
 assert not bad, "frozen tensors changed, or trained ones did not: %s" % bad
 PY
   fail "train.freeze: the exported folder's tensors"
-frozen_ckpt=$(evaluate --checkpoint "$WORK/frozen/ckpt")
+# (COMMON's warmup of 5 steps would not fit the checkpoint's 4: the schedule as it was trained.)
+frozen_ckpt=$(evaluate --checkpoint "$WORK/frozen/ckpt" --optim.max_steps 4 --optim.warmup_steps 1)
 frozen_hf=$(evaluate --model.pretrained "$WORK/hf_frozen")
 [[ -n $frozen_ckpt && $frozen_ckpt == "$frozen_hf" ]] &&
   echo "ok: train.freeze: eval of the checkpoint and of its export: $frozen_hf" ||
@@ -257,7 +258,7 @@ train 2 "$WORK/lora" "${LORA[@]}" --optim.max_steps 4 --train.resume auto >/dev/
   echo "ok: lora: the resume logs the straight run's losses" ||
   fail "lora: resumed $(steps "$WORK/lora/metrics.jsonl"), straight $(steps "$WORK/lora_straight.jsonl")"
 "$CK" export "$WORK/lora/ckpt" "$WORK/lora_merged" --merge >/dev/null || fail "export --merge exited $?"
-lora_ckpt=$(evaluate --checkpoint "$WORK/lora/ckpt")
+lora_ckpt=$(evaluate --checkpoint "$WORK/lora/ckpt" --optim.max_steps 4 --optim.warmup_steps 1)
 lora_adapter=$(evaluate --model.pretrained "$WORK/hf" --model.adapter "$WORK/lora_out")
 lora_merged=$(evaluate --model.pretrained "$WORK/lora_merged")
 [[ -n $lora_ckpt && $lora_ckpt == "$lora_adapter" && $lora_ckpt == "$lora_merged" ]] &&

@@ -114,17 +114,27 @@ TrainConfig config_for_checkpoint(const std::string& dir, const TrainConfig& her
                                   std::vector<std::string>* notes) {
   const TrainConfig saved = checkpoint_config(dir);
   const std::string yaml = to_yaml(saved), source = dir + " (saved config)";
-  for (const ConfigOverride& o : overrides) {
-    const auto differences = architecture_differences(saved, parse_config(yaml, source, {o}));
-    if (!differences.empty()) {
-      throw ConfigError("", 0, "--" + o.key,
-                        "the checkpoint '" + dir + "' holds a model this override would change (" +
-                            differences.front() +
-                            "); sample and eval take the model as it was trained (drop --" + o.key +
-                            ")");
-    }
-  }
+  // The overrides together, as the command line gives them (one alone may not validate against
+  // the saved config: a warmup longer than its steps until the steps' override comes too).
   TrainConfig c = parse_config(yaml, source, overrides);
+  const auto differences = architecture_differences(saved, c);
+  if (!differences.empty()) {
+    std::string key = overrides.front().key;  // differences need an override
+    for (const ConfigOverride& o : overrides) {
+      try {
+        if (!architecture_differences(saved, parse_config(yaml, source, {o})).empty()) {
+          key = o.key;
+          break;
+        }
+      } catch (const ConfigError&) {  // invalid alone: not the one to name
+      }
+    }
+    throw ConfigError("", 0, "--" + key,
+                      "the checkpoint '" + dir + "' holds a model this override would change (" +
+                          differences.front() +
+                          "); sample and eval take the model as it was trained (drop --" + key +
+                          ")");
+  }
   c.train.device = here.train.device;
   c.train.num_threads = here.train.num_threads;
   for (const ConfigOverride& o : overrides) {
