@@ -236,6 +236,13 @@ TEST(Frozen, FullStateHoldsThemAndShardedCheckpointsDoNot) {
     for (const auto& p : u.params) saved.insert(p.name);
   }
   EXPECT_EQ(saved, names(s.fsdp->units()));
+  std::set<std::string> listed;  // the frozen ones, by name, in the metadata
+  for (const auto& p : ckpt.metadata().frozen) listed.insert(p.name);
+  EXPECT_EQ(listed, names(s.fsdp->frozen_units()));
+  if (world->rank() == 0) {  // offline: without the weights it lacks, a consolidation is refused
+    expect_error([&] { consolidate_checkpoint(path, dir + "/consolidated.safetensors"); },
+                 "does not hold its 21 frozen parameters");
+  }
   Sharded other = shard([](const std::string& n) { return n == "transformer.wpe.weight"; });
   AdamW other_opt(sharded_params(*other.fsdp));
   expect_error([&] { load_checkpoint(path, *other.fsdp, &other_opt); }, "has no parameter");

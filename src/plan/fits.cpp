@@ -93,11 +93,11 @@ void check_host_memory(const TrainConfig& config, int world_size, int local_rank
   const bool on_gpu = config.train.device == TrainDevice::kCuda;
   const bool host_state = !on_gpu || config.fsdp.offload_params;
   // From the config alone: fp32 parameters (and, training, their gradients and AdamW's m and v),
-  // sharded at best over every rank. With parameters frozen (train.freeze) the config alone does
-  // not say how many: at best all but a few, at the compute dtype's bytes each; the plan below
+  // sharded at best over every rank. With parameters frozen (train.freeze, LoRA) the config alone
+  // does not say how many: at best all but a few, at the compute dtype's bytes each; the plan below
   // counts them.
   const int64_t params = model_shapes(config).parameters();
-  const bool frozen = training && !config.train.freeze.empty();
+  const bool frozen = training && (!config.train.freeze.empty() || config.lora.enabled());
   const int64_t bytes_per_param = frozen ? static_cast<int64_t>(dtype_size(config.mixed_precision))
                                   : training ? 16
                                              : 4;
