@@ -537,13 +537,12 @@ TEST_P(Parity, OffloadMatchesSingleProcess) {
 // Frozen parameters (frozen_in_parity's: in the root, a whole block, half a block) do not train
 // and keep no gradient or optimizer state; gradients still flow through them, and the reference
 // leaves them out of torch's AdamW. The trainable ones follow the same arithmetic as without
-// freezing, so the same tolerances: fp32, with activation checkpointing and forward prefetch
-// (the unit that trains nothing recomputes too), with offload over 4 micro-batches (3 under
-// no_sync), and bf16. The frozen ones are checked bit for bit (expect_frozen_unchanged).
-TEST_P(Parity, FrozenParametersMatchSingleProcess) {
-  ShardedRun run;
-  run.strategy = GetParam();
-  run.training = Training::kSomeFrozen;
+// freezing, so the same tolerances, in expect_parity_variants' four runs (with checkpointing,
+// the unit that trains nothing recomputes too). The frozen ones are checked bit for bit
+// (expect_frozen_unchanged).
+// `run` in fp32, with activation checkpointing and forward prefetch, with offload over 4
+// micro-batches (3 under no_sync), and in bf16 (kBf16Split: the root's reduction splits).
+void expect_parity_variants(ShardedRun run) {
   expect_parity(reference(run), train_sharded(run), kFp32, true, run);
   run.tune = [](ShardingOptions& o) { o.checkpoint_units({"*"}).forward_prefetch(true); };
   expect_parity(reference(run), train_sharded(run), kFp32, true, run);
@@ -556,25 +555,22 @@ TEST_P(Parity, FrozenParametersMatchSingleProcess) {
   expect_parity(reference(run), train_sharded(run), kBf16Split, /*keep_key_bias=*/false, run);
 }
 
+TEST_P(Parity, FrozenParametersMatchSingleProcess) {
+  ShardedRun run;
+  run.strategy = GetParam();
+  run.training = Training::kSomeFrozen;
+  expect_parity_variants(run);
+}
+
 // LoRA (parity_lora: adapters on c_attn and c_fc, ln_1 and the token table trained in full, the
 // rest frozen): only those train, through frozen weights, as in one process. The adapters' B
 // starts at zero, so A's gradient is exactly zero at step 0 in both runs and A first moves at
-// step 1. The fp32 tolerances, with checkpointing and forward prefetch, with offload over 4
-// micro-batches, and bf16 (the root's reduction split: kBf16Split).
+// step 1. expect_parity_variants' four runs.
 TEST_P(Parity, LoraMatchesSingleProcess) {
   ShardedRun run;
   run.strategy = GetParam();
   run.training = Training::kLora;
-  expect_parity(reference(run), train_sharded(run), kFp32, true, run);
-  run.tune = [](ShardingOptions& o) { o.checkpoint_units({"*"}).forward_prefetch(true); };
-  expect_parity(reference(run), train_sharded(run), kFp32, true, run);
-  run.tune = [](ShardingOptions& o) { o.offload_params(true); };
-  run.micro_batches = 4;
-  expect_parity(reference(run), train_sharded(run), kFp32, true, run);
-  run.tune = nullptr;
-  run.micro_batches = 1;
-  run.param_dtype = DType::kBFloat16;
-  expect_parity(reference(run), train_sharded(run), kBf16Split, /*keep_key_bias=*/false, run);
+  expect_parity_variants(run);
 }
 
 INSTANTIATE_TEST_SUITE_P(Strategies, Parity,

@@ -65,21 +65,24 @@ json file_to_json(const CheckpointFile& f) {
           {"block_crc32", f.block_crc32}};
 }
 
+// A unit's parameter, or (without an offset) a frozen one.
+CheckpointParam param_from_json(const json& p, bool has_offset) {
+  CheckpointParam cp;
+  p.at("name").get_to(cp.name);
+  p.at("shape").get_to(cp.shape);
+  if (has_offset) p.at("offset").get_to(cp.offset);
+  p.at("numel").get_to(cp.numel);
+  p.at("aliases").get_to(cp.aliases);
+  return cp;
+}
+
 CheckpointUnit unit_from_json(const json& j) {
   CheckpointUnit u;
   j.at("name").get_to(u.name);
   j.at("numel").get_to(u.numel);
   j.at("shard_numel").get_to(u.shard_numel);
   j.at("region_offsets").get_to(u.region_offsets);
-  for (const auto& p : j.at("params")) {
-    CheckpointParam cp;
-    p.at("name").get_to(cp.name);
-    p.at("shape").get_to(cp.shape);
-    p.at("offset").get_to(cp.offset);
-    p.at("numel").get_to(cp.numel);
-    p.at("aliases").get_to(cp.aliases);
-    u.params.push_back(std::move(cp));
-  }
+  for (const auto& p : j.at("params")) u.params.push_back(param_from_json(p, true));
   return u;
 }
 
@@ -131,14 +134,7 @@ CheckpointMetadata fields_from_json(const json& j) {
   for (const auto& f : j.at("files")) m.files.push_back(file_from_json(f));
   m.train_state = j.at("train_state").dump();
   if (j.contains("frozen_params")) {  // checkpoints before frozen parameters have none
-    for (const auto& p : j.at("frozen_params")) {
-      CheckpointParam cp;
-      p.at("name").get_to(cp.name);
-      p.at("shape").get_to(cp.shape);
-      p.at("numel").get_to(cp.numel);
-      p.at("aliases").get_to(cp.aliases);
-      m.frozen.push_back(std::move(cp));
-    }
+    for (const auto& p : j.at("frozen_params")) m.frozen.push_back(param_from_json(p, false));
   }
   return m;
 }

@@ -214,20 +214,31 @@ Plan plan_load(const SafetensorsSet& set, const std::vector<UnitInfo>& units,
   return plan;
 }
 
-// Elements [r * S, (r + 1) * S) of the unit's flat parameter, read into this rank's shard; the
-// padding past the unit's last element stays zero, as the runtime's shard layout requires.
-void load_unit(const SafetensorsSet& set, const UnitInfo& unit,
-               const std::vector<std::string>& sources, const at::Tensor& shard) {
+// For each parameter with a source, `fill(i, param_begin, shard_begin, count)` on the elements of
+// it in this rank's shard [r * S, (r + 1) * S) of the unit's flat parameter; then the padding past
+// the unit's last element is zeroed, as the runtime's shard layout requires. A parameter without
+// a source keeps its values.
+void fill_shard(const UnitInfo& unit, const std::vector<std::string>& sources,
+                const at::Tensor& shard,
+                const std::function<void(size_t, int64_t, int64_t, int64_t)>& fill) {
   const int64_t lo = static_cast<int64_t>(unit.shard_rank) * unit.shard_numel;
   const int64_t hi = lo + unit.shard_numel;
   for (size_t i = 0; i < unit.params.size(); ++i) {
     const ParamLayout& p = unit.params[i];
     const int64_t b = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
     if (e <= b || sources[i].empty()) continue;
-    set.read_elements(sources[i], b - p.offset, e - b, shard.narrow(0, b - lo, e - b));
+    fill(i, b - p.offset, b - lo, e - b);
   }
   const int64_t valid = std::clamp<int64_t>(unit.numel - lo, 0, unit.shard_numel);
   shard.narrow(0, valid, unit.shard_numel - valid).zero_();
+}
+
+// This rank's shard of the unit read from the set.
+void load_unit(const SafetensorsSet& set, const UnitInfo& unit,
+               const std::vector<std::string>& sources, const at::Tensor& shard) {
+  fill_shard(unit, sources, shard, [&](size_t i, int64_t begin, int64_t at, int64_t count) {
+    set.read_elements(sources[i], begin, count, shard.narrow(0, at, count));
+  });
 }
 
 void load_shards(FullyShardedModel& model, const SafetensorsSet& set,
@@ -240,20 +251,13 @@ void load_shards(FullyShardedModel& model, const SafetensorsSet& set,
 void fail_together(Comm& world, const std::exception_ptr& error, const std::string& path,
                    const std::string& stage);
 
-// This rank's slice of a unit read whole (`flat`, padded) into its shard: the parameters read,
-// the padding; a parameter not read keeps its values.
+// This rank's slice of a unit read whole (`flat`, padded) into its shard.
 void copy_read_params(const UnitInfo& unit, const std::vector<std::string>& sources,
                       const at::Tensor& flat, const at::Tensor& shard) {
   const int64_t lo = static_cast<int64_t>(unit.shard_rank) * unit.shard_numel;
-  const int64_t hi = lo + unit.shard_numel;
-  for (size_t i = 0; i < unit.params.size(); ++i) {
-    const ParamLayout& p = unit.params[i];
-    const int64_t b = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
-    if (e <= b || sources[i].empty()) continue;
-    shard.narrow(0, b - lo, e - b).copy_(flat.narrow(0, b, e - b));
-  }
-  const int64_t valid = std::clamp<int64_t>(unit.numel - lo, 0, unit.shard_numel);
-  shard.narrow(0, valid, unit.shard_numel - valid).zero_();
+  fill_shard(unit, sources, shard, [&](size_t, int64_t, int64_t at, int64_t count) {
+    shard.narrow(0, at, count).copy_(flat.narrow(0, lo + at, count));
+  });
 }
 
 // from_rank0: rank 0 reads each unit whole (a one-shard view of its layout), broadcasts it, and

@@ -27,6 +27,19 @@ void agree_or_fail(const TrainConfig& config, const Origins& origins, const Opti
                      " gives " + folder + " (leave " + option.key + " unset to take the folder's)");
 }
 
+// A folder's setting `key`: checked against the user's value of it, or taken with the folder's
+// file and field as its origin.
+void take_setting(TrainConfig& config, Origins& origins, const std::string& key,
+                  const FolderSettings::Value& value, const std::string& path) {
+  const Option* option = find_option(key);
+  if (origins.count(key)) {
+    agree_or_fail(config, origins, *option, value, path);
+    return;
+  }
+  option->set(config, RawValue::scalar(value.text));
+  origins[key] = Origin{path, 0, fs::path(path).filename().string() + "'s " + value.field, 0};
+}
+
 }  // namespace
 
 // model.adapter: the adapter folder's lora.* settings under the same rules, and its base as
@@ -62,13 +75,7 @@ void apply_adapter(TrainConfig& config, Origins& origins, const FolderReader& re
       }
       continue;
     }
-    const Option* option = find_option(key);
-    if (origins.count(key)) {
-      agree_or_fail(config, origins, *option, value, path);
-      continue;
-    }
-    option->set(config, RawValue::scalar(value.text));
-    origins[key] = Origin{path, 0, file + "'s " + value.field, 0};
+    take_setting(config, origins, key, value, path);
   }
   if (config.model.pretrained.empty()) {
     throw error_at(
@@ -105,15 +112,7 @@ std::vector<std::string> apply_pretrained(TrainConfig& config, Origins& origins,
                                                                      folder.settings.end());
   std::stable_partition(ordered.begin(), ordered.end(),
                         [](const auto& kv) { return kv.first == "model.type"; });
-  for (const auto& [key, value] : ordered) {
-    const Option* option = find_option(key);
-    if (origins.count(key)) {
-      agree_or_fail(config, origins, *option, value, path);
-      continue;
-    }
-    option->set(config, RawValue::scalar(value.text));
-    origins[key] = Origin{path, 0, file + "'s " + value.field, 0};
-  }
+  for (const auto& [key, value] : ordered) take_setting(config, origins, key, value, path);
   // A GPT-2 shorter than the default sequence length: its context, unless the user chose one.
   if (!origins.count("data.seq_len") && config.model.n_positions > 0 &&
       config.data.seq_len > config.model.n_positions) {
