@@ -15,7 +15,8 @@
 #    same bytes as FULL_STATE_DICT's model.safetensors and as consolidating a resharded copy;
 #  - partial fine-tuning (train.freeze) from that folder: what trains counted, the checkpoint
 #    without the frozen tensors, a bitwise resume, the export's frozen tensors as they came in;
-#  - LoRA from that folder: PEFT's adapter folder out, a bitwise resume, eval of the checkpoint,
+#  - LoRA from that folder: PEFT's adapter folder out, a bitwise resume (refused onto a changed
+#    base), eval of the checkpoint,
 #    of the adapter read back (model.adapter) and of the merged export equal, training on from it;
 #  - a bad key or value exits 2 naming the key; num_processes that disagrees with the world fails;
 #    a fresh run refuses a folder holding checkpoints, and a resume refuses another model;
@@ -257,6 +258,14 @@ train 2 "$WORK/lora" "${LORA[@]}" --optim.max_steps 4 --train.resume auto >/dev/
    $(steps "$WORK/lora/metrics.jsonl") == "$(steps "$WORK/lora_straight.jsonl")" ]] &&
   echo "ok: lora: the resume logs the straight run's losses" ||
   fail "lora: resumed $(steps "$WORK/lora/metrics.jsonl"), straight $(steps "$WORK/lora_straight.jsonl")"
+cp -r "$WORK/hf" "$WORK/hf_changed"  # the same shapes, one byte of the last tensor changed
+/usr/bin/python3 -c 'import sys; p = sys.argv[1]; b = bytearray(open(p, "rb").read()); b[-1] ^= 0xFF; open(p, "wb").write(b)' \
+  "$WORK/hf_changed/model.safetensors"
+out=$(train 2 "$WORK/lora" "${LORA[@]}" --model.pretrained "$WORK/hf_changed" --optim.max_steps 6 \
+  --train.resume auto 2>&1)
+[[ $? != 0 && $out == *"frozen weights of another fingerprint"* ]] &&
+  echo "ok: lora: a resume onto changed base weights is refused" ||
+  fail "lora: a resume onto changed base weights: $out"
 "$CK" export "$WORK/lora/ckpt" "$WORK/lora_merged" --merge >/dev/null || fail "export --merge exited $?"
 lora_ckpt=$(evaluate --checkpoint "$WORK/lora/ckpt" --optim.max_steps 4 --optim.warmup_steps 1)
 lora_adapter=$(evaluate --model.pretrained "$WORK/hf" --model.adapter "$WORK/lora_out")

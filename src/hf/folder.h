@@ -46,5 +46,12 @@ TensorNameMap weight_name_map(ModelType type);
 // initialised (a base model's file holds none: FullStateLoadOptions::may_lack).
 FullStateLoadOptions start_weights_options(const TrainConfig& config);
 
+// A fingerprint of the weights at `path` (a file, an index or a folder, as SafetensorsSet opens
+// them): each data file's size, and a CRC-32 over its first 2 MiB (its header: every name, dtype,
+// shape and offset, and the first tensors' bytes) and its last MiB. What a checkpoint of a run
+// with frozen parameters records of the base it read, so that a resume onto other weights is
+// refused; a change inside a file that keeps its size and both ends is not seen.
+std::string weights_fingerprint(const std::string& path);
+
 }  // namespace hf
 }  // namespace fsdp

@@ -136,11 +136,21 @@ AdamW make_adamw(const FullyShardedModel& model, const OptimConfig& o) {
 
 // `scaler`: the fp16 loss scaler, or null. Its scale is an fp32 value, which a JSON number holds
 // exactly, so a resumed run scales as the uninterrupted one.
+// The fingerprint of the weights a run with frozen parameters reads them from (its model.init_from,
+// else model.pretrained: hf::weights_fingerprint); empty for a run that freezes nothing.
+std::string frozen_base_fingerprint(const TrainConfig& c) {
+  if (c.train.freeze.empty() && !c.lora.enabled()) return "";
+  const std::string& weights = !c.model.init_from.empty() ? c.model.init_from : c.model.pretrained;
+  return weights.empty() ? "" : hf::weights_fingerprint(weights);
+}
+
+// `base`: frozen_base_fingerprint, or empty.
 std::string train_state_json(const TrainConfig& c, const data::LoaderState& loader,
-                             const ShardedGradScaler* scaler) {
+                             const ShardedGradScaler* scaler, const std::string& base) {
   nlohmann::json j;
   j["loader"] = {{"epoch", loader.epoch}, {"position", loader.position}};
   config::put_saved_config(c, j);
+  if (!base.empty()) j["frozen_base"] = base;
   if (scaler) {
     const GradScalerState g = scaler->state();
     j["grad_scaler"] = {{"scale", g.scale}, {"growth_tracker", g.growth_tracker}};
@@ -270,6 +280,20 @@ void restore_scaler(const std::string& train_state, const std::string& where,
   }
 }
 
+// A checkpoint of a run with frozen parameters holds what trained; resumed onto other weights its
+// trained parameters would meet another frozen base: refused, naming both fingerprints.
+void check_frozen_base(const LoadedCheckpoint& loaded, const TrainConfig& c) {
+  const auto j = nlohmann::json::parse(loaded.train_state, nullptr, false);
+  if (!j.is_object() || !j.contains("frozen_base") || !j["frozen_base"].is_string()) return;
+  const std::string saved = j["frozen_base"].get<std::string>(), now = frozen_base_fingerprint(c);
+  if (now.empty() || now == saved) return;
+  const std::string& weights = !c.model.init_from.empty() ? c.model.init_from : c.model.pretrained;
+  throw CheckpointError("train.resume: checkpoint '" + loaded.path +
+                        "' trained on frozen weights of another fingerprint (" + saved + ") than " +
+                        weights + " has now (" + now +
+                        "): resume onto the weights the run started from");
+}
+
 int64_t resume(const std::string& path, const TrainConfig& c, FullyShardedModel& model, AdamW& opt,
                data::BatchSource& loader, ShardedGradScaler* scaler, RunLog& log) {
   LoadedCheckpoint loaded = load_checkpoint(path, model, &opt);
@@ -283,6 +307,7 @@ int64_t resume(const std::string& path, const TrainConfig& c, FullyShardedModel&
                           "run's):" +
                           list);
   }
+  check_frozen_base(loaded, c);
   loader.set_state(saved_loader_state(loaded.train_state, loaded.path));
   if (scaler) restore_scaler(loaded.train_state, loaded.path, *scaler, log);
   log.info("resumed from " + loaded.path + " at step " + std::to_string(loaded.step));
@@ -347,8 +372,9 @@ std::string save(const TrainConfig& c, int64_t step, FullyShardedModel& model, c
   CheckpointOptions options;
   options.keep_last = c.train.checkpoint_keep_last;
   const auto t0 = Clock::now();
-  const std::string dir = save_checkpoint(c.train.checkpoint_dir, step, model, &opt,
-                                          train_state_json(c, loader.state(), scaler), options);
+  const std::string dir = save_checkpoint(
+      c.train.checkpoint_dir, step, model, &opt,
+      train_state_json(c, loader.state(), scaler, frozen_base_fingerprint(c)), options);
   if (c.fsdp.state_dict_type == StateDictType::kFullStateDict) {
     save_full_safetensors(model, dir + "/model.safetensors");
   }
