@@ -8,7 +8,6 @@
 #include <torch/nn/functional/dropout.h>
 
 #include <cmath>
-#include <functional>
 #include <set>
 #include <stdexcept>
 
@@ -90,10 +89,12 @@ std::string last_part(const std::string& name) {
   return dot == std::string::npos ? name : name.substr(dot + 1);
 }
 
-// A seed per adapted layer: the settings' seed and the layer's name, so that a layer's adapter is
-// the same whatever else the model holds.
+// A seed per adapted layer: the settings' seed and the layer's name (FNV-1a, the same with every
+// standard library), so that a layer's adapter is the same whatever else the model holds.
 uint64_t layer_seed(uint64_t seed, const std::string& name) {
-  return seed * 1000003u ^ std::hash<std::string>{}(name);
+  uint64_t h = 14695981039346656037ull ^ seed;
+  for (const unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+  return h;
 }
 
 void check_settings(const LoraSettings& s) {
