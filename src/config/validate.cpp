@@ -9,6 +9,7 @@
 
 #include "compat.h"
 #include "config/schema.h"
+#include "fsdp/models/lora.h"
 
 namespace fsdp {
 namespace config {
@@ -286,9 +287,7 @@ void check_lora(const Checks& k, const TrainConfig& c) {
   const std::string table =
       c.model.type == ModelType::kGPT2 ? "transformer.wte" : "model.embed_tokens";
   for (const std::string& m : l.modules_to_save) {
-    const bool names_table =
-        table.size() >= m.size() && table.compare(table.size() - m.size(), m.size(), m) == 0;
-    k.require(!tied || !names_table, {"lora.modules_to_save"},
+    k.require(!tied || !saves_module(table, m), {"lora.modules_to_save"},
               "'" + m +
                   "' is the token table, which this model ties to its output head: PEFT "
                   "trains an untied copy of it (the head keeps the base's weights), which a tied "

@@ -338,7 +338,7 @@ std::vector<std::string> copy_tokenizer(const fs::path& from, const fs::path& to
 // model.pretrained), which hold what its checkpoint does not; null for a run that froze nothing.
 std::unique_ptr<SafetensorsSet> frozen_weights(const std::string& step_dir, const TrainConfig& t) {
   if (read_checkpoint_metadata(step_dir).frozen.empty()) return nullptr;
-  const std::string weights = !t.model.init_from.empty() ? t.model.init_from : t.model.pretrained;
+  const std::string& weights = t.model.start_weights();
   if (weights.empty()) {
     fail(step_dir,
          "the run froze parameters (train.freeze) but names no model.pretrained or "

@@ -4,8 +4,6 @@
 // builds a different model silently.
 #include "hf/folder.h"
 
-#include <zlib.h>
-
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -16,8 +14,10 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "checkpoint/file_io.h"
 #include "factory/model_factory.h"
 #include "fsdp/checkpoint/safetensors.h"
+#include "fsdp/models/lora.h"
 #include "hf/peft.h"
 #include "util/json.h"
 
@@ -798,38 +798,34 @@ FullStateLoadOptions start_weights_options(const TrainConfig& config) {
   FullStateLoadOptions load;
   if (!config.model.pretrained.empty()) load.name_map(weight_name_map(config.model.type));
   if (config.lora.enabled()) {
-    load.may_lack([](const std::string& name) {
-      return name.find(".lora_A.") != std::string::npos ||
-             name.find(".lora_B.") != std::string::npos;
-    });
+    load.may_lack(is_lora_parameter);
   }
   return load;
 }
 
 std::string weights_fingerprint(const std::string& path) {
   const SafetensorsSet set(path);
-  uLong crc = ::crc32(0L, Z_NULL, 0);
+  uint32_t crc = 0;
   uintmax_t total = 0;
   std::vector<char> buf;
-  const auto take = [&](std::ifstream& in, std::streamoff at, std::streamoff n) {
-    buf.resize(static_cast<size_t>(n));
-    in.clear();  // a first read to the end of a small file leaves eofbit
-    in.seekg(at);
-    in.read(buf.data(), n);
-    crc = ::crc32(crc, reinterpret_cast<const Bytef*>(buf.data()), static_cast<uInt>(in.gcount()));
-  };
   for (const std::string& file : set.files()) {
     const uintmax_t size = fs::file_size(file);
     total += size;
     std::ifstream in(file, std::ios::binary);
+    const auto take = [&](std::streamoff at, std::streamoff n) {
+      buf.resize(static_cast<size_t>(n));
+      in.seekg(at);
+      if (!in.read(buf.data(), n))
+        throw std::runtime_error("weights '" + file + "': cannot read it");
+      crc = ckpt::crc32(crc, buf.data(), buf.size());
+    };
     const auto n = static_cast<std::streamoff>(size);
-    take(in, 0, std::min<std::streamoff>(n, std::streamoff{2} << 20));
+    take(0, std::min<std::streamoff>(n, std::streamoff{2} << 20));
     const std::streamoff last = std::min<std::streamoff>(n, std::streamoff{1} << 20);
-    take(in, n - last, last);
-    if (!in) throw std::runtime_error("weights '" + file + "': cannot read it");
+    take(n - last, last);
   }
   char text[96];
-  std::snprintf(text, sizeof text, "crc32 %08lx over %zu files, %ju bytes", crc, set.files().size(),
+  std::snprintf(text, sizeof text, "crc32 %08x over %zu files, %ju bytes", crc, set.files().size(),
                 total);
   return text;
 }

@@ -34,19 +34,9 @@ namespace {
 constexpr const char* kAdapterConfig = "adapter_config.json";
 constexpr const char* kAdapterWeights = "adapter_model.safetensors";
 
-bool is_adapter_param(const std::string& name) {
-  return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
-}
-
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// The module a parameter belongs to ("model.embed_tokens" of "model.embed_tokens.weight").
-std::string module_of(const std::string& param) {
-  const auto dot = param.rfind('.');
-  return dot == std::string::npos ? std::string() : param.substr(0, dot);
 }
 
 // --- adapter_config.json in ---------------------------------------------------------------------
@@ -191,12 +181,9 @@ FullStateLoadOptions adapter_load_options(const TrainConfig& config) {
     return name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
   });
   const std::vector<std::string> saved = config.lora.modules_to_save;
+  // The base's parameters: the adapter file holds none of them.
   load.may_lack([saved](const std::string& name) {
-    if (is_adapter_param(name)) return false;
-    for (const auto& m : saved) {
-      if (ends_with(module_of(name), m)) return false;
-    }
-    return true;  // the base's: the adapter file holds none of them
+    return !is_lora_parameter(name) && !in_saved_module(name, saved);
   });
   return load;
 }
@@ -347,7 +334,7 @@ ConsolidateExtras merge_extras(const std::string& step_dir, const TrainConfig& r
   };
   ConsolidateExtras extras;
   extras.frozen_from = &base;
-  extras.omit = [](const std::string& name) { return is_adapter_param(name); };
+  extras.omit = is_lora_parameter;
   extras.addend = [adapted, read_whole, scaling, fan_in_fan_out](const std::string& name) {
     const auto it = adapted.find(name);
     if (it == adapted.end()) return at::Tensor();

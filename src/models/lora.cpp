@@ -62,13 +62,27 @@ bool lora_name_matches(const std::string& name, const std::string& pattern) {
          name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-namespace {
-
-// PEFT's _set_trainable matches modules_to_save by a plain suffix (no dot).
-bool ends_with(const std::string& name, const std::string& suffix) {
-  return name.size() >= suffix.size() &&
-         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+bool is_lora_parameter(const std::string& name) {
+  return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
 }
+
+bool saves_module(const std::string& module, const std::string& entry) {
+  return module.size() >= entry.size() &&
+         module.compare(module.size() - entry.size(), entry.size(), entry) == 0;
+}
+
+bool in_saved_module(const std::string& name, const std::vector<std::string>& modules_to_save) {
+  // Every dot-prefix of a parameter's name is a module holding it.
+  for (size_t dot = name.find('.'); dot != std::string::npos; dot = name.find('.', dot + 1)) {
+    const std::string module = name.substr(0, dot);
+    for (const auto& entry : modules_to_save) {
+      if (saves_module(module, entry)) return true;
+    }
+  }
+  return false;
+}
+
+namespace {
 
 std::string listing(const std::set<std::string>& names) {
   std::string s;
@@ -146,15 +160,12 @@ std::vector<std::string> add_lora(torch::nn::Module& root, const LoraSettings& s
     adapted.push_back(name);
   }
   // Only the adapters and the modules to save train.
-  std::set<std::string> saved_prefixes;
   std::vector<bool> saved_used(settings.modules_to_save.size(), false);
   std::set<std::string> module_names;
   for (const auto& item : root.named_modules("", /*include_self=*/false)) {
     module_names.insert(last_part(item.key()));
     for (size_t i = 0; i < settings.modules_to_save.size(); ++i) {
-      if (!ends_with(item.key(), settings.modules_to_save[i])) continue;
-      saved_used[i] = true;
-      saved_prefixes.insert(item.key() + ".");
+      saved_used[i] = saved_used[i] || saves_module(item.key(), settings.modules_to_save[i]);
     }
   }
   for (size_t i = 0; i < saved_used.size(); ++i) {
@@ -164,11 +175,8 @@ std::vector<std::string> add_lora(torch::nn::Module& root, const LoraSettings& s
                                 listing(module_names));
   }
   for (auto& item : root.named_parameters(/*recurse=*/true)) {
-    const std::string& name = item.key();
-    bool trains =
-        name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
-    for (const auto& prefix : saved_prefixes) trains = trains || name.rfind(prefix, 0) == 0;
-    item.value().requires_grad_(trains);
+    item.value().requires_grad_(is_lora_parameter(item.key()) ||
+                                in_saved_module(item.key(), settings.modules_to_save));
   }
   return adapted;
 }

@@ -97,7 +97,7 @@ void check_host_memory(const TrainConfig& config, int world_size, int local_rank
   // does not say how many: at best all but a few, at the compute dtype's bytes each; the plan below
   // counts them.
   const int64_t params = model_shapes(config).parameters();
-  const bool frozen = training && (!config.train.freeze.empty() || config.lora.enabled());
+  const bool frozen = training && config.freezes_parameters();
   const int64_t bytes_per_param = frozen ? static_cast<int64_t>(dtype_size(config.mixed_precision))
                                   : training ? 16
                                              : 4;

@@ -148,7 +148,7 @@ TrainConfig config_for_checkpoint(const std::string& dir, const TrainConfig& her
 void load_frozen_weights(const std::string& dir, LoadedModel& m) {
   if (read_checkpoint_metadata(dir).frozen.empty()) return;
   const ModelConfig& model = m.config.model;
-  const std::string weights = !model.init_from.empty() ? model.init_from : model.pretrained;
+  const std::string& weights = model.start_weights();
   if (weights.empty()) {
     throw CheckpointError("checkpoint '" + dir +
                           "' holds the parameters its run trained, not the frozen ones "

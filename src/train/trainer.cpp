@@ -134,17 +134,15 @@ AdamW make_adamw(const FullyShardedModel& model, const OptimConfig& o) {
 
 // --- checkpoints and their train state ----------------------------------------------------------
 
-// `scaler`: the fp16 loss scaler, or null. Its scale is an fp32 value, which a JSON number holds
-// exactly, so a resumed run scales as the uninterrupted one.
 // The fingerprint of the weights a run with frozen parameters reads them from (its model.init_from,
 // else model.pretrained: hf::weights_fingerprint); empty for a run that freezes nothing.
 std::string frozen_base_fingerprint(const TrainConfig& c) {
-  if (c.train.freeze.empty() && !c.lora.enabled()) return "";
-  const std::string& weights = !c.model.init_from.empty() ? c.model.init_from : c.model.pretrained;
-  return weights.empty() ? "" : hf::weights_fingerprint(weights);
+  const std::string& weights = c.model.start_weights();
+  return c.freezes_parameters() && !weights.empty() ? hf::weights_fingerprint(weights) : "";
 }
 
-// `base`: frozen_base_fingerprint, or empty.
+// `scaler`: the fp16 loss scaler, or null. Its scale is an fp32 value, which a JSON number holds
+// exactly, so a resumed run scales as the uninterrupted one. `base`: frozen_base_fingerprint.
 std::string train_state_json(const TrainConfig& c, const data::LoaderState& loader,
                              const ShardedGradScaler* scaler, const std::string& base) {
   nlohmann::json j;
@@ -287,7 +285,7 @@ void check_frozen_base(const LoadedCheckpoint& loaded, const TrainConfig& c) {
   if (!j.is_object() || !j.contains("frozen_base") || !j["frozen_base"].is_string()) return;
   const std::string saved = j["frozen_base"].get<std::string>(), now = frozen_base_fingerprint(c);
   if (now.empty() || now == saved) return;
-  const std::string& weights = !c.model.init_from.empty() ? c.model.init_from : c.model.pretrained;
+  const std::string& weights = c.model.start_weights();
   throw CheckpointError("train.resume: checkpoint '" + loaded.path +
                         "' trained on frozen weights of another fingerprint (" + saved + ") than " +
                         weights + " has now (" + now +
@@ -564,7 +562,7 @@ TrainSummary train(const TrainConfig& c, CommPtr world, std::ostream& out,
   // name) as one process would. Then the optimizer, over this rank's shards only.
   // Values a checkpoint or init_from overwrites at once need not be drawn: zeros stand in. A
   // checkpoint holds the parameters that train only: frozen ones come from the weights again.
-  const std::string weights = !c.model.init_from.empty() ? c.model.init_from : c.model.pretrained;
+  const std::string& weights = c.model.start_weights();
   const bool frozen = count_parameters(*lm.module) != count_trainable_parameters(*lm.module);
   const bool from_file = !weights.empty() && (!resume_from || frozen);
   const ParamInit init = (resume_from && !frozen) || from_file

@@ -79,6 +79,9 @@ struct ModelConfig {
   // when that is unset and it names a folder here (and must be that folder when both do).
   // Default empty.
   std::string adapter;
+  // The weights a run starts from (and its frozen parameters come from): init_from, else
+  // pretrained; empty when neither is set.
+  const std::string& start_weights() const { return !init_from.empty() ? init_from : pretrained; }
 
   // GPT-2 only. Width of the residual stream. Default 128.
   int64_t n_embd = 128;
@@ -339,6 +342,8 @@ struct TrainConfig {
   // The runtime's options: strategy, wrap policy (by_type with the layer classes, by_size, or
   // none), param_dtype and reduce_dtype from mixed_precision, shard_group_size.
   ShardingOptions sharding_options() const;
+  // Whether parameters do not train: train.freeze, or LoRA (everything but the adapters).
+  bool freezes_parameters() const { return !train.freeze.empty() || lora.enabled(); }
   // model.n_positions, or data.seq_len when that is 0.
   int64_t context_length() const {
     return model.n_positions > 0 ? model.n_positions : data.seq_len;

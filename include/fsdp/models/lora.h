@@ -96,5 +96,12 @@ std::vector<std::string> add_lora(torch::nn::Module& root, const LoraSettings& s
 
 // Whether `name` (a qualified module name) is matched by `pattern` as PEFT matches a list entry.
 bool lora_name_matches(const std::string& name, const std::string& pattern);
+// Whether a parameter is an adapter's (a lora_A or lora_B weight).
+bool is_lora_parameter(const std::string& name);
+// Whether module `module` is the modules_to_save entry `entry`, as PEFT's _set_trainable matches
+// them: its name ends with the entry (a plain suffix, no dot).
+bool saves_module(const std::string& module, const std::string& entry);
+// Whether parameter `name` belongs to a module to save (or to one inside it): it trains in full.
+bool in_saved_module(const std::string& name, const std::vector<std::string>& modules_to_save);
 
 }  // namespace fsdp
