@@ -8,6 +8,12 @@ fsdp.cpp's):
   --impl hf (default): Hugging Face's GPT2LMHeadModel and its own loss (`labels=input_ids`: it
     shifts them, so s tokens predict s - 1, where fsdp-bench's predict s); computed from the
     logits with cross_entropy instead, it peaked about 150 MiB higher and ran about 6% slower.
+  --impl llama (with --model llama-1b): Hugging Face's LlamaForCausalLM at Llama 3.2 1B's shape,
+    fsdp-bench's `llama-1b`, built on the meta device, sharded, then materialised shard by shard
+    (to_empty and random values: FSDP2's recipe for a model larger than a rank); --lora R wraps it
+    in PEFT's LoRA first (get_peft_model, r R, alpha 2R, target_modules all-linear: the base
+    frozen, mixed requires_grad within each block, as fsdp-bench's --lora), AdamW over the
+    adapters only.
   --impl nanogpt: the lean model a performance-minded user writes (nanoGPT's: fused qkv,
     F.scaled_dot_product_attention with is_causal, GELU tanh, the head tied to the token table,
     F.cross_entropy on the logits of s tokens against the next s). Each block
@@ -20,7 +26,7 @@ libraries included) and its size before the model was built.
 
     fsdp-run --nproc-per-node 2 python3 bench/fsdp2_cpu.py [--out fsdp2.json] \\
         [--model 124m] [--seq 512] [--batch 2] [--steps 5] [--threads 1] [--dtype fp32|bf16]
-        [--impl hf|nanogpt]
+        [--impl hf|nanogpt|llama] [--lora R]
 
 Debian's torch has no libuv: the launcher's environment must carry USE_LIBUV=0.
 """
@@ -33,6 +39,15 @@ import sys
 import time
 
 SHAPES = {"124m": dict(n_layer=12, n_head=12, n_embd=768)}  # fsdp-bench's --model names
+LLAMA_SHAPES = {  # fsdp-bench's llama-1b: Llama 3.2 1B's config.json
+    "llama-1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
+                     num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
+                     rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
+                     max_position_embeddings=131072,
+                     rope_scaling=dict(rope_type="llama3", factor=32.0, low_freq_factor=1.0,
+                                       high_freq_factor=4.0,
+                                       original_max_position_embeddings=8192)),
+}
 
 
 def nanogpt(n_layer, n_head, n_embd, vocab_size=50257, n_positions=1024):
@@ -101,15 +116,78 @@ def status_kib(key):
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", help="the JSON record (rank 0 writes it; printed either way)")
-    p.add_argument("--model", default="124m", choices=sorted(SHAPES))
+    p.add_argument("--model", default="124m", choices=sorted(SHAPES) + sorted(LLAMA_SHAPES))
     p.add_argument("--seq", type=int, default=512)
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16"))
     p.add_argument("--no-prefetch", dest="prefetch", action="store_false")
-    p.add_argument("--impl", default="hf", choices=("hf", "nanogpt"))
-    return p.parse_args()
+    p.add_argument("--impl", default="hf", choices=("hf", "nanogpt", "llama"))
+    p.add_argument("--lora", type=int, default=0, help="PEFT's LoRA of this rank (llama only)")
+    p.add_argument("--layers", type=int, default=0, help="the Llama's depth instead (0: its own)")
+    args = p.parse_args()
+    if (args.impl == "llama") != (args.model in LLAMA_SHAPES):
+        p.error("--impl llama goes with --model llama-1b, and only with it")
+    if args.lora and args.impl != "llama":
+        p.error("--lora needs --impl llama")
+    return args
+
+
+def llama(model, lora, layers):
+    """LlamaForCausalLM on the meta device, in PEFT's LoRA when lora > 0."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    shape = dict(LLAMA_SHAPES[model])
+    if layers:
+        shape["num_hidden_layers"] = layers
+    config = LlamaConfig(attention_dropout=0.0, **shape)
+    with torch.device("meta"):
+        m = LlamaForCausalLM(config)
+        if lora:
+            from peft import LoraConfig, get_peft_model
+
+            m = get_peft_model(m, LoraConfig(r=lora, lora_alpha=2 * lora, lora_dropout=0.0,
+                                             target_modules="all-linear",
+                                             task_type="CAUSAL_LM"))
+    return m
+
+
+def blocks_of(model):
+    """The decoder blocks fully_shard wraps one by one."""
+    for path in ("transformer.h", "h", "model.layers", "base_model.model.model.layers"):
+        node = model
+        try:
+            for part in path.split("."):
+                node = getattr(node, part)
+        except AttributeError:
+            continue
+        return list(node)
+    raise RuntimeError("no blocks found in " + type(model).__name__)
+
+
+def materialise(model):
+    """Each rank's shards of a meta-device model, with random values (std 0.02, LoRA's B zero as
+    PEFT starts it), and the rotary tables the model computes at construction."""
+    import torch
+
+    model.to_empty(device="cpu")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            local = p.to_local() if hasattr(p, "to_local") else p
+            if "lora_B" in name:
+                local.zero_()
+            elif "norm" in name:
+                local.fill_(1.0)
+            else:
+                local.normal_(0.0, 0.02)
+        for m in model.modules():
+            if hasattr(m, "rope_init_fn") and hasattr(m, "inv_freq"):
+                inv_freq, _ = m.rope_init_fn(m.config, torch.device("cpu"))
+                m.inv_freq.copy_(inv_freq)
+                if hasattr(m, "original_inv_freq"):
+                    m.original_inv_freq = inv_freq
 
 
 def shard(model, dtype, prefetch):
@@ -120,7 +198,7 @@ def shard(model, dtype, prefetch):
     if dtype == "bf16":
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
                                                    reduce_dtype=torch.bfloat16)
-    blocks = list(model.transformer.h if hasattr(model, "transformer") else model.h)
+    blocks = blocks_of(model)
     for block in blocks:
         fully_shard(block, **kwargs)
     fully_shard(model, **kwargs)
@@ -149,12 +227,17 @@ def main():
         config = GPT2Config(n_positions=1024, vocab_size=50257, resid_pdrop=0.0, embd_pdrop=0.0,
                             attn_pdrop=0.0, **SHAPES[args.model])
         model = GPT2LMHeadModel(config)
+    elif args.impl == "llama":
+        model = llama(args.model, args.lora, args.layers)
     else:
         model = nanogpt(**SHAPES[args.model])
     model = shard(model, args.dtype, args.prefetch)
-    opt = torch.optim.AdamW(model.parameters(), lr=6e-4)
+    if args.impl == "llama":
+        materialise(model)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=6e-4)
+    vocab = LLAMA_SHAPES[args.model]["vocab_size"] if args.impl == "llama" else 50257
     gen = torch.Generator().manual_seed(rank + 1)
-    tokens = torch.randint(50257, (args.batch, args.seq + 1), generator=gen)
+    tokens = torch.randint(vocab, (args.batch, args.seq + 1), generator=gen)
 
     def step():
         dist.barrier()
@@ -162,8 +245,8 @@ def main():
         t0 = time.perf_counter()
         opt.zero_grad()
         inputs = tokens[:, :-1]
-        if args.impl == "hf":
-            loss = model(inputs, labels=inputs).loss  # Hugging Face's own loss, as its users train
+        if args.impl in ("hf", "llama"):
+            loss = model(input_ids=inputs, labels=inputs).loss  # Hugging Face's own loss, as its users train
         else:
             loss = model(inputs, tokens[:, 1:])
         loss.backward()
@@ -185,7 +268,10 @@ def main():
         slowest = [max(r[0][i] for r in every) for i in range(args.steps)]
         median = statistics.median(slowest)
         record = {
-            "impl": "fsdp2-" + args.impl, "torch": torch.__version__, "model": "gpt2-" + args.model,
+            "impl": "fsdp2-" + args.impl, "torch": torch.__version__,
+            "model": args.model if args.impl == "llama" else "gpt2-" + args.model,
+            "lora_r": args.lora,
+            "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
             "dtype": args.dtype, "world_size": world, "threads": args.threads,
             "batch": args.batch, "seq": args.seq, "steps": args.steps,
             "variant": "prefetch" if args.prefetch else "plain", "step_s": median,

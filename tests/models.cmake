@@ -12,3 +12,5 @@ fsdp_test_executable(test_fused_ops test_fused_ops.cpp)
 add_test(NAME test_fused_ops COMMAND test_fused_ops)
 add_test(NAME fused_ops_cuda COMMAND test_fused_ops)
 set_tests_properties(fused_ops_cuda PROPERTIES ENVIRONMENT FSDP_TEST_DEVICE=cuda SKIP_RETURN_CODE 77)
+# bf16 products on the CPU through fp32 GEMMs against ATen's own and fp64 (fsdp/models/matmul.h).
+fsdp_unit_test(test_matmul test_matmul.cpp)

@@ -199,9 +199,10 @@ expect_error "bench-comm --busy-ms" "--busy-ms: -1 is out of range" "$BIN/fsdp-b
 
 expect_error "bench --steps 0" "--steps: 0 is out of range \[1, " "$BIN/fsdp-bench" --steps 0
 expect_error "bench --allocator" "--allocator: fsdp or glibc" "$BIN/fsdp-bench" --allocator tc
-expect_error "bench --model" "--model: 124m, large, xl, tiny, llama or llama-1b; got xxl" "$BIN/fsdp-bench" --model xxl
+expect_error "bench --model" "--model: 124m, large, xl, tiny, llama, llama-1b or llama-7b; got xxl" "$BIN/fsdp-bench" --model xxl
 expect_error "bench --vocab" "--vocab: 1 is out of range" "$BIN/fsdp-bench" --vocab 1
 expect_error "bench --layers" "--layers: 0 is out of range" "$BIN/fsdp-bench" --layers 0
+expect_error "bench --lora" "--lora: 0 is out of range" "$BIN/fsdp-bench" --lora 0
 expect_error "bench --peak-tflops" "--peak-tflops: 'x' is not a number" "$BIN/fsdp-bench" --peak-tflops x
 expect_error "bench --compute-cpus alone" "--compute-cpus and --comm-cpus go together" \
   "$BIN/fsdp-bench" --compute-cpus 0

@@ -18,7 +18,7 @@ namespace fsdp {
 namespace ckpt {
 namespace {
 
-[[noreturn]] void fail(const std::string& what, const std::string& path) {
+[[noreturn]] void fail_io(const std::string& what, const std::string& path) {
   throw CheckpointError(what + " '" + path + "': " + std::strerror(errno));
 }
 
@@ -26,7 +26,7 @@ namespace {
 
 File File::open_read(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("cannot open", path);
+  if (fd < 0) fail_io("cannot open", path);
   struct stat st {};
   if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
     ::close(fd);  // a folder opens for reading, and its size would read as a file's
@@ -61,12 +61,12 @@ File::~File() {
 
 int64_t File::size() const {
   struct stat st;
-  if (::fstat(fd_, &st) != 0) fail("cannot stat", path_);
+  if (::fstat(fd_, &st) != 0) fail_io("cannot stat", path_);
   return st.st_size;
 }
 
 void File::append(const void* data, size_t bytes) {
-  if (!files::write_all(fd_, data, bytes)) fail("cannot write", path_);
+  if (!files::write_all(fd_, data, bytes)) fail_io("cannot write", path_);
 }
 
 void File::read_at(int64_t offset, void* out, size_t bytes) const {
@@ -75,7 +75,7 @@ void File::read_at(int64_t offset, void* out, size_t bytes) const {
   while (bytes > 0) {
     const ssize_t n = ::pread(fd_, p, bytes, offset);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail("cannot read", path_);
+    if (n < 0) fail_io("cannot read", path_);
     if (n == 0) {
       throw CheckpointError("'" + path_ + "' is truncated: it ends at byte " +
                             std::to_string(offset) + ", needed up to " + std::to_string(end));
@@ -87,23 +87,23 @@ void File::read_at(int64_t offset, void* out, size_t bytes) const {
 }
 
 void File::sync() {
-  if (::fsync(fd_) != 0) fail("cannot fsync", path_);
+  if (::fsync(fd_) != 0) fail_io("cannot fsync", path_);
 }
 
 void File::close() {
-  if (fd_ >= 0 && ::close(std::exchange(fd_, -1)) != 0) fail("cannot close", path_);
+  if (fd_ >= 0 && ::close(std::exchange(fd_, -1)) != 0) fail_io("cannot close", path_);
 }
 
 void sync_dir(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) fail("cannot open folder", dir);
+  if (fd < 0) fail_io("cannot open folder", dir);
   const int rc = ::fsync(fd);
   ::close(fd);
-  if (rc != 0) fail("cannot fsync folder", dir);
+  if (rc != 0) fail_io("cannot fsync folder", dir);
 }
 
 void durable_rename(const std::string& from, const std::string& to) {
-  if (::rename(from.c_str(), to.c_str()) != 0) fail("cannot rename to '" + to + "' from", from);
+  if (::rename(from.c_str(), to.c_str()) != 0) fail_io("cannot rename to '" + to + "' from", from);
   sync_dir(std::filesystem::path(to).parent_path().string());
 }
 

@@ -41,12 +41,12 @@ std::string display_name(const UnitInfo& unit) {
   return unit.name.empty() ? std::string("(root)") : unit.name;
 }
 
-[[noreturn]] void fail_tensor(const std::string& path, const std::string& name,
-                              const std::string& what) {
+[[noreturn]] void fail_full_state_tensor(const std::string& path, const std::string& name,
+                                         const std::string& what) {
   throw SafetensorsError("safetensors '" + path + "': tensor '" + name + "': " + what);
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
+std::string dims_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
@@ -149,15 +149,15 @@ std::unique_ptr<SafetensorsWriter> open_writer(FullyShardedModel& model,
 
 void check_fits(const std::string& path, const SafetensorsTensorInfo& t, const ParamLayout& p) {
   if (t.shape != p.shape) {
-    fail_tensor(path, t.name,
-                "shape " + shape_text(t.shape) + " in the file, the model's '" + p.name + "' is " +
-                    shape_text(p.shape));
+    fail_full_state_tensor(path, t.name,
+                           "shape " + dims_text(t.shape) + " in the file, the model's '" + p.name +
+                               "' is " + dims_text(p.shape));
   }
   const std::optional<at::ScalarType> type = to_scalar_type(t.dtype);
   if (!type || !at::isFloatingType(*type)) {
-    fail_tensor(path, t.name,
-                std::string("dtype ") + safetensors_dtype_name(t.dtype) +
-                    " does not convert to the model's fp32 parameters");
+    fail_full_state_tensor(path, t.name,
+                           std::string("dtype ") + safetensors_dtype_name(t.dtype) +
+                               " does not convert to the model's fp32 parameters");
   }
 }
 
@@ -430,7 +430,7 @@ std::vector<Entry> all_params(const CheckpointReader& reader, const ConsolidateE
     const SafetensorsTensorInfo* t = frozen_from->find(frozen_source(*frozen_from, p));
     if (t == nullptr || t->shape != p.shape) {
       throw CheckpointError("checkpoint '" + reader.dir() + "': its frozen parameter '" + p.name +
-                            "' " + shape_text(p.shape) + " is " +
+                            "' " + dims_text(p.shape) + " is " +
                             (t == nullptr ? "not in '" : "of another shape in '") +
                             frozen_from->path() + "'");
     }

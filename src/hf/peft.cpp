@@ -54,10 +54,10 @@ class AdapterConfig {
     } catch (const std::runtime_error& e) {
       throw ConfigError(path_, 0, "model.adapter", e.what());
     }
-    if (!j_.is_object()) fail("", "expected a JSON object");
+    if (!j_.is_object()) fail_adapter("", "expected a JSON object");
   }
 
-  [[noreturn]] void fail(const std::string& field, const std::string& what) const {
+  [[noreturn]] void fail_adapter(const std::string& field, const std::string& what) const {
     throw ConfigError(path_, 0, "model.adapter", (field.empty() ? "" : field + ": ") + what);
   }
   bool set(const char* field) const { return j_.contains(field) && !j_.at(field).is_null(); }
@@ -66,16 +66,17 @@ class AdapterConfig {
   void refuse_unless(const char* field, const std::function<bool(const json&)>& inert,
                      const std::string& what) const {
     if (set(field) && !inert(at(field))) {
-      fail(field, json_bounds::excerpt(at(field)) + ": " + what + " is not supported");
+      fail_adapter(field, json_bounds::excerpt(at(field)) + ": " + what + " is not supported");
     }
   }
   std::vector<std::string> names(const char* field) const {
     const json& v = at(field);
     if (!v.is_array())
-      fail(field, "expected a list of module names, got " + json_bounds::excerpt(v));
+      fail_adapter(field, "expected a list of module names, got " + json_bounds::excerpt(v));
     std::vector<std::string> out;
     for (const auto& item : v) {
-      if (!item.is_string()) fail(field, "expected names, got " + json_bounds::excerpt(item));
+      if (!item.is_string())
+        fail_adapter(field, "expected names, got " + json_bounds::excerpt(item));
       out.push_back(item.get<std::string>());
     }
     return out;
@@ -97,10 +98,11 @@ void refuse_unsupported(const AdapterConfig& c) {
   const auto is_false = [](const json& v) { return v.is_boolean() && !v.get<bool>(); };
   const auto empty = [](const json& v) { return v.empty(); };
   if (!c.set("peft_type") || !c.at("peft_type").is_string()) {
-    c.fail("peft_type", "missing: a PEFT adapter_config.json names its peft_type");
+    c.fail_adapter("peft_type", "missing: a PEFT adapter_config.json names its peft_type");
   }
   const std::string type = c.at("peft_type").get<std::string>();
-  if (type != "LORA") c.fail("peft_type", "'" + type + "': fsdp.cpp reads LoRA adapters (LORA)");
+  if (type != "LORA")
+    c.fail_adapter("peft_type", "'" + type + "': fsdp.cpp reads LoRA adapters (LORA)");
   c.refuse_unless("use_dora", is_false, "DoRA");
   c.refuse_unless("lora_bias", is_false, "a LoRA bias");
   c.refuse_unless("use_qalora", is_false, "QALoRA");
@@ -136,12 +138,14 @@ FolderSettings read_adapter_settings(const std::string& dir) {
   const auto setting = [&](const std::string& key, const std::string& text, const char* field) {
     out.settings[key] = {text, field};
   };
-  if (!c.set("target_modules")) c.fail("target_modules", "missing: name the adapted modules");
+  if (!c.set("target_modules"))
+    c.fail_adapter("target_modules", "missing: name the adapted modules");
   const json& targets = c.at("target_modules");
   if (targets.is_string()) {
     if (targets != "all-linear") {
-      c.fail("target_modules", json_bounds::excerpt(targets) +
-                                   ": a regular expression is not supported; list the modules");
+      c.fail_adapter("target_modules",
+                     json_bounds::excerpt(targets) +
+                         ": a regular expression is not supported; list the modules");
     }
     setting("lora.target_modules", "all-linear", "target_modules");
   } else {
@@ -152,7 +156,7 @@ FolderSettings read_adapter_settings(const std::string& dir) {
     if (!c.set(field)) return;  // PEFT's default, which is ours
     const json& v = c.at(field);
     if (!v.is_number() || (integer && !v.is_number_integer())) {
-      c.fail(field, "expected a number, got " + json_bounds::excerpt(v));
+      c.fail_adapter(field, "expected a number, got " + json_bounds::excerpt(v));
     }
     setting(key, v.dump(), field);
   };
@@ -160,7 +164,7 @@ FolderSettings read_adapter_settings(const std::string& dir) {
   number("lora_alpha", "lora.alpha", false);
   number("lora_dropout", "lora.dropout", false);
   if (c.set("use_rslora")) {
-    if (!c.at("use_rslora").is_boolean()) c.fail("use_rslora", "expected true or false");
+    if (!c.at("use_rslora").is_boolean()) c.fail_adapter("use_rslora", "expected true or false");
     setting("lora.use_rslora", c.at("use_rslora").get<bool>() ? "true" : "false", "use_rslora");
   }
   if (c.set("modules_to_save")) {
@@ -192,7 +196,7 @@ FullStateLoadOptions adapter_load_options(const TrainConfig& config) {
 
 namespace {
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
+[[noreturn]] void fail_adapter(const std::string& path, const std::string& what) {
   throw std::runtime_error("export '" + path + "': " + what);
 }
 
@@ -295,7 +299,8 @@ std::vector<std::string> export_adapter_folder(const std::string& step_dir,
   check_checkpoint_output(out.string(), step_dir, "the checkpoint it is exported from",
                           OutputKind::kNewFolder);
   const TrainConfig t = checkpoint_config(step_dir);
-  if (!t.lora.enabled()) fail(step_dir, "the run trained no LoRA adapters (lora.target_modules)");
+  if (!t.lora.enabled())
+    fail_adapter(step_dir, "the run trained no LoRA adapters (lora.target_modules)");
   const CheckpointMetadata meta = read_checkpoint_metadata(step_dir);
   const files::OutputState before = files::output_state(out.string());
   files::TempGuard guard;
@@ -303,7 +308,7 @@ std::vector<std::string> export_adapter_folder(const std::string& step_dir,
   {
     std::ofstream config(tmp / kAdapterConfig);
     config << adapter_config(t, adapted_modules(meta)).dump(2) << "\n";
-    if (!config.flush()) fail((tmp / kAdapterConfig).string(), "cannot write it");
+    if (!config.flush()) fail_adapter((tmp / kAdapterConfig).string(), "cannot write it");
   }
   write_adapter_weights(step_dir, (tmp / kAdapterWeights).string());
   files::rename_into_place(tmp.string(), out.string(), before);

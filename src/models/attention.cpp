@@ -10,6 +10,7 @@
 #include <string>
 
 #include "compat.h"
+#include "fsdp/models/matmul.h"
 
 namespace fsdp {
 namespace {
@@ -34,13 +35,13 @@ at::Tensor explicit_causal_attention(const at::Tensor& q, const at::Tensor& k, c
                                      bool softmax_in_fp32, const AttentionOptions& o) {
   const int64_t T = q.size(-2);
   // [B, nh, T, T]; HF's eager paths divide (GPT-2, Llama) or multiply by a given scaling (Gemma).
-  at::Tensor att =
-      o.scale > 0 ? at::matmul(q, k.transpose(-2, -1)) * o.scale
-                  : at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  at::Tensor att = o.scale > 0 ? fsdp::matmul(q, k.transpose(-2, -1)) * o.scale
+                               : fsdp::matmul(q, k.transpose(-2, -1)) /
+                                     std::sqrt(static_cast<double>(q.size(-1)));
   att = att.masked_fill(hidden_keys(T, o, q.options()), -std::numeric_limits<double>::infinity());
   att =
       softmax_in_fp32 ? at::softmax(att, -1, at::kFloat).to(q.scalar_type()) : at::softmax(att, -1);
-  return at::matmul(att, v);
+  return fsdp::matmul(att, v);
 }
 
 }  // namespace

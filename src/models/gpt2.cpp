@@ -19,6 +19,7 @@
 #include "fsdp/hooks.h"
 #include "fsdp/init.h"
 #include "fsdp/models/fused_loss.h"
+#include "fsdp/models/matmul.h"
 
 namespace fsdp {
 
@@ -73,10 +74,13 @@ Conv1DImpl::Conv1DImpl(int64_t in_features, int64_t out_features) {
 }
 
 at::Tensor Conv1DImpl::forward(const at::Tensor& x) {
-  // HF's Conv1D exactly: bias + x W on a 2-D view, then the leading dimensions restored.
+  // HF's Conv1D exactly: bias + x W on a 2-D view, then the leading dimensions restored (in bf16
+  // on a CPU without oneDNN's bf16 GEMM, fsdp/models/matmul.h's product through fp32).
   std::vector<int64_t> out_shape = x.sizes().vec();
   out_shape.back() = weight.size(1);
-  const at::Tensor y = at::addmm(bias, x.reshape({-1, x.size(-1)}), weight).view(out_shape);
+  const at::Tensor y = bf16_matmul_through_fp32(x)
+                           ? fsdp::linear(x, weight.t(), bias)
+                           : at::addmm(bias, x.reshape({-1, x.size(-1)}), weight).view(out_shape);
   return lora_.attached() ? y + lora_.forward(x, is_training()) : y;
 }
 
@@ -199,7 +203,7 @@ at::Tensor GPT2Impl::forward(const at::Tensor& idx, const SequenceLayout& layout
 namespace {
 
 // at::cross_entropy_loss's default: targets of this value take no part in the loss or its mean.
-constexpr int64_t kIgnoreIndex = -100;
+constexpr int64_t kIgnoredTarget = -100;
 // fp32 scratch of at most this many bytes at a time: rows of the logits are taken in chunks.
 constexpr int64_t kChunkBytes = int64_t{64} << 20;
 
@@ -224,7 +228,7 @@ struct VocabCrossEntropy : public torch::autograd::Function<VocabCrossEntropy> {
   // mean: divided by the number of targets that count; else their sum.
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& logits,
                             const at::Tensor& targets, bool mean) {
-    const at::Tensor valid = targets.ne(kIgnoreIndex);
+    const at::Tensor valid = targets.ne(kIgnoredTarget);
     const at::Tensor index = targets.masked_fill(valid.logical_not(), 0).unsqueeze(1);
     at::Tensor lse = at::empty({logits.size(0)}, logits.options().dtype(at::kFloat));
     for_each_chunk(logits, [&](int64_t r, int64_t rows) {

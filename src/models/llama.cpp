@@ -39,21 +39,21 @@ void require(bool ok, const std::string& message) {
   if (!ok) throw std::invalid_argument("LlamaConfig." + message);
 }
 
-void require_positive(const char* field, int64_t value) {
+void require_positive_size(const char* field, int64_t value) {
   require(value > 0, std::string(field) + " must be positive, got " + std::to_string(value));
 }
 
 }  // namespace
 
 void LlamaConfig::validate() const {
-  require_positive("vocab_size", vocab_size);
-  require_positive("max_position_embeddings", max_position_embeddings);
-  require_positive("dim", dim);
-  require_positive("n_layer", n_layer);
-  require_positive("n_head", n_head);
+  require_positive_size("vocab_size", vocab_size);
+  require_positive_size("max_position_embeddings", max_position_embeddings);
+  require_positive_size("dim", dim);
+  require_positive_size("n_layer", n_layer);
+  require_positive_size("n_head", n_head);
   require(n_kv_head >= 0,
           "n_kv_head must be positive, or 0 for n_head, got " + std::to_string(n_kv_head));
-  require_positive("intermediate_size", intermediate_size);
+  require_positive_size("intermediate_size", intermediate_size);
   require(head_dim_override >= 0,
           "head_dim_override must be positive, or 0 for dim / n_head, got " +
               std::to_string(head_dim_override));

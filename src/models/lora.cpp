@@ -11,6 +11,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "fsdp/models/matmul.h"
+
 namespace fsdp {
 
 double LoraOptions::scaling() const {
@@ -36,7 +38,7 @@ void LoraBranch::attach(torch::nn::Module& owner, int64_t in_features, int64_t o
 
 at::Tensor LoraBranch::forward(const at::Tensor& x, bool training) const {
   const at::Tensor in = options.dropout > 0 ? at::dropout(x, options.dropout, training) : x;
-  return at::linear(at::linear(in, A->weight), B->weight) * options.scaling();
+  return fsdp::linear(fsdp::linear(in, A->weight), B->weight) * options.scaling();
 }
 
 at::Tensor LoraBranch::delta() const {
@@ -50,7 +52,7 @@ ProjectionImpl::ProjectionImpl(int64_t in_features, int64_t out_features, bool w
 }
 
 at::Tensor ProjectionImpl::forward(const at::Tensor& x) {
-  at::Tensor y = at::linear(x, weight, bias);
+  at::Tensor y = fsdp::linear(x, weight, bias);
   if (lora_.attached()) y = y + lora_.forward(x, is_training());
   return y;
 }

@@ -18,7 +18,7 @@ namespace {
 
 // Elements checked at a time: bounds the temporary bool tensor of the finiteness test (1 MiB)
 // whatever the shard's size.
-constexpr int64_t kChunk = int64_t{1} << 20;
+constexpr int64_t kScanChunk = int64_t{1} << 20;
 
 void check_options(const GradScalerOptions& o) {
   auto require = [](bool ok, const std::string& what) {
@@ -40,8 +40,8 @@ void check_options(const GradScalerOptions& o) {
 // g *= inv_scale in place, in chunks; `found` (a bool scalar) is set where g holds an inf or NaN.
 void unscale_and_check(const at::Tensor& g, float inv_scale, at::Tensor& found) {
   const at::Tensor flat = g.reshape({-1});
-  for (int64_t begin = 0; begin < flat.numel(); begin += kChunk) {
-    at::Tensor chunk = flat.narrow(0, begin, std::min(kChunk, flat.numel() - begin));
+  for (int64_t begin = 0; begin < flat.numel(); begin += kScanChunk) {
+    at::Tensor chunk = flat.narrow(0, begin, std::min(kScanChunk, flat.numel() - begin));
     chunk.mul_(inv_scale);
     found.logical_or_(at::isfinite(chunk).logical_not().any());
   }

@@ -13,7 +13,7 @@ namespace {
 // Above this many runs a mask is applied through where() instead of one narrow() per run.
 constexpr size_t kMaxDecayRuns = 256;
 
-std::string describe(const at::Tensor& t) {
+std::string describe_tensor(const at::Tensor& t) {
   if (!t.defined()) return "undefined";
   return std::string(c10::toString(t.scalar_type())) + " with " + std::to_string(t.numel()) +
          " elements";
@@ -22,8 +22,9 @@ std::string describe(const at::Tensor& t) {
 [[noreturn]] void bad_shard(const char* who, size_t i, const std::string& what,
                             const ShardedParam& s) {
   throw std::invalid_argument(std::string(who) + ": shard " + std::to_string(i) + " " + what +
-                              " (param " + describe(s.param) + ", grad " + describe(s.grad) +
-                              ", decay_mask " + describe(s.decay_mask) + ")");
+                              " (param " + describe_tensor(s.param) + ", grad " +
+                              describe_tensor(s.grad) + ", decay_mask " +
+                              describe_tensor(s.decay_mask) + ")");
 }
 
 void check_shard(const char* who, size_t i, const ShardedParam& s) {

@@ -13,7 +13,7 @@
 namespace fsdp {
 namespace {
 
-int64_t padded(int64_t numel, int shards) { return (numel + shards - 1) / shards * shards; }
+int64_t padded_numel(int64_t numel, int shards) { return (numel + shards - 1) / shards * shards; }
 
 // A process group as the model sees it: its size and what its ring's hops cost.
 struct Group {
@@ -251,8 +251,8 @@ Replay::Replay(const Plan& p, const TrainConfig& c, const TimeModelOptions& o)
   };
   const std::vector<double> share = unit_flop_shares(p, c);
   for (size_t u = 0; u < p.units.size(); ++u) {
-    const double n = static_cast<double>(padded(p.units[u].numel, shards));
-    const double frozen = static_cast<double>(padded(p.units[u].frozen_numel, shards));
+    const double n = static_cast<double>(padded_numel(p.units[u].numel, shards));
+    const double frozen = static_cast<double>(padded_numel(p.units[u].frozen_numel, shards));
     all_gather_.push_back(ring(shard, (n + frozen) * elem, 1));
     reduce_scatter_.push_back(reduce_scatter(n * elem));
     all_reduce_.push_back(all_reduce(n / shards * elem));
@@ -264,7 +264,7 @@ Replay::Replay(const Plan& p, const TrainConfig& c, const TimeModelOptions& o)
   // finds): the rows all-gathered over the world, or the root reduced a second time.
   split_ = splits_root_reduction(p, c);
   pieces_ = root_reduction_pieces(p, c);
-  const double root_bytes = static_cast<double>(padded(p.units.back().numel, shards)) * elem;
+  const double root_bytes = static_cast<double>(padded_numel(p.units.back().numel, shards)) * elem;
   piece_scatter_ = reduce_scatter(root_bytes / static_cast<double>(pieces_));
   piece_all_reduce_ = all_reduce(root_bytes / shards / static_cast<double>(pieces_));
   const LateRootPart late = late_root_part(p, c);
@@ -277,7 +277,8 @@ Replay::Replay(const Plan& p, const TrainConfig& c, const TimeModelOptions& o)
   // The optimizers step the root's shard first, then the others (their share of the step).
   if (shards > 1 && c.fsdp.forward_prefetch) {
     const double shard_elems = static_cast<double>(p.memory.params) / 4;
-    const double root_elems = static_cast<double>(padded(p.units.back().numel, shards) / shards);
+    const double root_elems =
+        static_cast<double>(padded_numel(p.units.back().numel, shards) / shards);
     const double optimizer =
         o.compute.optimizer * shard_elems / static_cast<double>(std::max<int64_t>(1, p.parameters));
     root_head_start_ = optimizer * (1 - root_elems / std::max(1.0, shard_elems));

@@ -2,8 +2,8 @@
 // strategy and runtime variant (prefetch, activation checkpointing), all in one run on the same
 // ranks so that they compare as ratios, each next to the planner's prediction (fsdp-plan).
 //
-// Usage: build/bin/fsdp-bench [--model 124m|large|xl|tiny|llama|llama-1b] [--seq 512] [--batch 1]
-//            [--steps 3] [--repeats 1] [--dtype fp32|bf16|fp16]
+// Usage: build/bin/fsdp-bench [--model 124m|large|xl|tiny|llama|llama-1b|llama-7b] [--seq 512]
+//            [--batch 1] [--steps 3] [--repeats 1] [--dtype fp32|bf16|fp16] [--lora R]
 //            [--strategies NO_SHARD,SHARD_GRAD_OP,FULL_SHARD] [--vocab V] [--layers N]
 //            [--peak-tflops P]
 //            [--variants plain,prefetch,ac,prefetch+ac] [--allocator fsdp|glibc] [--json FILE]
@@ -15,9 +15,13 @@
 // --model: GPT-2 124M, large (774M), XL (1.5B), a 2-layer toy, `llama`, the shape of
 // configs/llama-small.yaml (grouped-query attention, SwiGLU, tied embeddings), or `llama-1b`,
 // Llama 3.2 1B's (16 layers, 2048 wide, 32 heads, 8 KV heads, 8192 feed-forward, vocabulary
-// 128,256, tied, RoPE llama3). --vocab V: the model's vocabulary instead (GPT-2's 50,257, Llama
-// 3's 128,256, Qwen's 151,936: the logits' share of memory). --layers N: its depth instead (a
-// 1B Llama's widths in a few layers fit a CPU's memory).
+// 128,256, tied, RoPE llama3), or `llama-7b`, Llama 2 7B's (32 layers, 4096 wide, 32 heads,
+// 11008 feed-forward, vocabulary 32,000, untied). --vocab V: the model's vocabulary instead
+// (GPT-2's 50,257, Llama 3's 128,256, Qwen's 151,936: the logits' share of memory). --layers N: its
+// depth instead (a 1B Llama's widths in a few layers fit a CPU's memory).
+// --lora R: PEFT's LoRA of rank R (alpha 2R) on every linear layer (lora.target_modules
+// all-linear) over a frozen base of random values, each rank materialising only its shard: only
+// the adapters train (fsdp/models/lora.h).
 // --peak-tflops P: the device's peak (dense, the compute dtype's) in TFLOP/s; the table then adds
 // the model FLOPs utilisation (bench/README.md has the FLOP count: 6 x the parameters a token's
 // matmuls use, plus attention's).
@@ -126,6 +130,7 @@ struct Args {
   int root_chunks = 0;             // fsdp_config.root_reduction_chunks, but under `onepiece`
   int64_t vocab = 0;               // the model's vocabulary instead of its own; 0: its own
   int64_t layers = 0;              // the model's depth instead of its own; 0: its own
+  int64_t lora_r = 0;              // LoRA's rank on every linear layer; 0: full training
   double peak_tflops = 0;          // the device's peak, for the MFU column; 0: no column
   std::string profile_dir;         // --profile: one more step profiled per run; empty: none
   // The time model's links (fsdp/plan/step_time.h), Gbit/s and microseconds; a bandwidth turns
@@ -289,6 +294,8 @@ Args parse_args(int argc, char** argv) {
       a.vocab = fsdp::flags::parse_int(k, value(), 2, int64_t{1} << 24);
     } else if (k == "--layers") {
       a.layers = fsdp::flags::parse_int(k, value(), 1, 1 << 16);
+    } else if (k == "--lora") {
+      a.lora_r = fsdp::flags::parse_int(k, value(), 1, 1 << 16);
     } else if (k == "--profile") {
       a.profile_dir = value();
     } else if (k == "--peak-tflops") {
@@ -312,13 +319,14 @@ Args parse_args(int argc, char** argv) {
           "--nproc --checkpoint --allocator --device --intra-gbit --intra-us "
           "--inter-gbit --inter-us --comm-cpu-gbit --contention --intra-cpu-gbit "
           "--inter-cpu-gbit --cores-per-rank --compute-cpus --comm-cpus --vocab --layers "
-          "--peak-tflops --profile)");
+          "--lora --peak-tflops --profile)");
     }
   }
-  const std::vector<std::string> models = {"124m", "large", "xl", "tiny", "llama", "llama-1b"};
+  const std::vector<std::string> models = {"124m",  "large",    "xl",      "tiny",
+                                           "llama", "llama-1b", "llama-7b"};
   if (std::find(models.begin(), models.end(), a.model) == models.end()) {
-    throw std::invalid_argument("--model: 124m, large, xl, tiny, llama or llama-1b; got " +
-                                a.model);
+    throw std::invalid_argument(
+        "--model: 124m, large, xl, tiny, llama, llama-1b or llama-7b; got " + a.model);
   }
   if (a.predict() && (a.intra_gbit <= 0 || a.inter_gbit <= 0)) {
     throw std::invalid_argument("the time model needs both --intra-gbit and --inter-gbit");
@@ -383,6 +391,12 @@ fsdp::TrainConfig bench_config(const Args& a, const std::string& strategy,
     c.model.rope_scaling = "llama3", c.model.rope_factor = 32;
     c.model.rope_low_freq_factor = 1, c.model.rope_high_freq_factor = 4;
     c.model.rope_original_max_positions = 8192;
+  } else if (a.model == "llama-7b") {
+    c.model.type = fsdp::ModelType::kLlama;
+    c.model.n_positions = 0;
+    c.model.n_layer = 32, c.model.n_head = 32, c.model.n_kv_head = 32, c.model.dim = 4096;
+    c.model.intermediate_size = 11008, c.model.tie_embeddings = false;
+    c.model.vocab_size = 32000, c.model.rope_theta = 10000, c.model.norm_eps = 1e-5;
   } else if (a.model == "124m") {
     c.model.n_layer = 12, c.model.n_head = 12, c.model.n_embd = 768;
   } else if (a.model == "large") {
@@ -394,6 +408,11 @@ fsdp::TrainConfig bench_config(const Args& a, const std::string& strategy,
   }
   if (a.vocab > 0) c.model.vocab_size = a.vocab;
   if (a.layers > 0) c.model.n_layer = a.layers;
+  if (a.lora_r > 0) {
+    c.lora.target_modules = {"all-linear"};
+    c.lora.r = a.lora_r;
+    c.lora.alpha = 2.0 * static_cast<double>(a.lora_r);
+  }
   c.data.seq_len = a.seq;
   c.train.micro_batch_size = a.batch;
   c.train.fused_loss = !has_feature(variant, "unfused");
@@ -789,15 +808,17 @@ void merge(Result& into, const Result& again) {
   into.peak_device_reserved = std::max(into.peak_device_reserved, again.peak_device_reserved);
 }
 
-// "gpt2-124m", ..., "llama-small", "llama-1b": the model's name in records and tables, with the
-// vocabulary and depth when --vocab and --layers changed them.
+// "gpt2-124m", ..., "llama-small", "llama-1b", "llama-7b": the model's name in records and tables,
+// with the vocabulary and depth when --vocab and --layers changed them, and LoRA's rank.
 std::string model_name(const Args& a) {
-  const std::string name = a.model == "llama"      ? "llama-small"
-                           : a.model == "llama-1b" ? a.model
-                                                   : "gpt2-" + a.model;
+  const std::string name = a.model == "llama"                ? "llama-small"
+                           : a.model.rfind("llama-", 0) == 0 ? a.model
+                                                             : "gpt2-" + a.model;
   std::string changed;
   if (a.vocab > 0) changed = "vocabulary " + std::to_string(a.vocab);
   if (a.layers > 0) changed += (changed.empty() ? "" : ", ") + std::to_string(a.layers) + " layers";
+  if (a.lora_r > 0)
+    changed += (changed.empty() ? "LoRA r " : ", LoRA r ") + std::to_string(a.lora_r);
   return changed.empty() ? name : name + " (" + changed + ")";
 }
 
@@ -819,7 +840,9 @@ double flops_per_token(const Args& a) {
   const int64_t head_dim =
       c.model.head_dim > 0 ? c.model.head_dim : c.model.width() / c.model.n_head;
   const double attention = 12.0 * c.model.n_layer * c.model.n_head * head_dim * a.seq;
-  return 6 * matmul + attention;
+  // Under LoRA the frozen weights get no gradient: forward and the input's gradient, 4 a
+  // parameter (the adapters' own FLOPs, r / width of that, left out).
+  return (a.lora_r > 0 ? 4 : 6) * matmul + attention;
 }
 
 // The model TFLOP/s each rank ran in `r`'s median step.
@@ -835,7 +858,8 @@ std::string json_record(const Args& a, int n, const std::string& backend, const 
   const fsdp::TrainConfig c = bench_config(a, r.strategy, r.variant);
   const double flops = flops_per_token(a);
   o << "{\"model\": \"" << model_name(a) << "\", \"parameters\": " << r.plan.parameters
-    << ", \"vocab_size\": " << c.model.vocab_size
+    << ", \"trainable\": " << r.plan.trainable << ", \"vocab_size\": " << c.model.vocab_size
+    << ", \"lora_r\": " << a.lora_r
     << ", \"fused_loss\": " << (c.train.fused_loss ? "true" : "false")
     << ", \"fused_ops\": " << (c.model.fused_ops ? "true" : "false")
     << ", \"flops_per_token\": " << static_cast<int64_t>(flops)  // a whole count
@@ -1049,8 +1073,8 @@ fsdp::CommPtr start_world(const Args& a, int argc, char** argv) {
 
 // What --help prints: the usage at the top of this file, in short.
 constexpr const char* kUsage =
-    "usage: fsdp-bench [--model 124m|large|xl|tiny|llama|llama-1b] [--vocab V] [--layers N]\n"
-    "           [--seq 512]\n"
+    "usage: fsdp-bench [--model 124m|large|xl|tiny|llama|llama-1b|llama-7b] [--vocab V]\n"
+    "           [--layers N] [--lora R] [--seq 512]\n"
     "           [--batch 1] [--steps 3] [--peak-tflops P]\n"
     "           [--repeats 1] [--dtype fp32|bf16|fp16] [--strategies NO_SHARD,SHARD_GRAD_OP,...]\n"
     "           [--variants "

@@ -1,0 +1,117 @@
+// The families' matrix products (fsdp/models/matmul.h): ATen's ops, or for bf16 on CPUs whose
+// bf16 GEMM is ATen's slow fallback, one autograd node per product that runs fp32 GEMMs on the
+// bf16 inputs and rounds each result (output and gradients) to bf16 once.
+#include "fsdp/models/matmul.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <atomic>
+
+namespace fsdp {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+std::atomic<CpuBf16Matmul> g_mode{CpuBf16Matmul::kAuto};
+
+// What ATen asks before it gives a bf16 GEMM to oneDNN (mkldnn_bf16_device_check): AVX-512 BW,
+// VL and DQ. Elsewhere its fallback runs.
+bool cpu_has_onednn_bf16() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq");
+#else
+  return false;
+#endif
+}
+
+at::Tensor fp32(const at::Tensor& t) { return t.to(at::kFloat); }
+
+// y = x W^T + b with x [..., in] as rows [R, in]; gradients dx = dy W, dW = dy^T x, db = sum dy.
+// Without a bias, b is an empty tensor (LibTorch 1.13's custom functions take no undefined
+// tensor among their inputs) and `has_bias` false.
+struct LinearThroughFp32 : public torch::autograd::Function<LinearThroughFp32> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            const at::Tensor& b, bool has_bias) {
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["bias"] = has_bias;
+    return at::linear(fp32(x), fp32(w), has_bias ? fp32(b) : at::Tensor()).to(x.scalar_type());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &w = saved[1];
+    const at::Tensor dy = fp32(grads[0]);
+    at::Tensor dx, dw, db;
+    if (ctx->needs_input_grad(0)) dx = at::matmul(dy, fp32(w)).to(x.scalar_type());
+    if (ctx->needs_input_grad(1)) {
+      const at::Tensor rows = dy.reshape({-1, dy.size(-1)});
+      dw = at::mm(rows.t(), fp32(x).reshape({-1, x.size(-1)})).to(w.scalar_type());
+    }
+    if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) {
+      db = dy.reshape({-1, dy.size(-1)}).sum(0).to(x.scalar_type());
+    }
+    return {dx, dw, db, at::Tensor()};
+  }
+};
+
+// y = a b over matching batch dimensions; da = dy b^T, db = a^T dy.
+struct MatmulThroughFp32 : public torch::autograd::Function<MatmulThroughFp32> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b) {
+    ctx->save_for_backward({a, b});
+    return at::matmul(fp32(a), fp32(b)).to(a.scalar_type());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &a = saved[0], &b = saved[1];
+    const at::Tensor dy = fp32(grads[0]);
+    at::Tensor da, db;
+    if (ctx->needs_input_grad(0))
+      da = at::matmul(dy, fp32(b).transpose(-2, -1)).to(a.scalar_type());
+    if (ctx->needs_input_grad(1))
+      db = at::matmul(fp32(a).transpose(-2, -1), dy).to(b.scalar_type());
+    return {da, db};
+  }
+};
+
+}  // namespace
+
+void set_cpu_bf16_matmul(CpuBf16Matmul mode) { g_mode.store(mode); }
+
+CpuBf16Matmul cpu_bf16_matmul() { return g_mode.load(); }
+
+bool bf16_matmul_through_fp32(const at::Tensor& t) {
+  if (!t.is_cpu() || t.scalar_type() != at::kBFloat16) return false;
+  switch (g_mode.load()) {
+    case CpuBf16Matmul::kNative:
+      return false;
+    case CpuBf16Matmul::kFp32:
+      return true;
+    case CpuBf16Matmul::kAuto:
+      break;
+  }
+  static const bool has_onednn_bf16 = cpu_has_onednn_bf16();
+  return !(has_onednn_bf16 && at::globalContext().userEnabledMkldnn());
+}
+
+at::Tensor linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  if (!bf16_matmul_through_fp32(x) || weight.scalar_type() != at::kBFloat16) {
+    return at::linear(x, weight, bias);
+  }
+  if (bias.defined()) return LinearThroughFp32::apply(x, weight, bias, true);
+  return LinearThroughFp32::apply(x, weight, at::empty({0}, weight.options()), false);
+}
+
+at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
+  if (!bf16_matmul_through_fp32(a) || b.scalar_type() != at::kBFloat16 || a.dim() != b.dim() ||
+      a.dim() < 2 || a.sizes().slice(0, a.dim() - 2) != b.sizes().slice(0, b.dim() - 2)) {
+    return at::matmul(a, b);
+  }
+  return MatmulThroughFp32::apply(a, b);
+}
+
+}  // namespace fsdp
