@@ -17,20 +17,26 @@
 #      bench/vs_fsdp2.sh --bin build-sid/bin --out bench/results/vs-fsdp2-DATE --repeats 3 --steps 4'
 # Debian's torch has no libuv (USE_LIBUV=0 is set here for its TCPStore).
 #
+# --lora R: LoRA instead, as PEFT defines it (rank R, alpha 2R, every linear layer, the base
+# frozen) on Llama 3.2 1B's shape (fsdp-bench --model llama-1b --lora R against fsdp2_cpu.py
+# --impl llama --lora R: Hugging Face's LlamaForCausalLM in PEFT's get_peft_model, built on the
+# meta device, fully_shard with mixed requires_grad); PEFT's src/ must be on PYTHONPATH (Debian
+# packages none: `fetch` huggingface/peft). The GPT-2 sides are not run then.
+#
 # --rate RATE (as root, on the host, not in the chroot): the same on NPROC emulated hosts of one
 # rank each, joined by links of RATE each way (bench/netem.sh, which starts each host's ranks in
 # the sid chroot); OUT must then lie inside the repository, which the chroot sees.
 #
 # Usage: bench/vs_fsdp2.sh [--bin build/bin] [--out DIR] [--repeats 2] [--steps 5]
 #                          [--nproc 2] [--seq 512] [--batch 2] [--dtype fp32|bf16]
-#                          [--allocator fsdp|glibc] [--rate RATE]
+#                          [--allocator fsdp|glibc] [--rate RATE] [--lora R]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=build/bin OUT=bench/results/vs-fsdp2 REPEATS=2 STEPS=5 NPROC=2 SEQ=512 BATCH=2 DTYPE=fp32
-ALLOCATOR=fsdp RATE=""
+ALLOCATOR=fsdp RATE="" LORA=0
 while (($#)); do
   case $1 in
-    --bin | --out | --repeats | --steps | --nproc | --seq | --batch | --dtype | --allocator | --rate)
+    --bin | --out | --repeats | --steps | --nproc | --seq | --batch | --dtype | --allocator | --rate | --lora)
       [[ $# -ge 2 ]] || { echo "vs_fsdp2.sh: $1 needs a value" >&2; exit 2; }
       declare "$(tr 'a-z-' 'A-Z_' <<<"${1#--}")=$2"
       shift 2
@@ -38,6 +44,12 @@ while (($#)); do
     *) echo "vs_fsdp2.sh: unknown option '$1' (see the usage in $0)" >&2; exit 2 ;;
   esac
 done
+[[ $LORA =~ ^[0-9]+$ ]] || { echo "vs_fsdp2.sh: --lora: a rank (a positive integer), got '$LORA'" >&2; exit 2; }
+if ((LORA > 0)); then
+  [[ -z $RATE ]] || { echo "vs_fsdp2.sh: --lora runs on one host only (no --rate)" >&2; exit 2; }
+  python3 -c 'import peft' 2>/dev/null ||
+    { echo "vs_fsdp2.sh: --lora needs PEFT importable (its src/ on PYTHONPATH)" >&2; exit 2; }
+fi
 for opt in REPEATS STEPS NPROC SEQ BATCH; do
   [[ ${!opt} =~ ^[1-9][0-9]*$ ]] ||
     { echo "vs_fsdp2.sh: --$(tr 'A-Z' 'a-z' <<<"$opt"): a positive integer, got '${!opt}'" >&2; exit 2; }
@@ -71,6 +83,11 @@ cat "$OUT/machine.txt"
 # The same arguments for both sides, and each side's command: fsdp-run here, or netem.sh's hosts.
 COMMON=(--seq "$SEQ" --batch "$BATCH" --steps "$STEPS" --dtype "$DTYPE")
 OURS=(--model 124m "${COMMON[@]}" --strategies FULL_SHARD --variants prefetch --allocator "$ALLOCATOR")
+if ((LORA > 0)); then
+  OURS=(--model llama-1b --lora "$LORA" "${COMMON[@]}" --strategies FULL_SHARD --variants prefetch
+        --allocator "$ALLOCATOR")
+  COMMON+=(--model llama-1b --lora "$LORA")
+fi
 side() {  # NAME JSON [IMPL]: runs one side (FSDP2's with model IMPL), its output in OUT/NAME.log
   local name=$1 json=$2 theirs=("${COMMON[@]}" --impl "${3:-hf}")
   if [[ -n $RATE ]]; then
@@ -89,6 +106,11 @@ side() {  # NAME JSON [IMPL]: runs one side (FSDP2's with model IMPL), its outpu
 }
 for ((r = 1; r <= REPEATS; r++)); do
   side "fsdp-cpp-$r" "$OUT/fsdp-cpp-$r.json"
+  if ((LORA > 0)); then
+    side "fsdp2-llama-$r" "$OUT/fsdp2-llama-$r.json" llama
+    echo "repeat $r of $REPEATS done"
+    continue
+  fi
   side "fsdp2-hf-$r" "$OUT/fsdp2-hf-$r.json" hf
   side "fsdp2-nanogpt-$r" "$OUT/fsdp2-nanogpt-$r.json" nanogpt
   [[ -z $JEMALLOC ]] || side "fsdp2-nanogpt-jemalloc-$r" "$OUT/fsdp2-nanogpt-jemalloc-$r.json" nanogpt

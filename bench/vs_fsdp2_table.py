@@ -61,7 +61,9 @@ def main():
     where = (f"over emulated hosts linked at {links['inter_gbit']:.3g} Gbit/s" if links
              else "on one host")
     loss = "fused head and loss" if first.get("fused_loss") else "logits whole"
-    print(f"GPT-2 124M, {first['dtype']}, {first['world_size']} ranks x "
+    model = ("Llama 3.2 1B's shape, LoRA r " + str(first["lora_r"]) + " on every linear layer"
+             if first.get("lora_r") else "GPT-2 124M")
+    print(f"{model}, {first['dtype']}, {first['world_size']} ranks x "
           f"{first['threads_per_rank']} thread {where}, batch {first['batch_per_rank']} x "
           f"{first['seq']} tokens per rank, FULL_SHARD with prefetch, Gloo; fsdp.cpp's "
           f"{loss}; {len(ours)} runs of {first['timed_steps']} timed steps a side\n")
@@ -71,7 +73,8 @@ def main():
     print(f"| fsdp.cpp | {ours_step:.2f} | {tokens / ours_step:.1f} | {ours_peak / GIB:.2f} | "
           f"{ours_faults} |")
     names = {"hf": "Hugging Face GPT2LMHeadModel", "nanogpt": "nanoGPT",
-             "nanogpt+jemalloc": "nanoGPT, jemalloc keeping its pages"}
+             "nanogpt+jemalloc": "nanoGPT, jemalloc keeping its pages",
+             "llama": "Hugging Face LlamaForCausalLM in PEFT's LoRA"}
     ratios, starts = [], []
     for impl, theirs in sorted(sides.items()):
         step = statistics.median(r["step_s"] for r in theirs)

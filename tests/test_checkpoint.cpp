@@ -5,9 +5,11 @@
 // Resuming in new processes and a rank killed mid-save are in tests/checkpoint_resume.sh.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -364,6 +366,39 @@ TEST_F(Damaged, MissingAndMisplacedPathsAreNamedForWhatTheyAre) {
   EXPECT_NE(shard_error.find("'" + shard0_ + "' is a folder where a file belongs"),
             std::string::npos)
       << shard_error;
+}
+
+// A FIFO where `latest` or metadata.json belongs is refused as what it is (issue 61): opened
+// without blocking, where a plain open waits for a writer forever (shards open the same way,
+// File::open_read). EXPECT, not ASSERT, on rank 0: the other ranks wait at the barrier.
+TEST_F(Damaged, FifoInPlaceOfAFileIsRefusedWithoutWaiting) {
+  auto error = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const CheckpointError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string fifo_text = "is not a regular file (a FIFO, a device or a socket)";
+  const std::string latest = root_ + "/latest", metadata = path_ + "/metadata.json";
+  world_->barrier();
+  if (world_->rank() == 0) {
+    fs::remove(latest);
+    EXPECT_EQ(::mkfifo(latest.c_str(), 0600), 0) << std::strerror(errno);
+  }
+  world_->barrier();
+  const std::string latest_error = error([&] { latest_checkpoint(root_); });
+  EXPECT_NE(latest_error.find("'" + latest + "' " + fifo_text), std::string::npos) << latest_error;
+  world_->barrier();
+  if (world_->rank() == 0) {
+    fs::remove(metadata);
+    EXPECT_EQ(::mkfifo(metadata.c_str(), 0600), 0) << std::strerror(errno);
+  }
+  world_->barrier();
+  const std::string metadata_error = error([&] { read_checkpoint_metadata(path_); });
+  EXPECT_NE(metadata_error.find("'" + metadata + "' " + fifo_text), std::string::npos)
+      << metadata_error;
 }
 
 TEST_F(Damaged, EveryReaderRefusesAnUncommittedCheckpoint) {

@@ -83,6 +83,21 @@ TEST(Bf16Matmul, LinearThroughFp32IsWithinOneRounding) {
   }
 }
 
+// A weight converted a block of rows at a time (16 MiB of fp32 each: here 512 rows of 8192, so
+// three blocks, the last of 76 rows): the same bound.
+TEST(Bf16Matmul, LinearOverBlocksOfTheWeightIsWithinOneRounding) {
+  torch::manual_seed(3);
+  const at::Tensor x = bf16_leaf({2, 3, 8192}), w = bf16_leaf({1100, 8192}), b = bf16_leaf({1100});
+  const at::Tensor dy = at::randn({2, 3, 1100}).to(at::kBFloat16);
+  const LinearResult exact = run_linear(x, w, b, dy, at::kDouble);
+  ModeGuard mode(CpuBf16Matmul::kFp32);
+  const LinearResult ours = run_linear(x, w, b, dy, at::kBFloat16);
+  EXPECT_LE(rel(ours.y, exact.y), kOneRounding);
+  EXPECT_LE(rel(ours.dx, exact.dx), kOneRounding);
+  EXPECT_LE(rel(ours.dw, exact.dw), kOneRounding);
+  EXPECT_LE(rel(ours.db, exact.db), kOneRounding);
+}
+
 // A frozen weight (LoRA's base) gets no gradient, and the input's is still right.
 TEST(Bf16Matmul, FrozenWeightGetsNoGradient) {
   ModeGuard mode(CpuBf16Matmul::kFp32);

@@ -178,6 +178,12 @@ from_hf=$(evaluate --model.pretrained "$WORK/hf")
   --max-new-tokens 12 --seed 7 >"$WORK/sample_hf.txt" 2>&1 || fail "sample from the folder exited $?"
 "$BIN/fsdp-train" sample --checkpoint "$WORK/straight/ckpt" --prompt "The Congress" \
   --max-new-tokens 12 --temperature 0 >"$WORK/sample_greedy.txt" 2>&1 || fail "greedy sample exited $?"
+# A temperature so small that the logits over it overflow samples the argmax (issue 61).
+"$BIN/fsdp-train" sample --checkpoint "$WORK/straight/ckpt" --prompt "The Congress" \
+  --max-new-tokens 12 --temperature 1e-300 --seed 7 >"$WORK/sample_cold.txt" 2>&1 ||
+  fail "sample at temperature 1e-300 exited $?: $(tail -n 3 "$WORK/sample_cold.txt")"
+[[ $(sample_text "$WORK/sample_cold.txt") == "$(sample_text "$WORK/sample_greedy.txt")" ]] ||
+  fail "sample at temperature 1e-300 differs from the greedy one: $(cat "$WORK/sample_cold.txt")"
 grep -q "^sample: greedy" "$WORK/sample_hf.txt" &&
   [[ -n $(sample_text "$WORK/sample_hf.txt") &&
      $(sample_text "$WORK/sample_hf.txt") == "$(sample_text "$WORK/sample_greedy.txt")" ]] ||

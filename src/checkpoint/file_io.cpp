@@ -25,12 +25,26 @@ namespace {
 }  // namespace
 
 File File::open_read(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO where a checkpoint's file belongs opens at once (then is refused below)
+  // instead of waiting for a writer forever; reads of a regular file ignore the flag.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail_io("cannot open", path);
   struct stat st {};
-  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+    fail_io("cannot stat", path);
+  }
+  if (S_ISDIR(st.st_mode)) {
     ::close(fd);  // a folder opens for reading, and its size would read as a file's
     throw CheckpointError("'" + path + "' is a folder where a file belongs");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw CheckpointError("'" + path +
+                          "' is not a regular file (a FIFO, a device or a socket) where a "
+                          "checkpoint's file belongs");
   }
   return File(fd, path);
 }

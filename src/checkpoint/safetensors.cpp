@@ -155,9 +155,11 @@ void fsync_dir_of(const std::string& path) {
 
 // --- header validation --------------------------------------------------------------------------
 
+// The size of the regular file open as fd; anything else (a folder, a FIFO, a device) refused.
 int64_t file_size(int fd, const std::string& path) {
   struct stat st;
   if (::fstat(fd, &st) != 0) fail_errno(path, "cannot stat");
+  if (!S_ISREG(st.st_mode)) fail(path, "is not a regular file (a folder, a FIFO, a device)");
   return st.st_size;
 }
 
@@ -539,7 +541,9 @@ struct SafetensorsReader::Impl {
 SafetensorsReader::SafetensorsReader(std::string path) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.path = std::move(path);
-  m.fd = Fd(::open(m.path.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO in the file's place opens at once (then is refused) instead of waiting for
+  // a writer; reads of a regular file ignore the flag.
+  m.fd = Fd(::open(m.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (m.fd.get() < 0) fail_errno(m.path, "cannot open");
   const int64_t size = file_size(m.fd.get(), m.path);
   const int64_t n = read_header_length(m.fd.get(), m.path, size);

@@ -6,7 +6,9 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <atomic>
+#include <vector>
 
 namespace fsdp {
 namespace {
@@ -30,6 +32,16 @@ bool cpu_has_onednn_bf16() {
 
 at::Tensor fp32(const at::Tensor& t) { return t.to(at::kFloat); }
 
+// A weight [out, in] is converted to fp32 a block of rows at a time, each at most this many
+// elements (16 MiB in fp32): a 7B MLP's whole weight in fp32 would be 172 MiB a product, beside
+// the bf16 one the plan counts, and the host allocator keeps such blocks cached (measured: 744
+// MiB held above the live tensors at that model's peak with whole conversions).
+constexpr int64_t kWeightBlockElems = int64_t{1} << 22;
+
+int64_t weight_block_rows(const at::Tensor& w) {
+  return std::max<int64_t>(1, kWeightBlockElems / std::max<int64_t>(1, w.size(1)));
+}
+
 // y = x W^T + b with x [..., in] as rows [R, in]; gradients dx = dy W, dW = dy^T x, db = sum dy.
 // Without a bias, b is an empty tensor (LibTorch 1.13's custom functions take no undefined
 // tensor among their inputs) and `has_bias` false.
@@ -38,7 +50,18 @@ struct LinearThroughFp32 : public torch::autograd::Function<LinearThroughFp32> {
                             const at::Tensor& b, bool has_bias) {
     ctx->save_for_backward({x, w});
     ctx->saved_data["bias"] = has_bias;
-    return at::linear(fp32(x), fp32(w), has_bias ? fp32(b) : at::Tensor()).to(x.scalar_type());
+    const at::Tensor x32 = fp32(x);
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = w.size(0);
+    at::Tensor y = at::empty(shape, x.options());
+    const int64_t rows = weight_block_rows(w);
+    for (int64_t r = 0; r < w.size(0); r += rows) {
+      const int64_t n = std::min(rows, w.size(0) - r);
+      const at::Tensor part = at::linear(x32, fp32(w.narrow(0, r, n)),
+                                         has_bias ? fp32(b.narrow(0, r, n)) : at::Tensor());
+      y.narrow(-1, r, n).copy_(part);  // rounded to bf16 once
+    }
+    return y;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -46,10 +69,24 @@ struct LinearThroughFp32 : public torch::autograd::Function<LinearThroughFp32> {
     const at::Tensor &x = saved[0], &w = saved[1];
     const at::Tensor dy = fp32(grads[0]);
     at::Tensor dx, dw, db;
-    if (ctx->needs_input_grad(0)) dx = at::matmul(dy, fp32(w)).to(x.scalar_type());
-    if (ctx->needs_input_grad(1)) {
-      const at::Tensor rows = dy.reshape({-1, dy.size(-1)});
-      dw = at::mm(rows.t(), fp32(x).reshape({-1, x.size(-1)})).to(w.scalar_type());
+    const int64_t rows = weight_block_rows(w);
+    if (ctx->needs_input_grad(0)) {  // dy W, summed in fp32 over the weight's blocks of rows
+      at::Tensor sum;
+      for (int64_t r = 0; r < w.size(0); r += rows) {
+        const int64_t n = std::min(rows, w.size(0) - r);
+        const at::Tensor part = at::matmul(dy.narrow(-1, r, n), fp32(w.narrow(0, r, n)));
+        sum = sum.defined() ? sum.add_(part) : part;
+      }
+      dx = sum.to(x.scalar_type());
+    }
+    if (ctx->needs_input_grad(1)) {  // dy^T x, a block of the weight's rows at a time
+      const at::Tensor dy_rows = dy.reshape({-1, dy.size(-1)});
+      const at::Tensor x_rows = fp32(x).reshape({-1, x.size(-1)});
+      dw = at::empty(w.sizes(), w.options().memory_format(at::MemoryFormat::Contiguous));
+      for (int64_t r = 0; r < w.size(0); r += rows) {
+        const int64_t n = std::min(rows, w.size(0) - r);
+        dw.narrow(0, r, n).copy_(at::mm(dy_rows.narrow(1, r, n).t(), x_rows));
+      }
     }
     if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) {
       db = dy.reshape({-1, dy.size(-1)}).sum(0).to(x.scalar_type());

@@ -1014,9 +1014,9 @@ void print_flops(const Args& a, const std::vector<Result>& results) {
         mib(r.plan.memory.logits));
   }
   std::printf(
-      "(%.4g FLOPs a token: 6 x the matmuls' parameters + 12 x layers x query width x "
+      "(%.4g FLOPs a token: %d x the matmuls' parameters + 12 x layers x query width x "
       "sequence, bench/README.md; MFU against --peak-tflops %g)\n",
-      flops, a.peak_tflops);
+      flops, a.lora_r > 0 ? 4 : 6, a.peak_tflops);
 }
 
 // Measured against the time model: the step, the compute alone (its profile's forward and backward

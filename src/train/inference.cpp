@@ -62,7 +62,12 @@ struct Decoding {
 int64_t next_token(at::Tensor logits, const Decoding& d, at::Generator& gen) {
   if (!d.do_sample || d.temperature <= 0) return logits.argmax().item<int64_t>();
   const double inf = std::numeric_limits<float>::infinity();
-  logits = logits / d.temperature;
+  // In fp64 (a temperature below fp32's range would round to 0 there, and 0 / 0 is NaN), shifted
+  // by the largest first (the softmax, top_k and top_p orders unchanged): a temperature so small
+  // that logits / T overflows then sends every other token to -inf and keeps the likeliest at 0,
+  // the argmax it tends to, where unshifted inf - inf would be NaN.
+  logits = logits.to(at::kDouble);
+  logits = (logits - logits.max()) / d.temperature;
   if (d.top_k > 0 && d.top_k < logits.numel()) {
     const double kth = std::get<0>(logits.topk(d.top_k)).min().item<double>();
     logits = logits.masked_fill(logits < kth, -inf);
