@@ -252,6 +252,16 @@ TEST(Checkpoint, MetadataAndOfflineReshard) {
 
 // --- damaged checkpoints ---------------------------------------------------------------------
 
+// The CheckpointError `f` throws, or "no error".
+std::string checkpoint_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const CheckpointError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 class Damaged : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -337,25 +347,21 @@ TEST_F(Damaged, UncommittedCheckpointIsNeverLoaded) {
 // and a checkpoint path that does not exist are each named for what they are, not as a missing
 // COMMITTED marker or a shard of 4096 bytes.
 TEST_F(Damaged, MissingAndMisplacedPathsAreNamedForWhatTheyAre) {
-  auto error = [](const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const CheckpointError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   const std::string gone = root_ + "/gone";
-  EXPECT_NE(error([&] { CheckpointReader reader(gone); }).find("'" + gone + "': no such folder"),
+  EXPECT_NE(checkpoint_error([&] {
+              CheckpointReader reader(gone);
+            }).find("'" + gone + "': no such folder"),
             std::string::npos);
-  EXPECT_NE(error([&] { read_checkpoint_metadata(gone); }).find("'" + gone + "': no such folder"),
+  EXPECT_NE(checkpoint_error([&] {
+              read_checkpoint_metadata(gone);
+            }).find("'" + gone + "': no such folder"),
             std::string::npos);
   world_->barrier();
   if (world_->rank() == 0) {
     std::ofstream(root_ + "/latest") << "step_00000099\n";
   }
   world_->barrier();
-  const std::string latest_error = error([&] { latest_checkpoint(root_); });
+  const std::string latest_error = checkpoint_error([&] { latest_checkpoint(root_); });
   EXPECT_NE(latest_error.find("names '" + root_ + "/step_00000099', which does not exist"),
             std::string::npos)
       << latest_error;
@@ -372,14 +378,6 @@ TEST_F(Damaged, MissingAndMisplacedPathsAreNamedForWhatTheyAre) {
 // without blocking, where a plain open waits for a writer forever (shards open the same way,
 // File::open_read). EXPECT, not ASSERT, on rank 0: the other ranks wait at the barrier.
 TEST_F(Damaged, FifoInPlaceOfAFileIsRefusedWithoutWaiting) {
-  auto error = [](const std::function<void()>& f) {
-    try {
-      f();
-    } catch (const CheckpointError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   const std::string fifo_text = "is not a regular file (a FIFO, a device or a socket)";
   const std::string latest = root_ + "/latest", metadata = path_ + "/metadata.json";
   world_->barrier();
@@ -388,7 +386,7 @@ TEST_F(Damaged, FifoInPlaceOfAFileIsRefusedWithoutWaiting) {
     EXPECT_EQ(::mkfifo(latest.c_str(), 0600), 0) << std::strerror(errno);
   }
   world_->barrier();
-  const std::string latest_error = error([&] { latest_checkpoint(root_); });
+  const std::string latest_error = checkpoint_error([&] { latest_checkpoint(root_); });
   EXPECT_NE(latest_error.find("'" + latest + "' " + fifo_text), std::string::npos) << latest_error;
   world_->barrier();
   if (world_->rank() == 0) {
@@ -396,7 +394,7 @@ TEST_F(Damaged, FifoInPlaceOfAFileIsRefusedWithoutWaiting) {
     EXPECT_EQ(::mkfifo(metadata.c_str(), 0600), 0) << std::strerror(errno);
   }
   world_->barrier();
-  const std::string metadata_error = error([&] { read_checkpoint_metadata(path_); });
+  const std::string metadata_error = checkpoint_error([&] { read_checkpoint_metadata(path_); });
   EXPECT_NE(metadata_error.find("'" + metadata + "' " + fifo_text), std::string::npos)
       << metadata_error;
 }
