@@ -95,22 +95,57 @@ struct LinearThroughFp32 : public torch::autograd::Function<LinearThroughFp32> {
   }
 };
 
+// A batched product [B, n, k] x [B, k, m] runs a slice of B at a time, so that its fp32 copies
+// (both inputs and the result before rounding) hold at most an eighth of the batch and at most
+// kSliceElems elements: whole, they are twice the bf16 scores of an attention block over again at
+// the backward's peak (1.2 of the plan's difference between the attention kernels where the
+// native product holds 1.04-1.08, PlanActivations; at sequence 4096 and 32 heads 4 GiB a block).
+constexpr int64_t kSliceElems = int64_t{1} << 20;
+
+int64_t batch_slice(int64_t batch, int64_t elems_per_item) {
+  const int64_t by_size = kSliceElems / std::max<int64_t>(1, elems_per_item);
+  return std::max<int64_t>(1, std::min({batch, (batch + 7) / 8, by_size}));
+}
+
+// out[i] = op(a[i], b[i]) rounded into `out`'s dtype, for 3-d a, b, out, a slice at a time.
+template <class Op>
+void sliced_bmm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out, Op op) {
+  const int64_t batch = out.size(0);
+  const int64_t step = batch_slice(batch, a[0].numel() + b[0].numel() + out.size(1) * out.size(2));
+  for (int64_t i = 0; i < batch; i += step) {
+    const int64_t n = std::min(step, batch - i);
+    out.narrow(0, i, n).copy_(op(fp32(a.narrow(0, i, n)), fp32(b.narrow(0, i, n))));
+  }
+}
+
 // y = a b over matching batch dimensions; da = dy b^T, db = a^T dy.
 struct MatmulThroughFp32 : public torch::autograd::Function<MatmulThroughFp32> {
+  static at::Tensor product(const at::Tensor& a, const at::Tensor& b, bool transpose_a,
+                            bool transpose_b) {
+    const int64_t n = a.size(transpose_a ? -1 : -2), m = b.size(transpose_b ? -2 : -1);
+    const at::Tensor a3 = a.reshape({-1, a.size(-2), a.size(-1)});
+    const at::Tensor b3 = b.reshape({-1, b.size(-2), b.size(-1)});
+    at::Tensor out = at::empty({a3.size(0), n, m}, a.options());
+    sliced_bmm(a3, b3, out, [&](const at::Tensor& x, const at::Tensor& y) {
+      return at::bmm(transpose_a ? x.transpose(1, 2) : x, transpose_b ? y.transpose(1, 2) : y);
+    });
+    std::vector<int64_t> shape = a.sizes().vec();
+    shape[shape.size() - 2] = n;
+    shape.back() = m;
+    return out.view(shape);
+  }
+
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& a, const at::Tensor& b) {
     ctx->save_for_backward({a, b});
-    return at::matmul(fp32(a), fp32(b)).to(a.scalar_type());
+    return product(a, b, false, false);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &a = saved[0], &b = saved[1];
-    const at::Tensor dy = fp32(grads[0]);
+    const at::Tensor &a = saved[0], &b = saved[1], &dy = grads[0];
     at::Tensor da, db;
-    if (ctx->needs_input_grad(0))
-      da = at::matmul(dy, fp32(b).transpose(-2, -1)).to(a.scalar_type());
-    if (ctx->needs_input_grad(1))
-      db = at::matmul(fp32(a).transpose(-2, -1), dy).to(b.scalar_type());
+    if (ctx->needs_input_grad(0)) da = product(dy, b, false, true).to(a.scalar_type());
+    if (ctx->needs_input_grad(1)) db = product(a, dy, true, false).to(b.scalar_type());
     return {da, db};
   }
 };
