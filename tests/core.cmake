@@ -50,3 +50,10 @@ add_test(NAME test_cuda COMMAND test_cuda --gtest_filter=CudaChoice.*:DeviceOpti
 add_test(NAME cuda_gpu COMMAND test_cuda --gtest_filter=CudaCollectives.*:Nccl.*:CudaSharding.*:Streams.*:Offload.OnTheGpu*)
 set_tests_properties(cuda_gpu PROPERTIES ENVIRONMENT "FSDP_TEST_DEVICE=cuda;OMP_NUM_THREADS=1"
                                          SKIP_RETURN_CODE 77)
+# A user's own modules and the mistakes users make with them (test_modules.cpp): reads between
+# steps, wrapped blocks called directly, a model used after its sharding is gone.
+fsdp_test_executable(test_modules test_modules.cpp)
+foreach(np 1 2 3)
+  fsdp_mpi_test(NAME modules_mpi_np${np} EXE test_modules NP ${np} BACKEND mpi)
+endforeach()
+fsdp_mpi_test(NAME modules_gloo_np2 EXE test_modules NP 2 BACKEND gloo)

@@ -11,9 +11,19 @@
 // Contract: the root module and every wrapped module are called through fsdp::forward (see
 // fsdp/hooks.h); wrapping replaces each parameter's data with a view into its unit's flat buffer
 // (see docs/design.md, [Note: storage resize]), so the model's own code runs unchanged. Between
-// steps parameters are sharded: read them through gather_full_params(), not directly.
+// steps parameters are sharded: read them through gather_full_params(). Any op on a sharded
+// parameter (a read between steps, a wrapped module called directly) throws std::runtime_error
+// naming it, its unit and what to call instead ([Note: released parameters]); its sizes, dtype
+// and .grad stay readable. Buffers are rank 0's after fully_shard, then as
+// ShardingOptions::buffer_sync says; checkpoints and full states hold them ([Note: buffers]).
 // Collectives are issued in the same order on every rank, so every rank must run the same forward
-// and backward. Not thread-safe: one training thread per process. The model is usable only while
+// and backward. Gradients are averaged over ranks: with each rank's loss its own batch's mean,
+// ranks of unequal batches give the mean of the ranks' means (as DDP), not the mean over every
+// example. Frozen parameters (requires_grad false at fully_shard) are never stepped or decayed.
+// Only the shards train: step them with fsdp's optimizers over sharded_params(*model)
+// (fsdp/optim.h); torch::optim over model->parameters() finds no gradient there (they live in
+// the shards) and changes nothing. A step while gradient synchronisation is off, after a backward
+// that accumulated unsharded gradients, is refused (UnitShard::before_step). Not thread-safe: one training thread per process. The model is usable only while
 // its FullyShardedModel lives: afterwards its parameters are views of released buffers.
 #pragma once
 
@@ -84,6 +94,17 @@ struct UnitShard {
   // the other shards step (docs/design.md, [Note: root gathered after its step]). Empty where
   // nothing is to be done; it does nothing once the model is gone.
   std::function<void()> stepped = nullptr;
+  // Called once before each optimizer step writes any shard (the optimizers call the first
+  // shard's): throws when the step's gradients never reached the shards, because gradient
+  // synchronisation is off and a backward left its gradients in the units' unsharded buffers.
+  // Empty where nothing is to be checked; it does nothing once the model is gone.
+  std::function<void()> before_step = nullptr;
+};
+
+// A buffer of the root module or a descendant, by qualified name ("bn.running_mean").
+struct NamedBuffer {
+  std::string name;
+  at::Tensor tensor;
 };
 
 // Which parameters get weight decay: by default those with two or more dimensions (matrices and
@@ -175,6 +196,14 @@ class FullyShardedModel {
   // Every original parameter, frozen ones included, full and fp32, on every rank (an all-gather
   // per unit), where the shards live: on device(), or in host memory under offload_params.
   std::map<std::string, at::Tensor> gather_full_params();
+
+  // The root module's buffers (BatchNorm's running statistics, counters, masks), each tensor
+  // once under its first name: the module's own tensors, on device(). fully_shard made them rank
+  // 0's on every rank; ShardingOptions::buffer_sync says what keeps them alike after that.
+  std::vector<NamedBuffer> buffers() const;
+  // Applies buffer_sync now, over the world (a collective; nothing under kPerRank or on one
+  // rank): what a checkpoint or full-state save does first.
+  void sync_buffers();
 
   MemoryStats memory() const;
   void reset_peak_memory();

@@ -173,13 +173,32 @@ auto forward_wrapping_inputs(ModuleHooks& hooks, Impl& impl, Args&&... args) {
   auto refs = std::forward_as_tuple(args...);
   return call_forward(impl, refs, tensors, std::index_sequence_for<Args...>{});
 }
+template <typename M, typename = void>
+struct Dereferences : std::false_type {};
+template <typename M>
+struct Dereferences<M, std::void_t<decltype(*std::declval<M&>())>> : std::true_type {};
+
+// The module `m` is or points to.
+template <typename M>
+auto& module_of(M& m) {
+  if constexpr (std::is_base_of_v<torch::nn::Module, std::remove_cv_t<M>>) {
+    return m;
+  } else {
+    static_assert(Dereferences<M>::value,
+                  "fsdp::forward: the first argument must be a module (its Impl), a ModuleHolder "
+                  "(e.g. `Linear`) or a std::shared_ptr to a module");
+    return *m;
+  }
+}
+
 }  // namespace detail
 
-// `module` is a ModuleHolder (e.g. `Linear`), a std::shared_ptr to a module, or anything else
-// whose operator-> reaches a module with a forward().
+// `module` is a ModuleHolder (e.g. `Linear`), a std::shared_ptr to a module (a temporary one
+// too, as `list->ptr<BlockImpl>(0)`), the module itself (`*holder`), or anything else whose
+// operator* reaches a module with a forward().
 template <typename M, typename... Args>
-auto forward(M& module, Args&&... args) {
-  auto& impl = *module;
+auto forward(M&& module, Args&&... args) {
+  auto& impl = detail::module_of(module);
   ModuleHooks* hooks = find_module_hooks(static_cast<const torch::nn::Module*>(&impl));
   if (hooks == nullptr) return impl.forward(std::forward<Args>(args)...);
   hooks->pre_forward();

@@ -41,6 +41,9 @@ struct ShardedParam {
   std::function<void()> wait_writable = nullptr;
   // Called after a step has written `param` (UnitShard::stepped); may be empty.
   std::function<void()> stepped = nullptr;
+  // Called before a step writes any shard, the first shard's only (UnitShard::before_step); may
+  // be empty.
+  std::function<void()> before_step = nullptr;
 };
 
 // A sharded model's shards, ready for an optimizer: one ShardedParam per unit, with the decay
@@ -49,7 +52,7 @@ inline std::vector<ShardedParam> sharded_params(const FullyShardedModel& model,
                                                 const DecayRule& rule = default_decay_rule) {
   std::vector<ShardedParam> out;
   for (const auto& s : model.shards(rule)) {
-    out.push_back({s.param, s.grad, s.decay_mask, s.wait_writable, s.stepped});
+    out.push_back({s.param, s.grad, s.decay_mask, s.wait_writable, s.stepped, s.before_step});
   }
   return out;
 }

@@ -57,6 +57,25 @@ enum class BackwardPrefetch {
 };
 const char* to_string(BackwardPrefetch prefetch);  // "BACKWARD_PRE", ...
 
+// What keeps the root module's buffers (BatchNorm's running statistics, counters, masks) alike
+// across ranks once fully_shard has broadcast rank 0's (as DDP does at construction, and FSDP
+// with sync_module_states). Applied when the root's forward begins, and before a checkpoint or a
+// full state is saved, over the whole world.
+enum class BufferSync {
+  // Each rank's forward updates its own buffers, from its own batch: PyTorch FSDP's behaviour
+  // (and DDP's with broadcast_buffers=False), BatchNorm without SyncBatchNorm. Checkpoints and
+  // full states hold rank 0's. Default.
+  kPerRank,
+  // Every forward starts from rank 0's buffers: DDP's broadcast_buffers=True.
+  kBroadcast,
+  // Every forward starts from the mean over ranks of the floating-point buffers (computed in
+  // fp32), the others rank 0's: running statistics then average the ranks' batches (with equal
+  // batches, the running mean is one process's on the global batch; the running variance leaves
+  // out the spread between the ranks' means).
+  kAverage,
+};
+const char* to_string(BufferSync sync);  // "PER_RANK", "BROADCAST", "AVERAGE"
+
 // Which submodules become FSDP units. Parameters not claimed by any unit form the root unit.
 struct WrapPolicy {
   enum class Kind {
@@ -160,6 +179,8 @@ struct ShardingOptions {
   // staging copy, the schedule before 2026-11-27). A count above the wrapped units' issues the
   // rest at the end of backward, unhidden; one above the root's shard elements is an error.
   int root_reduction_chunks_ = 0;
+  // How the root module's buffers stay alike across ranks (BufferSync above). Default kPerRank.
+  BufferSync buffer_sync_ = BufferSync::kPerRank;
   // Materialises deferred parameters (fsdp/init.h): fully_shard calls it once per deferred
   // parameter, on a temporary full-size fp32 tensor, and keeps only this rank's slice, so no rank
   // ever holds more than one full parameter at a time. PyTorch FSDP's param_init_fn. Default:
@@ -228,6 +249,10 @@ struct ShardingOptions {
   }
   ShardingOptions& root_reduction_chunks(int chunks) {
     root_reduction_chunks_ = chunks;
+    return *this;
+  }
+  ShardingOptions& buffer_sync(BufferSync sync) {
+    buffer_sync_ = sync;
     return *this;
   }
   ShardingOptions& param_init(ParamInit init) {

@@ -7,7 +7,10 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 
+#include "checkpoint/buffers.h"
+#include "fsdp/checkpoint/safetensors.h"
 #include "util/json.h"
 
 namespace fsdp {
@@ -136,6 +139,20 @@ CheckpointMetadata fields_from_json(const json& j) {
   if (j.contains("frozen_params")) {  // checkpoints before frozen parameters have none
     for (const auto& p : j.at("frozen_params")) m.frozen.push_back(param_from_json(p, false));
   }
+  if (j.contains("buffers")) {  // nor those before buffers
+    const json& b = j.at("buffers");
+    m.buffers_saved = true;
+    b.at("file").get_to(m.buffers_file);
+    b.at("bytes").get_to(m.buffers_bytes);
+    b.at("crc32").get_to(m.buffers_crc32);
+    for (const auto& t : b.at("tensors")) {
+      CheckpointBuffer cb;
+      t.at("name").get_to(cb.name);
+      t.at("dtype").get_to(cb.dtype);
+      t.at("shape").get_to(cb.shape);
+      m.buffers.push_back(std::move(cb));
+    }
+  }
   return m;
 }
 
@@ -149,6 +166,28 @@ void check_param(const CheckpointUnit& u, const CheckpointParam& p, const std::s
   check(numel == p.numel, path, "parameter '" + p.name + "': numel disagrees with its shape");
   check(p.offset >= 0 && p.numel <= u.numel - p.offset, path,
         "parameter '" + p.name + "' lies outside unit '" + u.name + "'");
+}
+
+// The buffer file is the one name a reader opens (never a path the metadata makes up), listed
+// with a size when there are buffers; each buffer a known dtype, a shape without overflow, once.
+void check_buffers(const CheckpointMetadata& m, const std::string& path) {
+  check(m.buffers_file.empty() == m.buffers.empty() &&
+            (m.buffers_file.empty() || m.buffers_file == kBuffersFile),
+        path,
+        "buffers: \"file\" must be \"buffers.safetensors\" when there are buffers, else \"\"");
+  check(m.buffers_bytes >= 0 && m.buffers_crc32 <= UINT32_MAX, path, "buffers: bad file size");
+  std::set<std::string> names;
+  for (const auto& b : m.buffers) {
+    check(names.insert(b.name).second, path, "buffer '" + b.name + "' is listed twice");
+    check(parse_safetensors_dtype(b.dtype).has_value(), path,
+          "buffer '" + b.name + "' has an unknown dtype '" + b.dtype + "'");
+    int64_t numel = 1;
+    for (int64_t d : b.shape) {
+      check(d >= 0 && (d == 0 || numel <= INT64_MAX / d), path,
+            "buffer '" + b.name + "' has a bad shape");
+      numel *= d;
+    }
+  }
 }
 
 // Units, regions and files must describe the same layout, so that every read stays inside a file.
@@ -168,6 +207,7 @@ void check_layout(const CheckpointMetadata& m, const std::string& path) {
   frozen.name = "(frozen parameters)";
   frozen.numel = INT64_MAX;
   for (const auto& p : m.frozen) check_param(frozen, p, path);
+  check_buffers(m, path);
   lay_out_regions(expected, m.tensor_kinds.size(), m.shard_count);
   for (size_t i = 0; i < m.units.size(); ++i) {
     check(expected[i].shard_numel == m.units[i].shard_numel &&
@@ -318,6 +358,14 @@ std::string metadata_to_json(const CheckpointMetadata& m) {
     frozen.push_back(
         {{"name", p.name}, {"shape", p.shape}, {"numel", p.numel}, {"aliases", p.aliases}});
   }
+  json tensors = json::array();
+  for (const auto& b : m.buffers) {
+    tensors.push_back({{"name", b.name}, {"dtype", b.dtype}, {"shape", b.shape}});
+  }
+  const json buffers = {{"file", m.buffers_file},
+                        {"bytes", m.buffers_bytes},
+                        {"crc32", m.buffers_crc32},
+                        {"tensors", tensors}};
   json j = {{"format", kFormatName},
             {"version", m.version},
             {"step", m.step},
@@ -331,6 +379,7 @@ std::string metadata_to_json(const CheckpointMetadata& m) {
             {"train_state", json::parse(m.train_state)},
             {"units", units},
             {"frozen_params", frozen},
+            {"buffers", buffers},
             {"files", files}};
   return j.dump(1) + "\n";
 }

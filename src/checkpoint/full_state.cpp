@@ -16,7 +16,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "checkpoint/buffers.h"
 #include "checkpoint/file_io.h"
+#include "checkpoint/format.h"
+#include "core/buffers.h"
 #include "core/collectives.h"
 #include "fsdp/checkpoint/ownership.h"
 #include "fsdp/checkpoint/safetensors.h"
@@ -141,8 +144,15 @@ std::unique_ptr<SafetensorsWriter> open_writer(FullyShardedModel& model,
   if (model.replicate_group().rank() != 0) {
     throw SafetensorsError("save_full_safetensors: world rank 0 is not in replica 0");
   }
-  return std::make_unique<SafetensorsWriter>(path, param_specs(units, file_dtype(options.dtype_)),
-                                             options.metadata_);
+  std::vector<SafetensorsTensorSpec> specs = param_specs(units, file_dtype(options.dtype_));
+  for (const NamedBuffer& b : model.buffers()) {  // in their own dtypes, as torch's state_dict
+    specs.push_back({b.name, to_safetensors_dtype(b.tensor.scalar_type()), b.tensor.sizes().vec()});
+  }
+  return std::make_unique<SafetensorsWriter>(path, std::move(specs), options.metadata_);
+}
+
+void write_model_buffers(SafetensorsWriter& writer, const std::vector<NamedBuffer>& buffers) {
+  for (const NamedBuffer& b : buffers) writer.write(b.name, b.tensor.to(at::kCPU).contiguous());
 }
 
 // --- load ---------------------------------------------------------------------------------------
@@ -173,13 +183,56 @@ std::string name_list(const std::vector<std::string>& names) {
 // checking the whole set against the model: nothing is read before everything fits.
 using Plan = std::vector<std::vector<std::string>>;
 
+// The model's buffers the set holds (checked: same shape, a dtype that converts), and their
+// names in `known`; one it lacks is `missing` unless options.may_lack_ allows it.
+std::vector<NamedBuffer> plan_buffers(const SafetensorsSet& set,
+                                      const std::vector<NamedBuffer>& buffers,
+                                      const FullStateLoadOptions& options,
+                                      std::set<std::string>& known,
+                                      std::vector<std::string>& missing) {
+  std::vector<NamedBuffer> read;
+  for (const NamedBuffer& b : buffers) {
+    known.insert(b.name);
+    const SafetensorsTensorInfo* t = set.find(b.name);
+    if (t == nullptr) {
+      if (!options.may_lack_ || !options.may_lack_(b.name)) missing.push_back(b.name);
+      continue;
+    }
+    const std::optional<at::ScalarType> type = to_scalar_type(t->dtype);
+    const at::ScalarType want = b.tensor.scalar_type();
+    const bool converts =
+        type && (*type == want || (at::isFloatingType(*type) && at::isFloatingType(want)));
+    if (t->shape != b.tensor.sizes().vec() || !converts) {
+      fail_full_state_tensor(set.file_of(b.name), b.name,
+                             "the model's buffer is " + dims_text(b.tensor.sizes().vec()) + " " +
+                                 safetensors_dtype_name(to_safetensors_dtype(want)) +
+                                 ", the file's " + dims_text(t->shape) + " " +
+                                 safetensors_dtype_name(t->dtype));
+    }
+    read.push_back(b);
+  }
+  return read;
+}
+
+void read_set_buffers(const SafetensorsSet& set, const std::vector<NamedBuffer>& buffers) {
+  at::NoGradGuard no_grad;
+  for (const NamedBuffer& b : buffers) {
+    const at::Tensor host = at::empty({b.tensor.numel()}, b.tensor.options().device(at::kCPU));
+    set.read_elements(b.name, 0, b.tensor.numel(), host);
+    at::Tensor(b.tensor).copy_(host.view(b.tensor.sizes()));
+  }
+}
+
 // A parameter the set lacks and options.may_lack_ allows gets the source "": it is not read.
+// `buffers`: the model's, of which those to read are left in `buffers_read`.
 Plan plan_load(const SafetensorsSet& set, const std::vector<UnitInfo>& units,
-               const FullStateLoadOptions& options) {
+               const std::vector<NamedBuffer>& buffers, const FullStateLoadOptions& options,
+               std::vector<NamedBuffer>& buffers_read) {
   const bool strict = options.strict_;
   Plan plan;
   std::set<std::string> known;
   std::vector<std::string> missing;
+  buffers_read = plan_buffers(set, buffers, options, known, missing);
   for (const auto& unit : units) {
     plan.emplace_back();
     for (const auto& p : unit.params) {
@@ -311,6 +364,7 @@ void save_full_safetensors(FullyShardedModel& model, const std::string& path,
   const at::ScalarType type = *to_scalar_type(file_dtype(options.dtype_));
   const std::vector<UnitInfo> units = all_units(model);
   Comm& world = model.world();
+  model.sync_buffers();  // what the next forward would start from (BufferSync); rank 0's written
   std::unique_ptr<SafetensorsWriter> writer;
   std::exception_ptr error;
   if (world.rank() == 0) {
@@ -331,7 +385,12 @@ void save_full_safetensors(FullyShardedModel& model, const std::string& path,
     }
     agree(world, error, path, "unit '" + display_name(units[u]) + "'");
   }
-  if (writer) error = guarded([&] { writer->commit(); });
+  if (writer) {
+    error = guarded([&] {
+      write_model_buffers(*writer, model.buffers());
+      writer->commit();
+    });
+  }
   agree(world, error, path, "commit");
 }
 
@@ -342,18 +401,29 @@ void load_full_safetensors(FullyShardedModel& model, const std::string& path,
   const bool reads = !options.from_rank0_ || world.rank() == 0;
   std::unique_ptr<SafetensorsSet> set;
   Plan plan;
+  std::vector<NamedBuffer> buffers;
   // No rank changes its shards unless the files fit the model on every rank that reads them.
   std::exception_ptr error = guarded([&] {
     if (!reads) return;
     set = std::make_unique<SafetensorsSet>(path, options.name_map_);
-    plan = plan_load(*set, units, options);
+    plan = plan_load(*set, units, model.buffers(), options, buffers);
   });
   fail_together(world, error, path, "checking");
   if (options.from_rank0_) {
     load_broadcast_from_rank0(model, set.get(), units, plan, path);
+    error = guarded([&] {
+      if (set) read_set_buffers(*set, buffers);
+    });
+    fail_together(world, error, path, "reading the buffers of");
+    // Rank 0's buffers, read or kept, to every rank.
+    world.set_context("load_full_safetensors '" + path + "': broadcast of the buffers");
+    broadcast_buffers(world, model.buffers());
     return;
   }
-  error = guarded([&] { load_shards(model, *set, units, plan); });
+  error = guarded([&] {
+    load_shards(model, *set, units, plan);
+    read_set_buffers(*set, buffers);
+  });
   fail_together(world, error, path, "reading");
 }
 
@@ -374,15 +444,49 @@ struct Entry {
   bool frozen = false;
 };
 
-// The checkpoint's parameters `entries` into one file at `out_path`, a chunk at a time.
+// The checkpoint's buffers (those `extras.omit` keeps), copied byte for byte in their own dtypes
+// from its verified buffer file into `writer`, a chunk at a time.
+std::vector<const CheckpointBuffer*> kept_buffers(const CheckpointMetadata& meta,
+                                                  const ConsolidateExtras& extras) {
+  std::vector<const CheckpointBuffer*> out;
+  for (const auto& b : meta.buffers) {
+    if (!extras.omit || !extras.omit(b.name)) out.push_back(&b);
+  }
+  return out;
+}
+
+void copy_checkpoint_buffers(const CheckpointReader& reader,
+                             const std::vector<const CheckpointBuffer*>& kept,
+                             SafetensorsWriter& writer, int64_t chunk_bytes) {
+  if (kept.empty()) return;
+  const std::vector<std::string> problems = ckpt::verify_buffers(reader.dir(), reader.metadata());
+  if (!problems.empty()) throw CheckpointError(problems.front());
+  const SafetensorsReader file(ckpt::join(reader.dir(), reader.metadata().buffers_file));
+  std::vector<unsigned char> buf(static_cast<size_t>(chunk_bytes));
+  for (const CheckpointBuffer* b : kept) {
+    const int64_t bytes = file.info(b->name).nbytes();
+    for (int64_t i = 0; i < bytes; i += chunk_bytes) {
+      const int64_t n = std::min(chunk_bytes, bytes - i);
+      file.read_bytes(b->name, i, n, buf.data());
+      writer.write_bytes(b->name, i, buf.data(), n);
+    }
+  }
+}
+
+// The checkpoint's parameters `entries` into one file at `out_path`, a chunk at a time, and
+// `buffers` after them.
 void write_consolidated(CheckpointReader& reader, const ConsolidateExtras& extras,
                         const std::vector<Entry>& entries, const std::string& out_path, DType dtype,
-                        int64_t chunk_elements) {
+                        int64_t chunk_elements,
+                        const std::vector<const CheckpointBuffer*>& buffers = {}) {
   const SafetensorsSet* frozen_from = extras.frozen_from;
   const SafetensorsDType file_type = file_dtype(dtype);
   const at::ScalarType type = *to_scalar_type(file_type);
   std::vector<SafetensorsTensorSpec> specs;
   for (const Entry& e : entries) specs.push_back({e.param->name, file_type, e.param->shape});
+  for (const CheckpointBuffer* b : buffers) {
+    specs.push_back({b->name, *parse_safetensors_dtype(b->dtype), b->shape});
+  }
   SafetensorsWriter writer(out_path, specs);
   const int64_t esize = static_cast<int64_t>(c10::elementSize(type));
   at::Tensor buf = at::empty({chunk_elements}, at::kFloat);
@@ -402,6 +506,7 @@ void write_consolidated(CheckpointReader& reader, const ConsolidateExtras& extra
       writer.write_bytes(p->name, i * esize, piece.data_ptr(), n * esize);
     }
   }
+  copy_checkpoint_buffers(reader, buffers, writer, chunk_elements * 4);
   writer.commit();
 }
 
@@ -458,7 +563,8 @@ void consolidate_checkpoint(const std::string& dir, const std::string& out_path,
   check_chunk(chunk_elements);
   check_checkpoint_output(out_path, dir, "the checkpoint it reads", OutputKind::kFile);
   CheckpointReader reader(dir);
-  write_consolidated(reader, extras, all_params(reader, extras), out_path, dtype, chunk_elements);
+  write_consolidated(reader, extras, all_params(reader, extras), out_path, dtype, chunk_elements,
+                     kept_buffers(reader.metadata(), extras));
 }
 
 std::vector<std::string> consolidate_checkpoint_files(const std::string& dir,
@@ -486,10 +592,17 @@ std::vector<std::string> consolidate_checkpoint_files(const std::string& dir,
     in_shard += bytes;
     total += bytes;
   }
+  // Buffers go in the last file, whatever their size (they are rarely more than a few MB).
+  const std::vector<const CheckpointBuffer*> buffers = kept_buffers(reader.metadata(), extras);
+  for (const CheckpointBuffer* b : buffers) {
+    int64_t numel = 1;
+    for (int64_t d : b->shape) numel *= d;
+    total += numel * safetensors_dtype_bits(*parse_safetensors_dtype(b->dtype)) / 8;
+  }
   const std::string folder = out_dir.empty() ? "." : out_dir;
   if (shards.size() == 1) {
     const std::string path = folder + "/" + kSafetensorsSingleName;
-    write_consolidated(reader, extras, shards[0], path, dtype, chunk_elements);
+    write_consolidated(reader, extras, shards[0], path, dtype, chunk_elements, buffers);
     return {path};
   }
   std::vector<std::string> files;
@@ -497,8 +610,13 @@ std::vector<std::string> consolidate_checkpoint_files(const std::string& dir,
                           {"weight_map", nlohmann::json::object()}};
   for (size_t i = 0; i < shards.size(); ++i) {
     const std::string name = shard_file_name(i, shards.size());
-    write_consolidated(reader, extras, shards[i], folder + "/" + name, dtype, chunk_elements);
+    const bool last = i + 1 == shards.size();
+    write_consolidated(reader, extras, shards[i], folder + "/" + name, dtype, chunk_elements,
+                       last ? buffers : std::vector<const CheckpointBuffer*>{});
     for (const Entry& e : shards[i]) index["weight_map"][e.param->name] = name;
+    if (last) {
+      for (const CheckpointBuffer* b : buffers) index["weight_map"][b->name] = name;
+    }
     files.push_back(folder + "/" + name);
   }
   const std::string index_path = folder + "/" + kSafetensorsIndexName;

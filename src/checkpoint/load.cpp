@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <set>
 
+#include "checkpoint/buffers.h"
 #include "checkpoint/errors.h"
 #include "checkpoint/format.h"
 #include "fsdp/checkpoint/checkpoint.h"
@@ -178,7 +179,10 @@ LoadedCheckpoint load_checkpoint(const std::string& path, FullyShardedModel& mod
   try {
     out.path = resolve(path);
     const CheckpointMetadata meta = read_checkpoint_metadata(out.path);
+    const std::vector<NamedBuffer> buffers = model.buffers();
+    check_buffers_fit(out.path, meta, buffers);
     load_tensors(out.path, model, optimizer, meta);
+    read_buffers(out.path, meta, buffers);
     out.step = meta.step;
     out.train_state = meta.train_state;
   } catch (const std::exception& e) {
@@ -229,6 +233,7 @@ void reshard_checkpoint(const std::string& dir, const std::string& out_dir, int 
     }
     meta.files.push_back(writer.finish());
   }
+  copy_buffers(src, staging, meta);
   write_file_atomically(join(staging, kMetadataFile), metadata_to_json(meta));
   write_file_atomically(join(staging, kCommitMarker), commit_marker(meta.step));
   durable_commit(tmp, out.string(), before);

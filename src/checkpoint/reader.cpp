@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 
+#include "checkpoint/buffers.h"
 #include "checkpoint/format.h"
 #include "fsdp/checkpoint/checkpoint.h"
 
@@ -187,6 +188,7 @@ std::vector<std::string> verify_checkpoint(const std::string& dir) {
       problems.push_back(e.what());
     }
   }
+  for (std::string& p : verify_buffers(dir, meta)) problems.push_back(std::move(p));
   return problems;
 }
 

@@ -14,7 +14,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
+[[noreturn]] void fail_set(const std::string& path, const std::string& what) {
   throw SafetensorsError("safetensors '" + path + "': " + what);
 }
 
@@ -27,24 +27,24 @@ std::map<std::string, std::string> read_weight_map(const std::string& index) {
         json_bounds::read_file(index, json_bounds::kMaxTokenizerJsonBytes, "an index file"),
         "the index");
   } catch (const nlohmann::json::exception& e) {
-    fail(index, std::string("the index is not JSON: ") + e.what());
+    fail_set(index, std::string("the index is not JSON: ") + e.what());
   } catch (const std::runtime_error& e) {
-    fail(index, e.what());
+    fail_set(index, e.what());
   }
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
-    fail(index, "the index has no \"weight_map\" object");
+    fail_set(index, "the index has no \"weight_map\" object");
   }
   std::map<std::string, std::string> map;
   for (const auto& [name, file] : j["weight_map"].items()) {
-    if (!file.is_string()) fail(index, "weight_map['" + name + "'] is not a file name");
+    if (!file.is_string()) fail_set(index, "weight_map['" + name + "'] is not a file name");
     const std::string f = file.get<std::string>();
     if (f.empty() || fs::path(f).has_parent_path() || f == "." || f == "..") {
-      fail(index,
+      fail_set(index,
            "weight_map['" + name + "'] = '" + f + "' is not a file name in the index's folder");
     }
     map[name] = f;
   }
-  if (map.empty()) fail(index, "the index's weight_map is empty");
+  if (map.empty()) fail_set(index, "the index's weight_map is empty");
   return map;
 }
 
@@ -66,7 +66,7 @@ struct SafetensorsSet::Impl {
     if (name.empty()) return;
     auto [it, fresh] = entries.emplace(name, Entry{&r, file_name});
     if (!fresh) {
-      fail(path, "tensors '" + it->second.file_name + "' (" + it->second.reader->path() +
+      fail_set(path, "tensors '" + it->second.file_name + "' (" + it->second.reader->path() +
                      ") and '" + file_name + "' (" + r.path() + ") both map to '" + name + "'");
     }
   }
@@ -80,10 +80,10 @@ struct SafetensorsSet::Impl {
       const std::string full = (folder / file).string();
       std::error_code ec;
       if (!fs::exists(fs::symlink_status(full, ec))) {
-        fail(index, "names '" + file + "', which is missing");
+        fail_set(index, "names '" + file + "', which is missing");
       }
       if (!fs::is_regular_file(full, ec)) {
-        fail(index, "names '" + file +
+        fail_set(index, "names '" + file +
                         "', which is not a regular file (a folder, a device or a FIFO, or a link "
                         "to one)");
       }
@@ -93,7 +93,7 @@ struct SafetensorsSet::Impl {
     for (const auto& [tensor, file] : weight_map) {
       const SafetensorsReader& r = *by_file.at(file);
       if (r.find(tensor) == nullptr) {
-        fail(index, "puts tensor '" + tensor + "' in '" + file + "', which has no such tensor");
+        fail_set(index, "puts tensor '" + tensor + "' in '" + file + "', which has no such tensor");
       }
       add(r, tensor, map);
     }
@@ -111,7 +111,7 @@ SafetensorsSet::SafetensorsSet(const std::string& path, TensorNameMap name_map)
     } else if (fs::exists(index)) {
       target = index.string();
     } else {
-      fail(path, std::string("a folder with neither ") + kSafetensorsIndexName + " nor " +
+      fail_set(path, std::string("a folder with neither ") + kSafetensorsIndexName + " nor " +
                      kSafetensorsSingleName);
     }
   }
@@ -151,14 +151,14 @@ const SafetensorsTensorInfo* SafetensorsSet::find(const std::string& name) const
 
 const std::string& SafetensorsSet::file_of(const std::string& name) const {
   auto it = impl_->entries.find(name);
-  if (it == impl_->entries.end()) fail(impl_->path, "no tensor '" + name + "'");
+  if (it == impl_->entries.end()) fail_set(impl_->path, "no tensor '" + name + "'");
   return it->second.reader->path();
 }
 
 void SafetensorsSet::read_elements(const std::string& name, int64_t begin, int64_t count,
                                    const at::Tensor& out) const {
   auto it = impl_->entries.find(name);
-  if (it == impl_->entries.end()) fail(impl_->path, "no tensor '" + name + "'");
+  if (it == impl_->entries.end()) fail_set(impl_->path, "no tensor '" + name + "'");
   it->second.reader->read_elements(it->second.file_name, begin, count, out);
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "checkpoint/buffers.h"
 #include "checkpoint/errors.h"
 #include "checkpoint/format.h"
 #include "fsdp/checkpoint/checkpoint.h"
@@ -205,6 +206,7 @@ std::string save_checkpoint(const std::string& root, int64_t step, FullyShardedM
                             const ShardedOptimizer* optimizer, const std::string& train_state_json,
                             const CheckpointOptions& options) {
   check_json_object(train_state_json, "save_checkpoint: train_state");
+  model.sync_buffers();  // what the next forward would start from (BufferSync)
   Comm& world = model.world();
   const std::vector<UnitInfo> infos = model.units();
   SaveContext c;
@@ -245,7 +247,9 @@ std::string save_checkpoint(const std::string& root, int64_t step, FullyShardedM
 
   // On return every rank sees the committed checkpoint, or every rank throws.
   run_on_rank0(world, "committing", [&] {
-    commit(root, c.dir, metadata(c, model, units, std::move(files), train_state_json), options);
+    CheckpointMetadata meta = metadata(c, model, units, std::move(files), train_state_json);
+    write_buffers(c.dir, model.buffers(), meta);
+    commit(root, c.dir, meta, options);
   });
   return join(root, step_dir_name(step));
 }

@@ -95,11 +95,23 @@ void FlatParam::alloc_full(BufferPool& pool) {
   c10::StorageImpl* storage = storage_of(full_);
   storage->set_data_ptr_noswap(pool.take(nbytes));
   storage->set_nbytes(nbytes);
+  for (ParamGuard& g : guards_) g.show();
 }
 
 void FlatParam::free_full() {
   if (aliased_ || !full_allocated()) return;
   storage_of(full_)->reset();
+  for (ParamGuard& g : guards_) g.hide();
+}
+
+void FlatParam::guard_params(const std::string& unit) {
+  if (aliased_ || !guards_.empty()) return;
+  for (const auto& s : slots_) {
+    guards_.emplace_back(s.param, full_.narrow(0, s.offset, s.numel).view(s.shape), s.name, unit);
+  }
+  if (!full_allocated()) {
+    for (ParamGuard& g : guards_) g.hide();
+  }
 }
 
 void FlatParam::alloc_full_grad(BufferPool& pool) {

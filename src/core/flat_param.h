@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/buffer_pool.h"
+#include "core/param_guard.h"
 #include "fsdp/options.h"
 
 namespace fsdp {
@@ -79,6 +80,10 @@ class FlatParam {
   // Give `full` its bytes back from `pool` (contents undefined) / return them to the pool.
   void alloc_full(BufferPool& pool);
   void free_full();
+  // From here on, while `full` has no bytes, every op on a parameter fails naming it and `unit`
+  // (core/param_guard.h) instead of reading the released storage. Nothing for an aliased
+  // FlatParam, whose `full` is never released.
+  void guard_params(const std::string& unit);
 
   // The unsharded gradient buffer (param_dtype, padded). Allocating (from `pool`) makes each
   // trainable parameter's .grad a view into it, its bytes not yet written: each gradient goes in
@@ -131,7 +136,8 @@ class FlatParam {
   at::Tensor full_grad_;
   // Per slot: written since the buffer was allocated (full_grad() marks every slot).
   std::vector<bool> grad_written_;
-  bool grad_complete_ = false;  // the parts nothing wrote are zero
+  bool grad_complete_ = false;      // the parts nothing wrote are zero
+  std::vector<ParamGuard> guards_;  // per slot, once guard_params ran
 };
 
 }  // namespace fsdp

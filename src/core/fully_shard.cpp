@@ -72,6 +72,7 @@ std::vector<UnitShard> FullyShardedModel::shards(const DecayRule& rule) const {
   if (!runtime_->root_unit().flat().empty()) {
     out.back().stepped = runtime_->root_stepped_callback();
   }
+  if (!out.empty()) out.front().before_step = runtime_->step_check();
   return out;
 }
 
@@ -97,6 +98,9 @@ std::map<std::string, at::Tensor> FullyShardedModel::gather_full_params() {
   runtime_->sync_offload();
   return runtime_->gather_full_params();
 }
+
+std::vector<NamedBuffer> FullyShardedModel::buffers() const { return runtime_->buffers(); }
+void FullyShardedModel::sync_buffers() { runtime_->sync_buffers(); }
 
 MemoryStats FullyShardedModel::memory() const { return runtime_->memory(); }
 void FullyShardedModel::reset_peak_memory() { runtime_->reset_peak_memory(); }

@@ -35,6 +35,18 @@ ShardingStrategy parse_sharding_strategy(const std::string& name) {
                               "HYBRID_SHARD, HYBRID_SHARD_ZERO2 (or 1-5)");
 }
 
+const char* to_string(BufferSync sync) {
+  switch (sync) {
+    case BufferSync::kPerRank:
+      return "PER_RANK";
+    case BufferSync::kBroadcast:
+      return "BROADCAST";
+    case BufferSync::kAverage:
+      return "AVERAGE";
+  }
+  return "?";
+}
+
 const char* to_string(ShardingStrategy strategy) {
   for (const auto& s : kStrategies) {
     if (s.strategy == strategy) return s.name;

@@ -14,6 +14,7 @@
 
 #include "comm/scalar_type.h"
 #include "compat.h"
+#include "core/buffers.h"
 #include "core/check.h"
 #include "core/collectives.h"
 #include "fsdp/init.h"
@@ -167,6 +168,8 @@ Runtime::Runtime(std::shared_ptr<torch::nn::Module> root, CommPtr comm, Sharding
   streams_ = SideStreams(device_);
   host_copies_ = std::make_shared<HostCopies>(streams_);
   move_buffers();
+  check_buffers_agree(*world_, buffers());
+  broadcast_buffers(*world_, buffers());  // as DDP, and FSDP's sync_module_states
   make_groups();
   split_root_ = options_.split_root_reduction_ && !options_.offload_params_ && specs.size() > 1 &&
                 (shard_group_->size() > 1 || replicate_group_->size() > 1) &&
@@ -195,6 +198,22 @@ void Runtime::move_buffers() {
   at::NoGradGuard no_grad;
   for (auto& buffer : root_->buffers(/*recurse=*/true)) {
     if (buffer.defined() && buffer.device() != device_) buffer.set_data(buffer.to(device_));
+  }
+}
+
+// Listed again each time: a module may have replaced a buffer's tensor since.
+std::vector<NamedBuffer> Runtime::buffers() const { return named_buffers(*root_); }
+
+void Runtime::sync_buffers() {
+  switch (options_.buffer_sync_) {
+    case BufferSync::kPerRank:
+      return;
+    case BufferSync::kBroadcast:
+      world_->set_context("buffers broadcast, step " + std::to_string(step()));
+      return broadcast_buffers(*world_, buffers());
+    case BufferSync::kAverage:
+      world_->set_context("buffers averaged, step " + std::to_string(step()));
+      return average_buffers(*world_, buffers());
   }
 }
 
@@ -408,6 +427,27 @@ void Runtime::begin_forward() {
     }
   }
   for (auto& u : units_) u->clear_forwarded();
+  sync_buffers();
+}
+
+std::function<void()> Runtime::step_check() {
+  if (!self_) self_ = std::make_shared<Runtime*>(this);
+  return [self = std::weak_ptr<Runtime*>(self_)] {
+    if (auto runtime = self.lock()) (*runtime)->check_gradients_reached_shards();
+  };
+}
+
+void Runtime::check_gradients_reached_shards() const {
+  if (sync_gradients_) return;
+  for (const auto& u : units_) {
+    FSDP_CHECK(!u->flat().has_full_grad(), "optimizer step with gradient synchronisation off: ",
+               "the backward since the last synchronised one left its gradients in the "
+               "unsharded buffer of unit '",
+               u->display_name(),
+               "', not in the shards the optimizer steps, so this step would not see them. Turn "
+               "synchronisation back on (set_requires_gradient_sync(true), or "
+               "let the no_sync() guard end) before the last micro-batch's backward");
+  }
 }
 
 std::function<void()> Runtime::root_stepped_callback() {

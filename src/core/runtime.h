@@ -266,6 +266,11 @@ class Runtime {
   void reset_peak_memory();
 
   std::map<std::string, at::Tensor> gather_full_params();
+  std::vector<NamedBuffer> buffers() const;
+  // UnitShard::before_step: refuses a step while gradients sit unsynchronised in the units.
+  std::function<void()> step_check();
+  void check_gradients_reached_shards() const;
+  void sync_buffers();
 
   // [Note: root gathered after its step] The root's UnitShard::stepped: with forward prefetch
   // (and a root that gathers), starts gathering the root for the next forward; empty otherwise.

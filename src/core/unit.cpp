@@ -145,8 +145,12 @@ Unit::Unit(Runtime& runtime, std::string name, const torch::nn::Module* module,
     if (!f->empty()) held_.push_back(f);
   }
   register_grad_hooks();
-  // A FlatParam starts gathered (it was built from the full parameters); start sharded.
-  for (FlatParam* f : held_) f->free_full();
+  // A FlatParam starts gathered (it was built from the full parameters); start sharded, every
+  // op on a sharded parameter failing in fsdp's words.
+  for (FlatParam* f : held_) {
+    f->guard_params(display_name_);
+    f->free_full();
+  }
   state_ = UnitState::kSharded;
 }
 

@@ -116,6 +116,7 @@ void ShardedOptimizer::on_decayed(size_t i, const at::Tensor& t, const RegionFn&
 }
 
 void ShardedOptimizer::wait_writable() const {
+  if (!params_.empty() && params_.front().before_step) params_.front().before_step();
   for (const ShardedParam& s : params_) {
     if (s.wait_writable) s.wait_writable();
   }

@@ -118,6 +118,14 @@ struct CheckpointFile {
   std::vector<uint32_t> block_crc32;  // of each block_bytes block
 };
 
+// One of the root module's buffers as a checkpoint holds it: name, safetensors dtype ("F32",
+// "I64", "BOOL", ...) and shape.
+struct CheckpointBuffer {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+};
+
 struct CheckpointMetadata {
   int version = 0;
   int64_t step = 0;
@@ -136,6 +144,14 @@ struct CheckpointMetadata {
   // hold: names, shapes and aliases (offset 0). Their values come from where the run took them
   // (its model.pretrained or model.init_from). Empty for a run that froze nothing.
   std::vector<CheckpointParam> frozen;
+  // The root module's buffers (rank 0's at the save) and the file holding them
+  // ("buffers.safetensors" beside the shards; "" when there are none), its size and CRC-32.
+  // `buffers_saved` is false for a checkpoint written before buffers were saved.
+  std::vector<CheckpointBuffer> buffers;
+  bool buffers_saved = false;
+  std::string buffers_file;
+  int64_t buffers_bytes = 0;
+  uint32_t buffers_crc32 = 0;
 };
 
 // Parses and checks dir/metadata.json (format, version, internal consistency).
