@@ -98,6 +98,10 @@ int main(int argc, char** argv) {
     }
     return learned ? 0 : 1;
   } catch (const std::exception& e) {
+    // Returning ends the job cleanly even when only this rank failed: after an error of fsdp's
+    // that no collective has followed, the MPI backend aborts the job at exit rather than wait
+    // for peers still inside a collective (a Gloo or NCCL exit fails theirs). For an error of
+    // your own on one rank, call fsdp::note_local_error() before returning.
     std::fprintf(stderr, "train_mlp: %s\n", e.what());
     return 2;
   }

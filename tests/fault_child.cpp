@@ -3,6 +3,10 @@
 //   --stall-rank R --at-step S  rank R skips step S's backward (its collectives) and sleeps
 //   --stop-rank R --at-step S   rank R stops itself (SIGSTOP, as `kill -STOP` does) after step S's
 //                               forward: a hung rank, whose peers are in a backward prefetch
+//   --leave-rank R --at-step S  rank R reads a sharded parameter after step S's forward (a
+//                               mistake fsdp refuses), catches the error and returns from main,
+//                               as a program that handles its errors does, while its peers are
+//                               in that step's backward
 //   --vocab V --batch B         the model's vocabulary (default 256) and sequences per step (2): a
 //                               large vocabulary makes the root's backward, which overlaps the
 //                               first prefetched all-gather, take long enough to matter
@@ -25,7 +29,7 @@
 namespace {
 
 struct Args {
-  int kill_rank = -1, stall_rank = -1, stop_rank = -1, at_step = 2, steps = 5;
+  int kill_rank = -1, stall_rank = -1, stop_rank = -1, leave_rank = -1, at_step = 2, steps = 5;
   int vocab = 256, batch = 2;
   int timeout_ms = 3000;
   bool check_listeners = false;
@@ -41,6 +45,8 @@ Args parse(int argc, char** argv) {
       a.kill_rank = std::stoi(v);
     else if (k == "--stall-rank")
       a.stall_rank = std::stoi(v);
+    else if (k == "--leave-rank")
+      a.leave_rank = std::stoi(v);
     else if (k == "--stop-rank")
       a.stop_rank = std::stoi(v);
     else if (k == "--vocab")
@@ -132,6 +138,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "rank %d: stopping (SIGSTOP) before backward at step %d\n",
                      world->rank(), step);
         raise(SIGSTOP);
+      }
+      if (step == a.at_step && world->rank() == a.leave_rank) {
+        std::fprintf(stderr, "rank %d: reading a sharded parameter at step %d\n", world->rank(),
+                     step);
+        // A block's parameter: FULL_SHARD frees it after the block's forward, so this throws.
+        (void)model->named_parameters()["transformer.h.0.attn.c_attn.weight"].sum().item<float>();
       }
       if (step == a.at_step && world->rank() == a.stall_rank) {
         std::fprintf(stderr, "rank %d: skipping backward at step %d\n", world->rank(), step);

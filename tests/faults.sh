@@ -78,6 +78,11 @@ if [[ $BACKEND == mpi ]]; then
   launch() { timeout 120 $MPIRUN "$BIN/fault_child" --backend mpi "$@"; }
   run_case stall_bare_mpirun 30 "ranks that issued this collective \(#[0-9]+\): 0, 1; rank 2" -- \
     --stall-rank 2 --at-step 1 --timeout-ms 2000
+  # A rank that catches fsdp's error and returns from main while its peers are in a collective:
+  # its exit aborts the job at once (issue 59: it waited in MPI_Finalize, and its peers in their
+  # collective, until the timeout, here a minute; killed at 120 s).
+  run_case leave_bare_mpirun 20 "while it is sharded" "rank 1 is ending after an error" -- \
+    --leave-rank 1 --at-step 1 --timeout-ms 60000
   unset -f launch
 fi
 

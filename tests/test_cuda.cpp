@@ -187,9 +187,10 @@ std::vector<double> train_five_steps(torch::nn::Sequential& model, FullyShardedM
 }
 
 // Gradient accumulation: three steps of two micro-batches, the first under no_sync (which, under
-// offload on a GPU, ends its backward without waiting for the GPU), then a step taken right after
-// a no_sync backward, whose queued copies of the shards the optimizer must wait for before it
-// writes them (ShardedParam::wait_writable).
+// offload on a GPU, ends its backward without waiting for the GPU), then a step tried right after
+// a no_sync backward, which is refused (its gradients never reached the shards) before it writes
+// anything, and the step after the synchronised micro-batch, which waits for the queued copies of
+// the shards before it writes them (ShardedParam::wait_writable).
 std::vector<double> train_accumulating(torch::nn::Sequential& model, FullyShardedModel& sharded,
                                        c10::Device where) {
   AdamW opt(sharded_params(sharded), AdamWOptions());
@@ -212,9 +213,13 @@ std::vector<double> train_accumulating(torch::nn::Sequential& model, FullySharde
   }
   sharded.set_requires_gradient_sync(false);
   losses.push_back(micro(0));
-  opt.step();
+  // A step here would not see micro-batch 0's gradients (unsharded, unreduced): refused, and
+  // nothing written (the offloaded copies of the shards may still be in flight).
+  EXPECT_THROW(opt.step(), std::runtime_error);
+  EXPECT_EQ(opt.step_count(), 3);
   sharded.set_requires_gradient_sync(true);
   losses.push_back(micro(1));
+  opt.step();
   return losses;
 }
 

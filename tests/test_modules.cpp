@@ -37,6 +37,12 @@ struct BlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(Block);
 
+// Each block of `blocks` through fsdp::forward, as a model's forward calls its units.
+at::Tensor run_blocks(torch::nn::ModuleListImpl& blocks, at::Tensor h) {
+  for (size_t i = 0; i < blocks.size(); ++i) h = fsdp::forward(blocks.ptr<BlockImpl>(i), h);
+  return h;
+}
+
 // Blocks in a ModuleList called through fsdp::forward (right), or in a Sequential that calls them
 // itself (the mistake: `in_sequential`).
 struct NetImpl : torch::nn::Module {
@@ -65,10 +71,7 @@ struct NetImpl : torch::nn::Module {
     if (in_sequential) {
       h = chain->forward(h);
     } else {
-      for (size_t i = 0; i < blocks->size(); ++i) {
-        std::shared_ptr<BlockImpl> block = blocks->ptr<BlockImpl>(i);
-        h = fsdp::forward(block, h);
-      }
+      h = run_blocks(*blocks, h);
     }
     return out(h);
   }
@@ -233,6 +236,22 @@ TEST(Mistakes, AStepWithGradientSyncLeftOffIsRefused) {
   EXPECT_EQ(opt.step_count(), 1);
 }
 
+// A container without a forward (ModuleList, ModuleDict) selected as a unit: refused at
+// fully_shard, naming it and what to wrap instead (issue 59: accepted, then LibTorch's storage
+// error at the first forward).
+TEST(Mistakes, AContainerWithoutAForwardIsRefusedAsAUnit) {
+  for (const WrapPolicy& policy :
+       {WrapPolicy::by_name({"blocks"}), WrapPolicy::by_type({"ModuleList"})}) {
+    torch::manual_seed(3);
+    Net net;
+    const std::string e =
+        error_of([&] { fully_shard(net.ptr(), test::world(), ShardingOptions().wrap(policy)); });
+    EXPECT_NE(e.find("selects 'blocks', a torch::nn::ModuleList"), std::string::npos) << e;
+    EXPECT_NE(e.find("'blocks.0'"), std::string::npos) << e;
+    fully_shard(net.ptr(), test::world(), ShardingOptions().wrap(WrapPolicy::by_type({"Block"})));
+  }
+}
+
 // The model after its FullyShardedModel is destroyed: its parameters' bytes are gone; a read is
 // fsdp's error, not a read of freed memory.
 TEST(Mistakes, AModelUsedAfterItsShardingIsGoneFailsInFsdpWords) {
@@ -269,11 +288,7 @@ struct BnNetImpl : torch::nn::Module {
   at::Tensor forward(const at::Tensor& x) {
     count.add_(1);
     at::Tensor h = bn(in(x)) * mask;
-    for (size_t i = 0; i < blocks->size(); ++i) {
-      std::shared_ptr<BlockImpl> block = blocks->ptr<BlockImpl>(i);
-      h = fsdp::forward(block, h);
-    }
-    return out(h);
+    return out(run_blocks(*blocks, h));
   }
 };
 TORCH_MODULE(BnNet);

@@ -149,4 +149,13 @@ CommPtr init_comm(const CommOptions& options = {});
 // A one-rank group; collectives copy or do nothing.
 CommPtr make_local_comm();
 
+// Marks that this process raised an error its peers may not have seen: fsdp's own checks call it
+// (an FSDP_CHECK that fails, an op on a sharded parameter), and a program may, for an error of its
+// own on one rank. The next collective this process completes clears it. A process that exits with
+// it set under the MPI backend aborts the job (MPI_Abort) rather than wait in MPI_Finalize for
+// peers that may be inside a collective it left, which would hang them until their collective
+// timeout; on Gloo and NCCL its exit already fails their collectives. Thread-safe.
+void note_local_error() noexcept;
+bool local_error_pending() noexcept;
+
 }  // namespace fsdp

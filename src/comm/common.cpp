@@ -1,6 +1,7 @@
 // Text shared by every backend's errors, so that a timeout reads the same whichever backend
 // raised it, and the MPI message-size knob (here, not in mpi.cpp, because builds without MPI and
 // the tests reference it too).
+#include <atomic>
 #include <climits>
 #include <sstream>
 
@@ -36,5 +37,15 @@ size_t& mpi_max_elements_per_call() {
   return limit;
 }
 
+namespace {
+std::atomic<bool> g_local_error{false};
+}  // namespace
+
+void clear_local_error() noexcept { g_local_error.store(false); }
+
 }  // namespace comm_internal
+
+void note_local_error() noexcept { comm_internal::g_local_error.store(true); }
+bool local_error_pending() noexcept { return comm_internal::g_local_error.load(); }
+
 }  // namespace fsdp

@@ -31,6 +31,9 @@ std::string describe(const Comm& comm, const std::string& kind);
 // The error a wait throws when its deadline passes.
 CommError timeout_error(const std::string& what, std::chrono::milliseconds timeout);
 
+// A collective completed on this process: its peers are in step with it (note_local_error).
+void clear_local_error() noexcept;
+
 // Largest element count the MPI backend passes to one MPI call (MPI counts are int); longer
 // messages are split into several calls. Process-wide and mutable so that tests can lower it to
 // exercise the split path with small buffers.

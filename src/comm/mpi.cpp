@@ -192,6 +192,17 @@ struct FinalizeAtExit {
                    g_abandoned.load());
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
+    int size = 1, rank = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (local_error_pending() && size > 1) {
+      std::fprintf(stderr,
+                   "fsdp: rank %d is ending after an error its peers may not have seen (no "
+                   "collective completed since); aborting the MPI job rather than waiting in "
+                   "MPI_Finalize for peers that may be inside a collective it left\n",
+                   rank);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     MPI_Finalize();
   }
 };
@@ -328,6 +339,7 @@ class MpiWork : public Work {
     }
     if (abandoned_) --g_abandoned;  // the peers caught up after all
     abandoned_ = false;
+    clear_local_error();
     if (finish_) finish_();
     done_ = true;
   }

@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "fsdp/comm.h"
+
 namespace fsdp {
 namespace detail {
 template <typename... Args>
@@ -18,7 +20,11 @@ std::string concat(const Args&... args) {
 }  // namespace detail
 }  // namespace fsdp
 
-#define FSDP_CHECK(cond, ...)                                                             \
-  do {                                                                                    \
-    if (!(cond)) throw std::runtime_error(::fsdp::detail::concat("fsdp: ", __VA_ARGS__)); \
+// A failed check is an error this rank's peers may not see: note_local_error (fsdp/comm.h).
+#define FSDP_CHECK(cond, ...)                                                  \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      ::fsdp::note_local_error();                                              \
+      throw std::runtime_error(::fsdp::detail::concat("fsdp: ", __VA_ARGS__)); \
+    }                                                                          \
   } while (0)

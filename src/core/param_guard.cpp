@@ -12,6 +12,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "fsdp/comm.h"
+
 namespace fsdp {
 namespace {
 
@@ -58,6 +60,7 @@ std::string released_argument(const torch::jit::Stack& stack) {
 
 void released_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const std::string who = released_argument(*stack);
+  note_local_error();
   throw std::runtime_error(
       "fsdp: " + op.schema().name() + " read " +
       (who.empty() ? std::string("a parameter whose model fsdp sharded") : "parameter " + who) +

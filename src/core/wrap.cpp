@@ -74,6 +74,21 @@ int64_t wrap_by_size(const std::string& name, torch::nn::Module& module, int64_t
   return count;
 }
 
+// LibTorch's containers that have no forward: a unit must be something fsdp::forward can call.
+const Selected& callable(const Selected& units) {
+  for (const auto& [name, module] : units) {
+    const std::string type = short_type_name(module->name());
+    const bool container = type == "ModuleList" || type == "ModuleDict" ||
+                           type == "ParameterList" || type == "ParameterDict";
+    FSDP_CHECK(!container, "the wrap policy selects '", name, "', a torch::nn::", type,
+               ": a container without a forward, which no fsdp::forward can call, so its "
+               "parameters would never be gathered; wrap the modules it holds instead (by their "
+               "type, or by name: '",
+               name, ".0', ...)");
+  }
+  return units;
+}
+
 }  // namespace
 
 Selected select_units(torch::nn::Module& root, const WrapPolicy& policy) {
@@ -81,9 +96,9 @@ Selected select_units(torch::nn::Module& root, const WrapPolicy& policy) {
     case WrapPolicy::Kind::kNone:
       return {};
     case WrapPolicy::Kind::kModuleType:
-      return by_type(root, policy);
+      return callable(by_type(root, policy));
     case WrapPolicy::Kind::kExplicit:
-      return by_name(root, policy);
+      return callable(by_name(root, policy));
     case WrapPolicy::Kind::kSize: {
       FSDP_CHECK(policy.min_num_params > 0, "min_num_params must be positive, got ",
                  policy.min_num_params);
