@@ -107,13 +107,13 @@ void check_buffers_fit(const std::string& dir, const CheckpointMetadata& meta,
                           "', which the model does not have (" + std::to_string(saved.size()) +
                           " such)");
   }
+  const std::string problem = file_problem(dir, meta);
+  if (!problem.empty()) throw CheckpointError(problem);
 }
 
 void read_buffers(const std::string& dir, const CheckpointMetadata& meta,
                   const std::vector<NamedBuffer>& buffers) {
   if (buffers.empty()) return;
-  const std::string problem = file_problem(dir, meta);
-  if (!problem.empty()) throw CheckpointError(problem);
   const SafetensorsReader reader(join(dir, meta.buffers_file));
   at::NoGradGuard no_grad;
   for (const auto& b : buffers) {

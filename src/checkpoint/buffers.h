@@ -20,11 +20,12 @@ void write_buffers(const std::string& dir, const std::vector<NamedBuffer>& buffe
                    CheckpointMetadata& meta);
 
 // Throws CheckpointError naming the checkpoint and the buffer unless the checkpoint holds exactly
-// the model's buffers (names, shapes, dtypes), before anything is loaded.
+// the model's buffers (names, shapes, dtypes), and naming the file unless it has the size and
+// checksum the metadata records: before anything is loaded.
 void check_buffers_fit(const std::string& dir, const CheckpointMetadata& meta,
                        const std::vector<NamedBuffer>& buffers);
 
-// Verifies the file's size and checksum, then copies every buffer into the model's tensors.
+// Copies every buffer from the file (checked by check_buffers_fit) into the model's tensors.
 void read_buffers(const std::string& dir, const CheckpointMetadata& meta,
                   const std::vector<NamedBuffer>& buffers);
 

@@ -62,7 +62,7 @@ void released_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
   const std::string who = released_argument(*stack);
   note_local_error();
   throw std::runtime_error(
-      "fsdp: " + op.schema().name() + " read " +
+      "fsdp: " + op.schema().name() + " used " +
       (who.empty() ? std::string("a parameter whose model fsdp sharded") : "parameter " + who) +
       " while it is sharded: a unit's full parameters exist only while it runs, inside "
       "fsdp::forward and the backward that follows (its model's FullyShardedModel alive). Call "
