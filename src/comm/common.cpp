@@ -1,6 +1,7 @@
 // Text shared by every backend's errors, so that a timeout reads the same whichever backend
-// raised it, and the MPI message-size knob (here, not in mpi.cpp, because builds without MPI and
-// the tests reference it too).
+// raised it, the MPI message-size knob, and the process's pending local error (note_local_error,
+// which the MPI backend reads at exit): here, not in mpi.cpp, because builds without MPI and the
+// tests reference them too.
 #include <atomic>
 #include <climits>
 #include <sstream>
